@@ -1,0 +1,73 @@
+"""The attention kernel ABI shared by the translator (which emits it) and the runner (which launches it).
+
+Pure data: importing this module touches no GPU and knows no TL syntax. The translator writes a
+`LaunchSpec` beside every generated `.cu` (as JSON); the runner reads it back, so a hand-edited kernel
+launches exactly like a generated one.
+
+Tensors use the (batch, seqlen, heads, dim) layout with arbitrary strides on batch/seqlen/heads and a
+contiguous last dimension. LSE is float32, contiguous (batch, heads, seqlen_q). Grid:
+(ceil(seqlen_q / block_m), batch, heads).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+# (name, C type, numpy scalar type name) in the exact order of the `extern "C" __global__` parameters.
+ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("q", "const void*", "uintp"),
+    ("k", "const void*", "uintp"),
+    ("v", "const void*", "uintp"),
+    ("o", "void*", "uintp"),
+    ("lse", "float*", "uintp"),
+    ("batch", "int", "int32"),
+    ("seqlen_q", "int", "int32"),
+    ("seqlen_k", "int", "int32"),
+    ("heads", "int", "int32"),
+    ("heads_kv", "int", "int32"),
+    ("q_batch_stride", "long long", "int64"),
+    ("q_row_stride", "long long", "int64"),
+    ("q_head_stride", "long long", "int64"),
+    ("k_batch_stride", "long long", "int64"),
+    ("k_row_stride", "long long", "int64"),
+    ("k_head_stride", "long long", "int64"),
+    ("v_batch_stride", "long long", "int64"),
+    ("v_row_stride", "long long", "int64"),
+    ("v_head_stride", "long long", "int64"),
+    ("o_batch_stride", "long long", "int64"),
+    ("o_row_stride", "long long", "int64"),
+    ("o_head_stride", "long long", "int64"),
+    ("softmax_scale", "float", "float32"),  # applied to Q·Kᵀ; the kernel folds in log2(e) itself
+    ("window_left", "int", "int32"),  # -1: unbounded; only read when mask == "window"
+    ("window_right", "int", "int32"),
+)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What the runner needs to launch a kernel; everything else comes from the tensors."""
+
+    kernel_name: str
+    block_m: int  # query rows per block: grid.x = ceil(seqlen_q / block_m)
+    threads: int
+    shared_bytes: int  # dynamic shared memory per block
+    dtype: str  # "fp16" | "bf16"
+    head_dim_qk: int
+    head_dim_v: int
+    mask: str  # "none" | "causal" | "window"
+    arch: str  # e.g. "sm_80"; the runner compiles for this (PTX for an older arch than the device)
+    window: tuple[int, int] = (-1, -1)  # default (left, right) from the TL `Mask window(...)`
+    group: int = 0  # GQA group fixed by the TL (0: taken from the launch shape)
+    params: tuple[str, ...] = field(default=tuple(p[0] for p in ATTENTION_PARAMS))
+    tl_file: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @staticmethod
+    def from_json(text: str) -> LaunchSpec:
+        data = json.loads(text)
+        data["window"] = tuple(data.get("window", (-1, -1)))
+        data["params"] = tuple(data.get("params", ()))
+        return LaunchSpec(**data)

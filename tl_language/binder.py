@@ -1,0 +1,85 @@
+"""Walk the syntax tree once and bind names: params, header facts, tensors and where each one lives.
+
+Binding records facts only; every rule about those facts lives in `tl_language/checks/`.
+"""
+
+from __future__ import annotations
+
+from tl_language import gpu
+from tl_language import syntax as ast
+from tl_language.model import Model, Param, Placement, Tensor
+
+
+def _tensor(model: Model, ident: ast.Ident) -> Tensor:
+    t = model.tensors.get(ident.name)
+    if t is None:
+        t = Tensor(ident.name, ident)
+        model.tensors[ident.name] = t
+    return t
+
+
+def build_model(doc: ast.Document) -> Model:
+    model = Model()
+    model.statements = doc.walk()
+    for stmt in model.statements:
+        if isinstance(stmt, ast.KernelStmt) and stmt.name and model.kernel_name is None:
+            model.kernel_name = stmt.name.name
+        elif isinstance(stmt, ast.TargetStmt) and stmt.arch and not model.target_explicit:
+            t = gpu.target(stmt.arch.name)
+            if t is not None:
+                model.target, model.target_explicit = t, True
+        elif isinstance(stmt, ast.DtypeStmt) and stmt.dtype and not model.dtype_explicit:
+            if stmt.dtype.name.lower() in gpu.DTYPES:
+                model.dtype, model.dtype_explicit = stmt.dtype.name.lower(), True
+        elif isinstance(stmt, ast.ParamStmt) and stmt.name and stmt.name.name not in model.params:
+            hole = isinstance(stmt.value, ast.Hole) or stmt.value is None
+            value = None if hole else model.evaluate(stmt.value)
+            model.params[stmt.name.name] = Param(stmt.name.name, stmt.name, value, hole, stmt)
+            model.is_sketch |= isinstance(stmt.value, ast.Hole)
+        elif isinstance(stmt, ast.MaskStmt) and stmt.kind:
+            kind = stmt.kind.name.lower()
+            model.mask = kind
+            if kind == "window" and len(stmt.args) == 2:
+                model.window = (model.evaluate(stmt.args[0]), model.evaluate(stmt.args[1]))
+        elif isinstance(stmt, ast.ForStmt):
+            model.loops.append(stmt)
+        elif isinstance(stmt, ast.AllocateStmt) and stmt.name and stmt.level:
+            t = _tensor(model, stmt.name)
+            level = stmt.level.name.lower()
+            t.placements.setdefault(level, Placement(level, stmt, stmt.shape))
+        elif isinstance(stmt, ast.CopyStmt) and stmt.name:
+            model.is_sketch |= stmt.tile is None and _src(stmt) == "global"
+            target_ident = stmt.alias or stmt.name
+            if stmt.dst is not None:
+                t = _tensor(model, target_ident)
+                level = stmt.dst.name.lower()
+                tile = stmt.tile if stmt.tile is not None else _inherit_tile(model, stmt)
+                t.placements.setdefault(level, Placement(level, stmt, tile))
+            if stmt.name.name in model.tensors:
+                model.tensors[stmt.name.name].references.append(stmt.name.range)
+        elif isinstance(stmt, ast.ComputeStmt) and stmt.result is not None:
+            t = _tensor(model, stmt.result)
+            t.placements.setdefault("register", Placement("register", stmt, None))
+            if stmt.op is not None and stmt.op.name.lower() == "gemm":
+                t.layout = "MMA_C"
+                t.produced_by_gemm = stmt
+        elif isinstance(stmt, ast.ReshapeStmt) and stmt.name and stmt.dst_layout:
+            t = model.tensors.get(stmt.name.name)
+            if t is not None:
+                t.layout = stmt.dst_layout[0].name.upper()
+    return model
+
+
+def _src(stmt: ast.CopyStmt) -> str | None:
+    return stmt.src.name.lower() if stmt.src else None
+
+
+def _inherit_tile(model: Model, stmt: ast.CopyStmt) -> list[ast.Expr] | None:
+    """`Copy Q from shared to register` keeps the tile Q had in shared memory."""
+    if stmt.name is None or stmt.src is None:
+        return None
+    t = model.tensors.get(stmt.name.name)
+    if t is None:
+        return None
+    p = t.placements.get(stmt.src.name.lower())
+    return p.tile if p else None
