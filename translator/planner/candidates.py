@@ -1,0 +1,163 @@
+"""Enumerate tilings, keep those the target can run, score them with the cost model, rank them.
+
+A parameter the file fixes stays fixed; a `?` parameter (or one the file does not declare: warps, stages)
+is searched. Limits (each candidate respects all of them, `tests/translator/planner` checks every target):
+  - MMA granularity: BM % (mma.m · warps) == 0 and BN a multiple of 16 and of the MMA's n and k;
+  - shared memory per block (all stages) ≤ the target's opt-in limit;
+  - registers per thread ≤ the target's limit (no spilling);
+  - threads ≤ the block limit; the head dimension one the kernels support; the dtype one the target takes;
+  - every thread moves whole 16-byte copies of each tile.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from tl_language import gpu
+from tl_language.model import Model
+from translator.planner.cost import DEFAULT_SHAPE, Shape, estimate
+from translator.planner.resources import Resources, Tiling, resources
+from translator.planner.roles import Roles, find_roles
+
+BLOCK_M = (64, 128, 192, 256)
+BLOCK_N = (32, 64, 128, 256)
+WARPS = (4, 8)
+STAGES = (1, 2)
+# Used for a role the file does not declare (the translator's defaults for a kernel without the Param).
+DEFAULTS = {"warps": 4, "stages": 2, "d_qk": 128}
+
+
+@dataclass(slots=True)
+class Candidate:
+    rank: int
+    values: dict[str, int]  # param name -> value, for every planned role the file declares
+    holes: dict[str, int]  # the subset that was `?` in the file (what `fill` writes)
+    tiling: Tiling
+    resources: Resources
+    score: float  # predicted fraction of tensor-core peak
+    breakdown: dict[str, float]
+    reasons: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        t, b = self.tiling, self.breakdown
+        return (
+            f"BM={t.block_m} BN={t.block_n} warps={t.warps} stages={t.stages}: "
+            f"predicted {self.score:.0%} of tensor peak; {self.resources.blocks_per_sm} block(s)/SM "
+            f"(limited by {self.resources.limited_by}), {self.resources.shared_bytes // 1024} KiB shared, "
+            f"~{self.resources.registers} regs/thread, {b['waves']:.0f} wave(s) at "
+            f"{b['wave_efficiency']:.0%}, MMA feed {b['mma_feed_efficiency']:.0%}"
+        )
+
+
+@dataclass(slots=True)
+class Plan:
+    candidates: list[Candidate]
+    roles: Roles
+    problems: list[str]  # why nothing (or less than expected) could be planned
+    rejected: dict[str, int]  # limit -> how many tilings it rejected
+
+
+def granularity_ok(t: Tiling, target: gpu.Target) -> str | None:
+    """None if the tiling is legal for the target's MMA and copies, else the limit it breaks."""
+    mma = target.mma.get(t.dtype)
+    if mma is None:
+        return "dtype"
+    if t.block_m % (mma.m * t.warps) != 0:
+        return "MMA granularity (BM)"
+    n_unit = math.lcm(16, mma.n, mma.k)
+    if t.block_n % n_unit != 0:
+        return "MMA granularity (BN)"
+    if t.d_qk not in gpu.HEAD_DIMS or t.d_v not in gpu.HEAD_DIMS:
+        return "head dimension"
+    elem = gpu.DTYPE_BYTES[t.dtype]
+    per_pass = t.threads * target.copy_bytes
+    for rows, width in ((t.block_m, t.d_qk), (t.block_n, t.d_qk), (t.block_n, t.d_v), (t.block_m, t.d_v)):
+        if (rows * width * elem) % per_pass != 0 or (width * elem) % target.copy_bytes != 0:
+            return "copy granularity"
+    return None
+
+
+def fits(t: Tiling, target: gpu.Target) -> tuple[Resources, str | None]:
+    res = resources(t, target)
+    if res.shared_bytes > target.smem_per_block:
+        return res, "shared memory"
+    if res.registers > target.regs_per_thread:
+        return res, "registers"
+    if res.threads > target.max_threads_per_block:
+        return res, "threads per block"
+    if res.blocks_per_sm < 1:
+        return res, "occupancy"
+    return res, None
+
+
+def plan(model: Model, shape: Shape | None = None) -> Plan:
+    shape = shape or DEFAULT_SHAPE
+    roles = find_roles(model)
+    target, dtype = model.target, model.dtype
+    problems: list[str] = []
+    if dtype not in target.dtypes:
+        takes = ", ".join(target.dtypes)
+        problems.append(f"{target.arch} tensor cores do not take {dtype} (they take {takes})")
+        return Plan([], roles, problems, {})
+
+    def space(role: str, options: tuple[int, ...]) -> tuple[int, ...]:
+        name = roles.name(role)
+        if name is None:
+            return (DEFAULTS[role],) if role in DEFAULTS else options
+        p = model.params[name]
+        if p.hole:
+            return options
+        if p.value is None:
+            problems.append(f"`{name}` does not evaluate to an integer; planning with the search space")
+            return options
+        return (p.value,)
+
+    d_qk_space = space("d_qk", gpu.HEAD_DIMS) if roles.name("d_qk") else (DEFAULTS["d_qk"],)
+    if roles.name("d_qk") and model.params[roles.params["d_qk"]].hole:
+        d_qk_space = (DEFAULTS["d_qk"],)
+        problems.append(f"head dimension `{roles.params['d_qk']}` is a hole: assumed {DEFAULTS['d_qk']}; "
+                        "write your model's head dimension")
+    d_v_space = space("d_v", gpu.HEAD_DIMS) if roles.name("d_v") else None
+    if roles.name("d_v") and model.params[roles.params["d_v"]].hole:
+        d_v_space = None
+    causal = model.mask == "causal"
+
+    out: list[Candidate] = []
+    rejected: dict[str, int] = {}
+    for bm, bn, w, st, dqk in itertools.product(
+        space("block_m", BLOCK_M), space("block_n", BLOCK_N), space("warps", WARPS),
+        space("stages", STAGES), d_qk_space,
+    ):
+        for dv in d_v_space or (dqk,):
+            t = Tiling(bm, bn, w, st, dqk, dv, dtype)
+            why = granularity_ok(t, target)
+            res: Resources | None = None
+            if why is None:
+                res, why = fits(t, target)
+            if why is not None or res is None:
+                rejected[why or "?"] = rejected.get(why or "?", 0) + 1
+                continue
+            cost = estimate(t, res, target, shape, causal=causal)
+            values = _values(roles, t)
+            holes = {n: v for n, v in values.items() if model.params[n].hole}
+            out.append(Candidate(0, values, holes, t, res, cost.score, cost.breakdown))
+    out.sort(key=lambda c: (-c.score, -c.tiling.block_m, -c.tiling.block_n, c.tiling.warps, -c.tiling.stages))
+    for i, c in enumerate(out, 1):
+        c.rank = i
+        c.reasons = [c.summary()]
+    if not out:
+        limits = ", ".join(f"{k} ({n})" for k, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
+        problems.append(
+            f"no tiling fits {target.arch} with the fixed parameters; rejected by: {limits or '-'}"
+        )
+    return Plan(out, roles, problems, rejected)
+
+
+def _values(roles: Roles, t: Tiling) -> dict[str, int]:
+    by_role = {
+        "block_m": t.block_m, "block_n": t.block_n, "warps": t.warps, "stages": t.stages,
+        "d_qk": t.d_qk, "d_v": t.d_v,
+    }
+    return {name: by_role[role] for role, name in roles.params.items()}

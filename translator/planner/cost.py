@@ -1,0 +1,153 @@
+"""The planner's cost model: a predicted fraction of the tensor cores' peak for one tiling and one shape.
+
+Per SM and per main-loop iteration (one K/V tile), a block spends
+  - MMA cycles: 2·BM·BN·(d_qk + d_v) FLOPs at the SM's tensor rate, slowed when the warp tile is too small
+    to feed the tensor cores from shared memory (operand bytes per MMA against shared-memory bandwidth);
+  - softmax cycles: BM·BN exponentials on the special-function units;
+  - load cycles: BN·(d_qk + d_v) bytes of K and V at the SM's share of L2 bandwidth.
+Loads overlap the math when the K/V pipeline has two or more stages or another block on the SM has work;
+otherwise they add. The whole problem runs in waves of SMs × blocks-per-SM blocks, so the last partial
+wave costs a full one (wave quantisation), and tiles past the sequence end are wasted (padding).
+
+Every factor is in [0, 1] and reported in the candidate's breakdown, so a ranking explains itself. The rates
+are the datasheet figures per SM and clock (A100/H100 whitepapers); only their ratios matter for ranking.
+`benchmarks/planner_vs_measured.py` compares the ranking with measured TFLOPS.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from tl_language import gpu
+from translator.planner.resources import Resources, Tiling
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    batch: int = 4
+    heads: int = 16
+    seqlen_q: int = 4096
+    seqlen_k: int = 4096
+
+    def __str__(self) -> str:
+        return f"{self.batch},{self.heads},{self.seqlen_q},{self.seqlen_k}"
+
+    @staticmethod
+    def parse(text: str) -> Shape:
+        """`B,H,Sq,Sk` (or `B,H,S` for Sq = Sk). Raises ValueError with the offending text."""
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) == 3:
+            parts.append(parts[2])
+        if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"shape `{text}` is not B,H,Sq,Sk with positive integers (e.g. 4,16,4096,4096)")
+        b, h, sq, sk = (int(p) for p in parts)
+        return Shape(b, h, sq, sk)
+
+
+DEFAULT_SHAPE = Shape()
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Per SM per clock: dense 16-bit tensor FLOPs, shared-memory bytes, L2 bytes, exponentials."""
+
+    mma_flops: float
+    smem_bytes: float
+    l2_bytes: float
+    sfu_ops: float
+
+
+_RATES: dict[str, Rates] = {
+    "sm_75": Rates(mma_flops=1024, smem_bytes=64, l2_bytes=32, sfu_ops=16),
+    "sm_80": Rates(mma_flops=2048, smem_bytes=128, l2_bytes=48, sfu_ops=16),
+    "sm_86": Rates(mma_flops=1024, smem_bytes=128, l2_bytes=32, sfu_ops=16),
+    "sm_89": Rates(mma_flops=1024, smem_bytes=128, l2_bytes=32, sfu_ops=16),
+    "sm_90": Rates(mma_flops=4096, smem_bytes=128, l2_bytes=64, sfu_ops=16),
+}
+
+
+def rates(target: gpu.Target) -> Rates:
+    return _RATES.get(target.arch, _RATES["sm_80"])
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    score: float  # predicted fraction of tensor peak, in [0, 1]
+    breakdown: dict[str, float]
+
+
+def _feed_efficiency(m_tiles: int, n_tiles: int, mma: gpu.MmaShape, elem: int, r: Rates) -> float:
+    """How well a warp tile of m_tiles x n_tiles MMAs is fed from shared memory per k-slice."""
+    a_bytes = mma.m * mma.k * elem
+    b_bytes = mma.n * mma.k * elem
+    bytes_per_mma = (m_tiles * a_bytes + n_tiles * b_bytes) / (m_tiles * n_tiles)
+    mma_per_clk = r.mma_flops / (2 * mma.m * mma.n * mma.k)
+    return min(1.0, (r.smem_bytes / bytes_per_mma) / mma_per_clk)
+
+
+def estimate(t: Tiling, res: Resources, target: gpu.Target, shape: Shape, *, causal: bool) -> Cost:
+    r = rates(target)
+    mma = target.mma.get(t.dtype) or next(iter(target.mma.values()))
+    elem = gpu.DTYPE_BYTES[t.dtype]
+    sms = max(p.sms for p in target.parts)
+
+    m_tiles = max(1, t.block_m // t.warps // mma.m)
+    feed = min(
+        _feed_efficiency(m_tiles, max(1, t.block_n // mma.n), mma, elem, r),
+        _feed_efficiency(m_tiles, max(1, t.d_v // mma.n), mma, elem, r),
+    )
+    flops_iter = 2.0 * t.block_m * t.block_n * (t.d_qk + t.d_v)
+    mma_cyc = flops_iter / r.mma_flops / feed
+    sfu_cyc = t.block_m * t.block_n / r.sfu_ops
+    load_cyc = t.block_n * (t.d_qk + t.d_v) * elem / r.l2_bytes
+    compute_cyc = mma_cyc + sfu_cyc
+    overlapped = t.stages >= 2 or res.blocks_per_sm >= 2
+    iter_cyc = max(compute_cyc, load_cyc) if overlapped else compute_cyc + load_cyc
+
+    q_tiles = math.ceil(shape.seqlen_q / t.block_m)
+    k_tiles = math.ceil(shape.seqlen_k / t.block_n)
+    if causal:
+        # Bottom-right aligned: query tile i sees keys up to its last row, shifted by Sk - Sq.
+        shift = shape.seqlen_k - shape.seqlen_q
+        iters = [
+            min(k_tiles, max(0, math.ceil((min(shape.seqlen_q, (i + 1) * t.block_m) + shift) / t.block_n)))
+            for i in range(q_tiles)
+        ]
+        mean_iters = sum(iters) / q_tiles
+    else:
+        mean_iters = float(k_tiles)
+    prologue_cyc = t.block_m * (t.d_qk + t.d_v) * elem / r.l2_bytes  # load Q, store O
+
+    blocks = q_tiles * shape.batch * shape.heads
+    slots = sms * max(1, res.blocks_per_sm)
+    waves = math.ceil(blocks / slots)
+    wave_eff = blocks / (waves * slots)
+    # An SM runs its resident blocks concurrently, sharing its tensor cores: a wave takes the time of
+    # blocks_per_sm blocks run back to back. Tiles past the sequence end and masked-out keys cost time
+    # but do no useful work, so they show up only in the denominator.
+    block_cyc = mean_iters * iter_cyc + prologue_cyc
+    total_cyc = waves * max(1, res.blocks_per_sm) * block_cyc
+    useful_flops = shape.batch * shape.heads * 2.0 * _visible_pairs(shape, causal) * (t.d_qk + t.d_v)
+    score = useful_flops / (total_cyc * sms * r.mma_flops)
+    breakdown = {
+        "blocks_per_sm": float(res.blocks_per_sm),
+        "waves": float(waves),
+        "wave_efficiency": wave_eff,
+        "mma_feed_efficiency": feed,
+        "tile_efficiency": _visible_pairs(shape, causal) / (q_tiles * t.block_m * mean_iters * t.block_n),
+        "load_overlap": 1.0 if overlapped else compute_cyc / (compute_cyc + load_cyc),
+        "softmax_share": sfu_cyc / compute_cyc,
+        "flops_per_kv_byte": flops_iter / (t.block_n * (t.d_qk + t.d_v) * elem),
+    }
+    return Cost(score=max(0.0, min(1.0, score)), breakdown=breakdown)
+
+
+@functools.lru_cache(maxsize=64)
+def _visible_pairs(shape: Shape, causal: bool) -> int:
+    """(query, key) pairs the softmax sees: all of them, or the bottom-right aligned causal triangle."""
+    if not causal:
+        return shape.seqlen_q * shape.seqlen_k
+    shift = shape.seqlen_k - shape.seqlen_q
+    return sum(min(shape.seqlen_k, max(0, r + shift + 1)) for r in range(shape.seqlen_q))

@@ -1,0 +1,119 @@
+"""Fill a sketch: every `?` parameter from the best candidate, every missing global tile from the roles.
+
+Only the lines that change are rewritten, and only the span that changes within them, so comments,
+spacing and everything else the engineer wrote stay as they were.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tl_language import analyze
+from tl_language import syntax as ast
+from tl_language.analysis import Analysis
+from tl_language.diagnostics import Diagnostic
+from tl_language.source import LineText, Position, split_lines
+from translator.planner.candidates import Candidate, plan
+from translator.planner.cost import Shape
+from translator.planner.roles import Roles
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    line: int  # 0-based
+    old: str
+    new: str
+    reason: str
+
+
+@dataclass(slots=True)
+class FillResult:
+    text: str
+    changes: list[Change]
+    diagnostics: list[Diagnostic]  # of the filled text
+    candidate: Candidate | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def tile_for(tensor: str, roles: Roles) -> str | None:
+    """The tile text of a global tensor's copy: (BM, d) for Q, (BN, d) for K/V, (BM, d_v) for O."""
+    g = roles.globals.get(tensor)
+    if g is None:
+        return None
+    rows = roles.name("block_m") if g.rows == "q" else roles.name("block_n")
+    if rows is None or g.width is None:
+        return None
+    return f"({rows}, {ast.expr_text(g.width)})"
+
+
+def _global_of(stmt: ast.CopyStmt, roles: Roles) -> str | None:
+    """Which of Q/K/V/O a copy moves to or from global memory."""
+    src = stmt.src.name.lower() if stmt.src else None
+    dst = stmt.dst.name.lower() if stmt.dst else None
+    name = None
+    if src == "global" and stmt.name:
+        name = stmt.name.name
+    elif dst == "global":
+        name = (stmt.alias or stmt.name).name if (stmt.alias or stmt.name) else None
+    if name is None:
+        return None
+    for key, g in roles.globals.items():
+        if g.name == name:
+            return key
+    return None
+
+
+def fill_analysis(
+    analysis: Analysis, *, shape: Shape | None = None, candidate: Candidate | None = None
+) -> FillResult:
+    result = plan(analysis.model, shape)
+    best = candidate or (result.candidates[0] if result.candidates else None)
+    problems = list(result.problems)
+    edits: list[tuple[Position, Position, str, str]] = []  # start, end, new text, reason
+    model = analysis.model
+    if best is not None:
+        for name, value in best.holes.items():
+            p = model.params[name]
+            if p.stmt.value is not None:
+                edits.append((p.stmt.value.range.start, p.stmt.value.range.end, str(value), best.summary()))
+    unplanned = [n for n, p in model.params.items() if p.hole and (best is None or n not in best.holes)]
+    if unplanned:
+        problems.append("the planner has no rule for " + ", ".join(f"`{n}`" for n in unplanned)
+                        + ": fill by hand")
+    for stmt in model.statements:
+        if not isinstance(stmt, ast.CopyStmt) or stmt.tile is not None or stmt.name is None:
+            continue
+        key = _global_of(stmt, result.roles)
+        tile = tile_for(key, result.roles) if key else None
+        if tile is None:
+            if key is not None or (stmt.src and stmt.src.name.lower() == "global"):
+                problems.append(f"line {stmt.range.start.line + 1}: no tile rule for `{stmt.name.name}`")
+            continue
+        end = stmt.name.range.end
+        edits.append((end, end, f" {tile}", f"{key} moves {tile} tiles"))
+    text, changes = apply_edits(analysis.text, edits)
+    return FillResult(text, changes, analyze(text).diagnostics, best, problems)
+
+
+def fill(text: str, *, shape: Shape | None = None) -> FillResult:
+    return fill_analysis(analyze(text), shape=shape)
+
+
+def apply_edits(text: str, edits: list[tuple[Position, Position, str, str]]) -> tuple[str, list[Change]]:
+    """Apply non-overlapping edits (UTF-16 positions) and report one Change per touched line."""
+    lines = split_lines(text)
+    eol = "\r\n" if "\r\n" in text else "\n"
+    by_line: dict[int, list[tuple[Position, Position, str, str]]] = {}
+    for e in edits:
+        by_line.setdefault(e[0].line, []).append(e)
+    changes: list[Change] = []
+    for n, line_edits in sorted(by_line.items()):
+        old = lines[n]
+        lt = LineText(n, old)
+        new = old
+        for start, end, repl, _ in sorted(line_edits, key=lambda e: e[0].character, reverse=True):
+            a, b = lt.index(start.character), lt.index(end.character)
+            new = new[:a] + repl + new[b:]
+        lines[n] = new
+        changes.append(Change(n, old, new, "; ".join(dict.fromkeys(e[3] for e in line_edits))))
+    return eol.join(lines), changes

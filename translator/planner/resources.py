@@ -1,0 +1,99 @@
+"""Per-candidate resource use: shared memory per block, registers per thread, and the occupancy they allow.
+
+The language core's `tl_language.resources` is the one source of truth for what the checker enforces
+(TL303, TL304); when it is importable the planner uses it so a planned candidate never draws a diagnostic.
+Until then these estimates apply, written the same way: shared memory = the Q tile plus `stages` K and V
+tiles; registers = the fp32 accumulators (acc_s, acc_o) spread over the block's threads, one k-slice of MMA
+operand fragments, the softmax row statistics and a fixed allowance for addresses and loop state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tl_language import gpu
+
+# Addresses, loop counters and predicates a FlashAttention-2 style main loop keeps live (an estimate).
+REGISTER_OVERHEAD = 12
+# The CUDA runtime reserves 1 KiB of shared memory per resident block on sm_80 and newer.
+SMEM_RESERVED_PER_BLOCK = 1024
+# Registers are allocated per warp in units of 256 (8 per thread).
+REGISTER_GRANULE = 8
+# No more than 32 resident blocks per SM on any target here (the programming guide's table).
+MAX_BLOCKS_PER_SM = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Tiling:
+    """The numbers a kernel's resources depend on."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+    d_qk: int
+    d_v: int
+    dtype: str
+
+    @property
+    def threads(self) -> int:
+        return self.warps * 32
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    shared_bytes: int
+    registers: int  # per thread
+    threads: int
+    blocks_per_sm: int  # 0: does not fit at all
+    limited_by: str  # "shared memory" | "registers" | "block limit"
+
+
+def shared_memory_bytes(t: Tiling) -> int:
+    elem = gpu.DTYPE_BYTES[t.dtype]
+    return elem * (t.block_m * t.d_qk + t.stages * t.block_n * (t.d_qk + t.d_v))
+
+
+def registers_per_thread(t: Tiling, target: gpu.Target) -> int:
+    mma = target.mma.get(t.dtype) or next(iter(target.mma.values()))
+    elem = gpu.DTYPE_BYTES[t.dtype]
+    threads = t.threads
+    acc_s = t.block_m * t.block_n // threads  # fp32, one register each
+    acc_o = t.block_m * t.d_v // threads
+    m_tiles = max(1, t.block_m // t.warps // mma.m)
+    # One k-slice of operands: A (m16 x k) and the wider of the two GEMMs' B (n x k), 32-bit registers.
+    a_frag = m_tiles * (mma.m * mma.k * elem // 4 // 32)
+    b_frag = max(t.block_n, t.d_v) // mma.n * (mma.n * mma.k * elem // 4 // 32)
+    stats = 2 * 2 * m_tiles  # row max and row sum for the two rows a thread owns per m-tile
+    return acc_s + acc_o + a_frag + b_frag + stats + REGISTER_OVERHEAD
+
+
+def _core_resources(t: Tiling, target: gpu.Target) -> tuple[int, int] | None:
+    """(shared bytes, registers) from `tl_language.resources` when that module offers a tiling API."""
+    try:
+        from tl_language import resources as core  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    fn_smem = getattr(core, "tiling_shared_memory_bytes", None)
+    fn_regs = getattr(core, "tiling_registers_per_thread", None)
+    if fn_smem is None or fn_regs is None:
+        return None
+    try:
+        return int(fn_smem(t)), int(fn_regs(t, target))
+    except Exception:  # a changed signature must not break planning
+        return None
+
+
+def resources(t: Tiling, target: gpu.Target) -> Resources:
+    core = _core_resources(t, target)
+    smem, regs = core if core is not None else (shared_memory_bytes(t), registers_per_thread(t, target))
+    threads = t.threads
+    too_big = smem > target.smem_per_block or regs > target.regs_per_thread
+    if too_big or threads > target.max_threads_per_block:
+        return Resources(smem, regs, threads, 0, "does not fit")
+    by_smem = target.smem_per_sm // (smem + SMEM_RESERVED_PER_BLOCK)
+    regs_alloc = -(-regs // REGISTER_GRANULE) * REGISTER_GRANULE
+    by_regs = target.regs_per_sm // (regs_alloc * threads)
+    blocks = min(by_smem, by_regs, MAX_BLOCKS_PER_SM)
+    limited = "shared memory" if blocks == by_smem else "registers" if blocks == by_regs else "block limit"
+    return Resources(smem, regs, threads, blocks, limited)
