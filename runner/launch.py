@@ -1,0 +1,233 @@
+"""Load a compiled attention kernel through cuda.core and launch it on PyTorch tensors.
+
+The kernel runs on the tensors' device and on PyTorch's current stream (wrapped, not synchronised), so it
+orders with the surrounding torch work exactly like a torch op. Arguments follow `ATTENTION_PARAMS`.
+Bad tensors raise `LaunchError` naming the tensor and what is wrong, before anything is launched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from runner.abi import ATTENTION_PARAMS, LaunchSpec
+from runner.compile import CompiledKernel
+
+if TYPE_CHECKING:
+    import torch
+
+_SMEM_DEFAULT_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+
+
+class NoDeviceError(RuntimeError):
+    """No CUDA device is visible (or torch was built without CUDA)."""
+
+
+class LaunchError(ValueError):
+    """Tensors or arguments that do not fit the kernel; raised before any launch."""
+
+
+class LoadError(RuntimeError):
+    """The driver refused the compiled module (e.g. PTX from a newer NVRTC than the driver)."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    table = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    if name not in table:
+        raise LaunchError(f"unsupported kernel dtype {name!r} (expected one of {', '.join(table)})")
+    return table[name]
+
+
+def cuda_device_arch() -> str | None:
+    """`sm_XY` of the current CUDA device, or None when there is none. Imports torch, not the driver."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def require_device() -> str:
+    arch = cuda_device_arch()
+    if arch is None:
+        raise NoDeviceError("no CUDA device found")
+    return arch
+
+
+@dataclass
+class LoadedKernel:
+    spec: LaunchSpec
+    compiled: CompiledKernel
+    kernel: Any  # cuda.core Kernel
+    device_id: int
+    load_seconds: float
+
+    @property
+    def name(self) -> str:
+        return self.spec.kernel_name
+
+
+def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
+    """Load the module on torch's current device and fetch the entry point; opt in to large shared memory."""
+    import torch
+    from cuda.core import Device, ObjectCode
+
+    require_device()
+    device_id = torch.cuda.current_device()
+    torch.cuda.init()
+    dev = Device(device_id)
+    dev.set_current()  # the primary context, the one torch uses
+    start = time.perf_counter()
+    try:
+        if compiled.kind == "ptx":
+            obj = ObjectCode.from_ptx(compiled.code, name=compiled.name)
+        else:
+            obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
+        kernel = obj.get_kernel(spec.kernel_name)
+    except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
+        hint = ""
+        if compiled.kind == "ptx" and "PTX" in str(exc).upper():
+            hint = " (PTX from an NVRTC newer than the driver cannot be JIT-compiled: use the driver's CUDA NVRTC)"
+        raise LoadError(f"cannot load {compiled.name} ({compiled.kind} for {compiled.target}): {exc}{hint}") from exc
+    if spec.shared_bytes > _SMEM_DEFAULT_LIMIT:
+        _opt_in_shared_memory(kernel, spec.shared_bytes, device_id)
+    return LoadedKernel(spec=spec, compiled=compiled, kernel=kernel, device_id=device_id,
+                        load_seconds=time.perf_counter() - start)
+
+
+def _opt_in_shared_memory(kernel: Any, nbytes: int, device_id: int) -> None:
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    (err,) = driver.cuKernelSetAttribute(attr, nbytes, kernel.handle, device_id)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"the device refused {nbytes} bytes of dynamic shared memory per block ({err.name})")
+
+
+# ---- arguments -----------------------------------------------------------------------------------------
+
+
+def _check_tensor(name: str, t: Any, dtype: Any, head_dim: int, device: Any) -> None:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise LaunchError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise LaunchError(f"{name}: tensor is on {t.device}, expected a CUDA device")
+    if t.device != device:
+        raise LaunchError(f"{name}: tensor is on {t.device}, but q is on {device}")
+    if t.dtype != dtype:
+        raise LaunchError(f"{name}: dtype {t.dtype}, the kernel was built for {dtype}")
+    if t.dim() != 4:
+        raise LaunchError(f"{name}: expected 4 dims (batch, seqlen, heads, dim), got shape {tuple(t.shape)}")
+    if t.shape[3] != head_dim:
+        raise LaunchError(f"{name}: head dim {t.shape[3]}, the kernel was built for {head_dim}")
+    if t.stride(3) != 1:
+        raise LaunchError(f"{name}: the last dim must be contiguous (stride {t.stride(3)})")
+    # 128-bit copies: the base and every row/head/batch step must stay 16-byte aligned.
+    vec = 16 // t.element_size()
+    if t.data_ptr() % 16:
+        raise LaunchError(f"{name}: data pointer is not 16-byte aligned")
+    for dim, label in ((0, "batch"), (1, "seqlen"), (2, "head")):
+        if t.shape[dim] > 1 and t.stride(dim) % vec:
+            raise LaunchError(f"{name}: {label} stride {t.stride(dim)} is not a multiple of {vec} elements")
+
+
+def check_inputs(spec: LaunchSpec, q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
+    """Validate q, k, v against the spec; returns (batch, seqlen_q, seqlen_k, heads, heads_kv)."""
+    dtype = torch_dtype(spec.dtype)
+    _check_tensor("q", q, dtype, spec.head_dim_qk, getattr(q, "device", None))
+    _check_tensor("k", k, dtype, spec.head_dim_qk, q.device)
+    _check_tensor("v", v, dtype, spec.head_dim_v, q.device)
+    batch, seqlen_q, heads, _ = q.shape
+    if k.shape[0] != batch or v.shape[0] != batch:
+        raise LaunchError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
+    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+        raise LaunchError(f"k and v disagree on (seqlen, heads): {tuple(k.shape[1:3])} vs {tuple(v.shape[1:3])}")
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    if heads_kv == 0 or heads % heads_kv:
+        raise LaunchError(f"query heads ({heads}) must be a multiple of key/value heads ({heads_kv})")
+    if spec.group and heads // heads_kv != spec.group:
+        raise LaunchError(
+            f"the kernel was built for GQA group {spec.group}, but heads/heads_kv = {heads}/{heads_kv}"
+        )
+    if max(seqlen_q, seqlen_k) >= 2**31:
+        raise LaunchError("sequence lengths must fit in int32")
+    return batch, seqlen_q, seqlen_k, heads, heads_kv
+
+
+def kernel_args(spec: LaunchSpec, q: Any, k: Any, v: Any, o: Any, lse: Any, *, softmax_scale: float,
+                window: tuple[int, int]) -> list[Any]:
+    """The launch arguments in `ATTENTION_PARAMS` order, as the numpy scalars cuda.core accepts."""
+    import numpy as np
+
+    batch, seqlen_q, seqlen_k, heads, heads_kv = check_inputs(spec, q, k, v)
+    values: dict[str, Any] = {
+        "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(), "lse": lse.data_ptr(),
+        "batch": batch, "seqlen_q": seqlen_q, "seqlen_k": seqlen_k, "heads": heads, "heads_kv": heads_kv,
+        "softmax_scale": softmax_scale, "window_left": window[0], "window_right": window[1],
+    }
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        values[f"{name}_batch_stride"] = t.stride(0)
+        values[f"{name}_row_stride"] = t.stride(1)
+        values[f"{name}_head_stride"] = t.stride(2)
+    return [getattr(np, np_type)(values[name]) for name, _ctype, np_type in ATTENTION_PARAMS]
+
+
+def grid(spec: LaunchSpec, batch: int, seqlen_q: int, heads: int) -> tuple[int, int, int]:
+    return (math.ceil(seqlen_q / spec.block_m), batch, heads)
+
+
+def launch(loaded: LoadedKernel, q: Any, k: Any, v: Any, o: Any, lse: Any, *, softmax_scale: float | None = None,
+           window: tuple[int, int] | None = None) -> None:
+    """Launch into preallocated `o` (batch, seqlen_q, heads, d_v) and `lse` (batch, heads, seqlen_q) fp32."""
+    import torch
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as cu_launch
+
+    spec = loaded.spec
+    batch, seqlen_q, _, heads, _ = check_inputs(spec, q, k, v)
+    _check_tensor("o", o, q.dtype, spec.head_dim_v, q.device)
+    if tuple(o.shape[:3]) != (batch, seqlen_q, heads):
+        raise LaunchError(f"o: shape {tuple(o.shape)}, expected {(batch, seqlen_q, heads, spec.head_dim_v)}")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads, seqlen_q) or not lse.is_contiguous():
+        raise LaunchError(f"lse: expected a contiguous float32 tensor of shape {(batch, heads, seqlen_q)}")
+    if q.device.index != loaded.device_id:
+        raise LaunchError(f"tensors are on cuda:{q.device.index}, the kernel was loaded on cuda:{loaded.device_id}")
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
+    win = window if window is not None else tuple(spec.window)
+    if spec.mask != "window":
+        win = (-1, -1)
+    args = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
+    if batch == 0 or seqlen_q == 0 or heads == 0:
+        return
+    config = LaunchConfig(grid=grid(spec, batch, seqlen_q, heads), block=spec.threads, shmem_size=spec.shared_bytes)
+    cu_launch(_torch_stream(q.device), config, loaded.kernel, *args)
+
+
+def _torch_stream(device: Any) -> Any:
+    """PyTorch's current stream on `device` as a cuda.core Stream (a view: torch owns its lifetime)."""
+    import torch
+    from cuda.core import LEGACY_DEFAULT_STREAM, Stream
+
+    handle = torch.cuda.current_stream(device).cuda_stream
+    return LEGACY_DEFAULT_STREAM if handle == 0 else Stream.from_handle(handle)
+
+
+def attention(loaded: LoadedKernel, q: Any, k: Any, v: Any, *, softmax_scale: float | None = None,
+              window: tuple[int, int] | None = None) -> tuple[Any, Any]:
+    """Run the kernel: returns (o, lse) with o (batch, seqlen_q, heads, d_v) and lse fp32 (batch, heads, seqlen_q)."""
+    import torch
+
+    batch, seqlen_q, _, heads, _ = check_inputs(loaded.spec, q, k, v)
+    o = torch.empty(batch, seqlen_q, heads, loaded.spec.head_dim_v, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
+    launch(loaded, q, k, v, o, lse, softmax_scale=softmax_scale, window=window)
+    return o, lse
