@@ -57,8 +57,7 @@ def suggest(model: Model, param_name: str, *, shape: Shape | None = None) -> lis
         return []
     if role in ("d_qk", "d_v") and model.params[param_name].hole:
         return [
-            Suggestion(d, 0.0, f"a head dimension {model.target.arch} kernels support")
-            for d in gpu.HEAD_DIMS
+            Suggestion(d, 0.0, f"a head dimension {model.target.arch} kernels support") for d in gpu.HEAD_DIMS
         ]
     best: dict[int, Candidate] = {}
     for c in result.candidates:

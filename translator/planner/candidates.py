@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from tl_language import gpu
+from tl_language import resources as core_resources
 from tl_language.model import Model
 from translator.planner.cost import DEFAULT_SHAPE, Shape, estimate
 from translator.planner.resources import Resources, Tiling, resources
@@ -25,8 +26,17 @@ BLOCK_M = (64, 128, 192, 256)
 BLOCK_N = (32, 64, 128, 256)
 WARPS = (4, 8)
 STAGES = (1, 2)
-# Used for a role the file does not declare (the translator's defaults for a kernel without the Param).
-DEFAULTS = {"warps": 4, "stages": 2, "d_qk": 128}
+# Head dimension assumed for a `?` head dim (the problem's, not the kernel's, so the planner says so).
+DEFAULT_HEAD_DIM = 128
+
+
+def _defaults(target: gpu.Target) -> dict[str, int]:
+    """Values of roles a file does not declare: what the checker and translator assume without the Param."""
+    return {
+        "warps": core_resources.DEFAULT_WARPS,
+        "stages": 2 if target.cp_async else 1,
+        "d_qk": DEFAULT_HEAD_DIM,
+    }
 
 
 @dataclass(slots=True)
@@ -97,6 +107,7 @@ def plan(model: Model, shape: Shape | None = None) -> Plan:
     roles = find_roles(model)
     target, dtype = model.target, model.dtype
     problems: list[str] = []
+    defaults = _defaults(target)
     if dtype not in target.dtypes:
         takes = ", ".join(target.dtypes)
         problems.append(f"{target.arch} tensor cores do not take {dtype} (they take {takes})")
@@ -105,7 +116,7 @@ def plan(model: Model, shape: Shape | None = None) -> Plan:
     def space(role: str, options: tuple[int, ...]) -> tuple[int, ...]:
         name = roles.name(role)
         if name is None:
-            return (DEFAULTS[role],) if role in DEFAULTS else options
+            return (defaults[role],) if role in defaults else options
         p = model.params[name]
         if p.hole:
             return options
@@ -114,11 +125,13 @@ def plan(model: Model, shape: Shape | None = None) -> Plan:
             return options
         return (p.value,)
 
-    d_qk_space = space("d_qk", gpu.HEAD_DIMS) if roles.name("d_qk") else (DEFAULTS["d_qk"],)
+    d_qk_space = space("d_qk", gpu.HEAD_DIMS) if roles.name("d_qk") else (defaults["d_qk"],)
     if roles.name("d_qk") and model.params[roles.params["d_qk"]].hole:
-        d_qk_space = (DEFAULTS["d_qk"],)
-        problems.append(f"head dimension `{roles.params['d_qk']}` is a hole: assumed {DEFAULTS['d_qk']}; "
-                        "write your model's head dimension")
+        d_qk_space = (defaults["d_qk"],)
+        problems.append(
+            f"head dimension `{roles.params['d_qk']}` is a hole: assumed {defaults['d_qk']}; "
+            "write your model's head dimension"
+        )
     d_v_space = space("d_v", gpu.HEAD_DIMS) if roles.name("d_v") else None
     if roles.name("d_v") and model.params[roles.params["d_v"]].hole:
         d_v_space = None
@@ -127,8 +140,11 @@ def plan(model: Model, shape: Shape | None = None) -> Plan:
     out: list[Candidate] = []
     rejected: dict[str, int] = {}
     for bm, bn, w, st, dqk in itertools.product(
-        space("block_m", BLOCK_M), space("block_n", BLOCK_N), space("warps", WARPS),
-        space("stages", STAGES), d_qk_space,
+        space("block_m", BLOCK_M),
+        space("block_n", BLOCK_N),
+        space("warps", WARPS),
+        space("stages", STAGES),
+        d_qk_space,
     ):
         for dv in d_v_space or (dqk,):
             t = Tiling(bm, bn, w, st, dqk, dv, dtype)
@@ -157,7 +173,11 @@ def plan(model: Model, shape: Shape | None = None) -> Plan:
 
 def _values(roles: Roles, t: Tiling) -> dict[str, int]:
     by_role = {
-        "block_m": t.block_m, "block_n": t.block_n, "warps": t.warps, "stages": t.stages,
-        "d_qk": t.d_qk, "d_v": t.d_v,
+        "block_m": t.block_m,
+        "block_n": t.block_n,
+        "warps": t.warps,
+        "stages": t.stages,
+        "d_qk": t.d_qk,
+        "d_v": t.d_v,
     }
     return {name: by_role[role] for role, name in roles.params.items()}

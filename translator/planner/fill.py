@@ -78,8 +78,9 @@ def fill_analysis(
                 edits.append((p.stmt.value.range.start, p.stmt.value.range.end, str(value), best.summary()))
     unplanned = [n for n, p in model.params.items() if p.hole and (best is None or n not in best.holes)]
     if unplanned:
-        problems.append("the planner has no rule for " + ", ".join(f"`{n}`" for n in unplanned)
-                        + ": fill by hand")
+        problems.append(
+            "the planner has no rule for " + ", ".join(f"`{n}`" for n in unplanned) + ": fill by hand"
+        )
     for stmt in model.statements:
         if not isinstance(stmt, ast.CopyStmt) or stmt.tile is not None or stmt.name is None:
             continue

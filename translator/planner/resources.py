@@ -1,10 +1,11 @@
 """Per-candidate resource use: shared memory per block, registers per thread, and the occupancy they allow.
 
-The language core's `tl_language.resources` is the one source of truth for what the checker enforces
-(TL303, TL304); when it is importable the planner uses it so a planned candidate never draws a diagnostic.
-Until then these estimates apply, written the same way: shared memory = the Q tile plus `stages` K and V
-tiles; registers = the fp32 accumulators (acc_s, acc_o) spread over the block's threads, one k-slice of MMA
-operand fragments, the softmax row statistics and a fixed allowance for addresses and loop state.
+The checker (TL303, TL304) measures a written document with `tl_language.resources`; the planner has to
+price thousands of tilings that are not documents yet, so it computes the same quantities from a `Tiling`:
+shared memory = the Q tile plus `stages` K and V tiles (exactly the checker's formula); registers = the fp32
+accumulators (acc_s, acc_o) spread over the block's threads plus one k-slice of MMA operand fragments (the
+checker's lower bound) plus the softmax row statistics and an allowance for addresses and loop state, so a
+planned tiling never draws TL303 or TL304 (`tests/translator/planner` checks this on filled documents).
 """
 
 from __future__ import annotations
@@ -68,25 +69,8 @@ def registers_per_thread(t: Tiling, target: gpu.Target) -> int:
     return acc_s + acc_o + a_frag + b_frag + stats + REGISTER_OVERHEAD
 
 
-def _core_resources(t: Tiling, target: gpu.Target) -> tuple[int, int] | None:
-    """(shared bytes, registers) from `tl_language.resources` when that module offers a tiling API."""
-    try:
-        from tl_language import resources as core  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    fn_smem = getattr(core, "tiling_shared_memory_bytes", None)
-    fn_regs = getattr(core, "tiling_registers_per_thread", None)
-    if fn_smem is None or fn_regs is None:
-        return None
-    try:
-        return int(fn_smem(t)), int(fn_regs(t, target))
-    except Exception:  # a changed signature must not break planning
-        return None
-
-
 def resources(t: Tiling, target: gpu.Target) -> Resources:
-    core = _core_resources(t, target)
-    smem, regs = core if core is not None else (shared_memory_bytes(t), registers_per_thread(t, target))
+    smem, regs = shared_memory_bytes(t), registers_per_thread(t, target)
     threads = t.threads
     too_big = smem > target.smem_per_block or regs > target.regs_per_thread
     if too_big or threads > target.max_threads_per_block:
