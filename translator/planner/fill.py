@@ -75,7 +75,8 @@ def fill_analysis(
         for name, value in best.holes.items():
             p = model.params[name]
             if p.stmt.value is not None:
-                edits.append((p.stmt.value.range.start, p.stmt.value.range.end, str(value), best.summary()))
+                end = _keep_comment_column(analysis.text, p.stmt.value.range.end, len(str(value)) - 1)
+                edits.append((p.stmt.value.range.start, end, str(value), best.summary()))
     unplanned = [n for n, p in model.params.items() if p.hole and (best is None or n not in best.holes)]
     if unplanned:
         problems.append(
@@ -94,6 +95,21 @@ def fill_analysis(
         edits.append((end, end, f" {tile}", f"{key} moves {tile} tiles"))
     text, changes = apply_edits(analysis.text, edits)
     return FillResult(text, changes, analyze(text).diagnostics, best, problems)
+
+
+def _keep_comment_column(text: str, end: Position, grow: int) -> Position:
+    """Extend an edit's end over up to `grow` spaces (keeping one) so a trailing comment stays put."""
+    lines = split_lines(text)
+    if grow <= 0 or end.line >= len(lines):
+        return end
+    lt = LineText(end.line, lines[end.line])
+    i = lt.index(end.character)
+    rest = lt.text[i:]
+    spaces = len(rest) - len(rest.lstrip(" "))
+    if not rest.lstrip(" ").startswith("#"):
+        return end
+    eat = max(0, min(grow, spaces - 1))
+    return Position(end.line, lt.col(i + eat))
 
 
 def fill(text: str, *, shape: Shape | None = None) -> FillResult:
