@@ -58,16 +58,31 @@ def build_model(doc: ast.Document) -> Model:
             if stmt.name.name in model.tensors:
                 model.tensors[stmt.name.name].references.append(stmt.name.range)
         elif isinstance(stmt, ast.ComputeStmt) and stmt.result is not None:
+            _reference_args(model, stmt.args)
             t = _tensor(model, stmt.result)
+            if t.definition is not stmt.result:
+                t.references.append(stmt.result.range)
             t.placements.setdefault("register", Placement("register", stmt, None))
             if stmt.op is not None and stmt.op.name.lower() == "gemm":
                 t.layout = "MMA_C"
                 t.produced_by_gemm = stmt
-        elif isinstance(stmt, ast.ReshapeStmt) and stmt.name and stmt.dst_layout:
+        elif isinstance(stmt, ast.ComputeStmt):
+            _reference_args(model, stmt.args)
+        elif isinstance(stmt, ast.ReshapeStmt) and stmt.name:
             t = model.tensors.get(stmt.name.name)
             if t is not None:
-                t.layout = stmt.dst_layout[0].name.upper()
+                t.references.append(stmt.name.range)
+                if stmt.dst_layout:
+                    t.layout = stmt.dst_layout[0].name.upper()
     return model
+
+
+def _reference_args(model: Model, args: list[ast.Expr]) -> None:
+    for e in args:
+        for n in ast.expr_names(e):
+            t = model.tensors.get(n.name)
+            if t is not None:
+                t.references.append(n.range)
 
 
 def _src(stmt: ast.CopyStmt) -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tl_language.diagnostics import Severity
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFORMATION
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFORMATION  # noqa: E741
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,53 +19,127 @@ class Code:
     name: str
     severity: Severity
     summary: str
+    explanation: str = ""  # a paragraph for docs/diagnostics.md and hover
+
+    @property
+    def markdown(self) -> str:
+        """The entry as hover and the docs show it."""
+        text = f"**{self.code}** `{self.name}` ({self.severity.label})\n\n{self.summary}"
+        return f"{text}\n\n{self.explanation}" if self.explanation else text
 
 
 _TABLE: list[Code] = [
     # Syntax: the line is the recovery unit.
-    Code("TL001", "invalid-character", E, "A character that is not part of TL."),
-    Code("TL002", "unknown-statement", E, "A line that starts with no statement keyword."),
-    Code("TL003", "expected-token", E, "The statement's grammar expected another word or symbol here."),
-    Code("TL004", "unterminated-for", E, "A `for` loop without its `end`."),
+    Code("TL001", "invalid-character", E, "A character that is not part of TL.",
+         "TL text is ASCII outside comments: identifiers, integers and `()[],=:+-*/?`. The rest of the "
+         "line is skipped; the next line parses normally."),
+    Code("TL002", "unknown-statement", E, "A line that starts with no statement keyword.",
+         "Every line starts with Kernel, Target, Dtype, Param, Mask, Allocate, Copy, Compute, Reshape, "
+         "for or end (any case). A close misspelling gets a suggestion."),
+    Code("TL003", "expected-token", E, "The statement's grammar expected another word or symbol here.",
+         "The statement is kept with the fields parsed so far; the message quotes what was expected and "
+         "what was found, e.g. ``expected `to`, found `shraed` ``."),
+    Code("TL004", "unterminated-for", E, "A `for` loop without its `end`.",
+         "Reported at the `for` line, not at the end of the file; the loop body still parses."),
     Code("TL005", "unmatched-end", E, "An `end` with no open `for`."),
-    Code("TL006", "invalid-expression", E, "An expression that does not parse."),
+    Code("TL006", "invalid-expression", E, "An expression that does not parse.",
+         "Expressions are integers, names, `?`, `+ - * /` and parentheses; unary minus is not TL."),
     # Header statements.
-    Code("TL050", "unknown-target", E, "`Target` names no supported GPU architecture."),
-    Code("TL051", "unknown-dtype", E, "`Dtype` names no supported input type."),
-    Code("TL052", "duplicate-header", E, "A header statement (Kernel, Target, Dtype, Mask) given twice."),
-    Code("TL053", "unknown-mask", E, "`Mask` is not none, causal or window(LEFT, RIGHT)."),
+    Code("TL050", "unknown-target", E, "`Target` names no supported GPU architecture.",
+         "Targets: sm_75, sm_80, sm_86, sm_89, sm_90. The fix rewrites spellings like `sm80`."),
+    Code("TL051", "unknown-dtype", E, "`Dtype` names no supported input type.",
+         "Input dtypes: fp16, bf16, fp8_e4m3 (accumulation is always fp32). The fix maps aliases such as "
+         "`bfloat16`."),
+    Code("TL052", "duplicate-header", E, "A header statement (Kernel, Target, Dtype, Mask) given twice.",
+         "The first one applies; the fix removes the second."),
+    Code("TL053", "unknown-mask", E, "`Mask` is not none, causal or window(LEFT, RIGHT).",
+         "Also reported when `window` lacks its two sizes or `none`/`causal` get arguments."),
     # Names and memory levels.
-    Code("TL101", "undefined-name", E, "A tensor, parameter or loop variable used before it is defined."),
-    Code("TL102", "redefined-name", E, "A name defined twice at the same memory level."),
-    Code("TL103", "not-at-level", E, "A tensor used at a memory level it has not been copied to."),
-    Code("TL104", "illegal-transition", E, "A copy between levels that no hardware path provides."),
-    Code("TL105", "global-not-allocated", E, "A copy from global memory of a tensor never allocated there."),
-    Code("TL106", "unknown-level", E, "A memory level other than global, shared or register."),
-    Code("TL107", "unknown-op", E, "`Compute` names an operation TL does not have."),
-    Code("TL108", "wrong-arity", E, "An operation given the wrong number of operands."),
+    Code("TL101", "undefined-name", E, "A tensor, parameter or loop variable used before it is defined.",
+         "Params are visible everywhere (a Param's value only sees Params above it), builtins always, a "
+         "loop variable inside its loop, a tensor from the statement that first places it."),
+    Code("TL102", "redefined-name", E, "A name defined twice at the same memory level.",
+         "Also: a Param given twice, a tensor or loop variable named like a Param or builtin, and `and get "
+         "X` twice in one block for an X that was never allocated (write `and get new X`)."),
+    Code("TL103", "not-at-level", E, "A tensor used at a memory level it has not been copied to.",
+         "A Copy reads at its source level; elementwise Computes, `accumulate`, `get new` and Reshape "
+         "need registers. The message lists where the tensor is at that point."),
+    Code("TL104", "illegal-transition", E, "A copy between levels that no hardware path provides.",
+         "Every path between two different levels exists (global→shared, shared→register, "
+         "global→register, register→shared, register→global, shared→global); a copy within one level "
+         "moves nothing and is this error."),
+    Code("TL105", "global-not-allocated", E,
+         "A copy from global memory of a tensor never allocated there.",
+         "The kernel needs the global tensor's shape and offset. The fix inserts `Allocate X in global "
+         "(rows, cols) with offset …` after the other global allocations."),
+    Code("TL106", "unknown-level", E, "A memory level other than global, shared or register.",
+         "The fix replaces a misspelt level with the closest one."),
+    Code("TL107", "unknown-op", E, "`Compute` names an operation TL does not have.",
+         "Operations: GEMM, Softmax, Multiply, Divide, Add, Subtract, Exp, Max, Sum, Mask, Cast."),
+    Code("TL108", "wrong-arity", E, "An operation given the wrong number of operands.",
+         "Also reported when an operation that produces a new tensor has no `and get X`."),
     # GEMMs and layouts.
-    Code("TL201", "gemm-operand-level", E, "A GEMM operand that is not in registers (shared allowed on sm_90)."),
-    Code("TL202", "missing-reshape", E, "A GEMM accumulator fed to another GEMM without the MMA_C → MMA_A Reshape."),
-    Code("TL203", "gemm-shape-mismatch", E, "GEMM operand shapes that do not agree on the reduction dimension."),
-    Code("TL204", "gemm-ambiguous-transpose", W, "GEMM operand shapes that cannot tell which operand is transposed."),
-    Code("TL205", "reshape-mismatch", E, "A Reshape whose source layout is not the tensor's current layout."),
+    Code("TL201", "gemm-operand-level", E,
+         "A GEMM operand that is not in registers (shared allowed on sm_90).",
+         "mma.sync reads its operands from registers; only sm_90's wgmma reads shared memory. The fix "
+         "inserts `Copy X from shared to register` before the GEMM."),
+    Code("TL202", "missing-reshape", E,
+         "A GEMM accumulator fed to another GEMM without the MMA_C → MMA_A Reshape.",
+         "An accumulator fragment is laid out differently from an A-operand fragment. The fix inserts "
+         "`Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)` before the GEMM."),
+    Code("TL203", "gemm-shape-mismatch", E,
+         "GEMM operand shapes that do not agree on the reduction dimension.",
+         "`GEMM A, B` contracts A's last dimension with B's last (B as (N, K): A·Bᵀ, like Q·Kᵀ) or B's "
+         "first (B as (K, N): A·B, like P·V). Neither matching, or a result shape other than (M, N), is "
+         "this error."),
+    Code("TL204", "gemm-ambiguous-transpose", W,
+         "GEMM operand shapes that cannot tell which operand is transposed.",
+         "When A's last dimension equals both of B's (e.g. BN == d) the checker cannot verify the "
+         "orientation; it assumes A·B if A is a GEMM result (P·V), else A·Bᵀ (Q·Kᵀ), and says so."),
+    Code("TL205", "reshape-mismatch", E, "A Reshape whose source layout is not the tensor's current layout.",
+         "Layouts: MMA_C after a GEMM, MMA_A or MMA_B after a Reshape; elementwise results inherit."),
     # Target resources and tile legality.
-    Code("TL301", "tile-mma-granularity", E, "A tile that is not a multiple of the target's MMA shape."),
-    Code("TL302", "head-dim-unsupported", E, "A head dimension the target's kernels do not support."),
-    Code("TL303", "shared-memory-exceeded", E, "Shared memory per block (all stages) over the target's limit."),
-    Code("TL304", "register-pressure", W, "Accumulators that need more registers per thread than the target has."),
-    Code("TL305", "dtype-unsupported", E, "An input dtype the target's tensor cores do not support."),
-    Code("TL306", "copy-granularity", E, "A tile row that is not a whole number of 16-byte copies."),
-    Code("TL307", "param-invalid", E, "A parameter value that is out of range (zero, negative, not a power of two)."),
+    Code("TL301", "tile-mma-granularity", E, "A tile that is not a multiple of the target's MMA shape.",
+         "BM is a multiple of 16 × warps; BN and head dims are multiples of the MMA's K (16 for 16-bit "
+         "inputs from sm_80, 8 on sm_75, 32 for fp8)."),
+    Code("TL302", "head-dim-unsupported", E, "A head dimension the target's kernels do not support.",
+         "Supported head dims: 32, 64, 96, 128, 160, 192, 256 (QK and V each)."),
+    Code("TL303", "shared-memory-exceeded", E,
+         "Shared memory per block (all stages) over the target's limit.",
+         "Estimate: Q tile + stages × (K tile + V tile) in the input dtype; the message shows the sum."),
+    Code("TL304", "register-pressure", W,
+         "Accumulators that need more registers per thread than the target has.",
+         "Estimate: fp32 (BM·BN + BM·d_v) / threads plus one MMA k-slice of operand fragments, against "
+         "255 registers per thread. Over it the kernel spills."),
+    Code("TL305", "dtype-unsupported", E, "An input dtype the target's tensor cores do not support.",
+         "bf16 needs sm_80 or newer; fp8_e4m3 needs sm_89 or newer."),
+    Code("TL306", "copy-granularity", E, "A tile row that is not a whole number of 16-byte copies.",
+         "Global ↔ shared copies move 16 bytes per thread (cp.async, 128-bit loads): 8 fp16/bf16 or 16 "
+         "fp8 elements."),
+    Code("TL307", "param-invalid", E,
+         "A parameter value that is out of range (zero, negative, not a power of two).",
+         "warps is 1, 2, 4, 8 or 16; stages and every tile size are at least 1; a value must be a whole "
+         "number."),
     # Coverage.
-    Code("TL401", "tail-not-covered", W, "Loop bounds or coordinates that do not cover the tensor; tails need masking."),
+    Code("TL401", "tail-not-covered", W,
+         "Loop bounds or coordinates that do not cover the tensor; tails need masking.",
+         "Runtime lengths are tiled by ceiling division and their partial last tile is masked by the "
+         "generated kernel, so they are not reported. Reported: loops starting after tile 0, bounds that "
+         "divide by more than the tile, constant lengths that leave a partial tile, coordinates that "
+         "ignore the loop variable, tiles narrower than the tensor."),
     # Sketch hints: information, not errors.
-    Code("TL450", "parameter-hole", I, "A `?` parameter still to be filled."),
-    Code("TL451", "missing-tile", I, "A Copy without its tile shape (sketch)."),
-    Code("TL452", "missing-header", I, "A header the translator needs (Target, Dtype) is absent; a default applies."),
+    Code("TL450", "parameter-hole", I, "A `?` parameter still to be filled.",
+         "A sketch is valid TL; the planner or the LLM workflow fills the holes."),
+    Code("TL451", "missing-tile", I, "A Copy without its tile shape (sketch).",
+         "The hint suggests a tile from the coordinate: BM rows for `block_m`, BN rows for a loop."),
+    Code("TL452", "missing-header", I,
+         "A header the translator needs (Target, Dtype) is absent; a default applies.",
+         "Defaults: Target sm_80, Dtype fp16."),
     # Translator and GPU results mapped back to TL.
-    Code("TL501", "unsupported-pattern", E, "The TL is valid but the translator has no kernel for this pattern."),
-    Code("TL502", "cuda-compile-error", E, "The generated CUDA failed to compile; the error is mapped to TL."),
+    Code("TL501", "unsupported-pattern", E,
+         "The TL is valid but the translator has no kernel for this pattern."),
+    Code("TL502", "cuda-compile-error", E,
+         "The generated CUDA failed to compile; the error is mapped to TL."),
     Code("TL503", "verification-failed", E, "The kernel's output differs from the float32 reference."),
 ]
 
@@ -76,3 +150,24 @@ def markdown_table() -> str:
     rows = ["| code | name | severity | meaning |", "|---|---|---|---|"]
     rows += [f"| {c.code} | `{c.name}` | {c.severity.label} | {c.summary} |" for c in _TABLE]
     return "\n".join(rows)
+
+
+def markdown_document() -> str:
+    """The whole of docs/diagnostics.md: the table, then one section per code."""
+    parts = [
+        "# TL diagnostics",
+        "",
+        "Generated by `tl codes --markdown` from `tl_language/codes.py`; do not edit by hand "
+        "(a test compares this file with the registry).",
+        "",
+        "Every diagnostic has a stable code, a kebab-case name and a default severity. Information-level "
+        "codes (TL45x) describe what a sketch still lacks and never fail `tl check`.",
+        "",
+        markdown_table(),
+        "",
+    ]
+    for c in _TABLE:
+        parts += [f"## {c.code} `{c.name}`", "", f"*{c.severity.label}* — {c.summary}", ""]
+        if c.explanation:
+            parts += [c.explanation, ""]
+    return "\n".join(parts)

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tl_language.source import LineText
 
 PUNCT = set("()[],=:+-*/?")
+
+# One `findall` per line splits it into pieces that tile the line exactly (whitespace runs, a comment,
+# identifiers, integers, single characters), so each piece's offset is the running sum of lengths. This
+# is several times faster than a character loop or match objects, which matters for the 20 ms budget.
+# Identifiers and integers are ASCII only: any other character is a `bad` token, reported as TL001.
+_PIECES = re.compile(r"[ \t\f\v\ufeff]+|#.*|[A-Za-z_][A-Za-z0-9_]*|[0-9]+|.", re.DOTALL)
+_KIND: dict[str, str | None] = {ch: "ident" for ch in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"}
+_KIND.update({ch: "int" for ch in "0123456789"})
+_KIND.update({ch: "punct" for ch in PUNCT})
+_KIND.update({ch: None for ch in " \t\f\v\ufeff"})
+_KIND["#"] = "comment"
 
 
 @dataclass(slots=True)
@@ -23,31 +35,16 @@ class Token:
 
 def lex_line(line: LineText) -> tuple[list[Token], int | None]:
     """Tokens of one line and the code-point index where a `#` comment starts (or None)."""
-    text = line.text
     tokens: list[Token] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in " \t\f\v\ufeff":
-            i += 1
-        elif ch == "#":
-            return tokens, i
-        elif ch.isalpha() or ch == "_":
-            j = i + 1
-            while j < n and (text[j].isalnum() or text[j] == "_") and text[j].isascii():
-                j += 1
-            tokens.append(Token("ident", text[i:j], i, j))
-            i = j
-        elif ch.isdigit() and ch.isascii():
-            j = i + 1
-            while j < n and text[j].isdigit() and text[j].isascii():
-                j += 1
-            tokens.append(Token("int", text[i:j], i, j))
-            i = j
-        elif ch in PUNCT:
-            tokens.append(Token("punct", ch, i, i + 1))
-            i += 1
-        else:
-            tokens.append(Token("bad", ch, i, i + 1))
-            i += 1
+    append = tokens.append
+    kind_of = _KIND.get
+    pos = 0
+    for piece in _PIECES.findall(line.text):
+        kind = kind_of(piece[0], "bad")
+        end = pos + len(piece)
+        if kind is not None:
+            if kind == "comment":
+                return tokens, pos
+            append(Token(kind, piece, pos, end))
+        pos = end
     return tokens, None

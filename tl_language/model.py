@@ -84,6 +84,9 @@ class Model:
     loops: list[ast.ForStmt] = field(default_factory=list)
     statements: list[ast.Stmt] = field(default_factory=list)  # every statement, source order
     is_sketch: bool = False
+    # Derived facts computed once per analysis by `tl_language.facts` (statement order, loop nesting,
+    # layouts); excluded from comparisons and repr because they are caches, not meaning.
+    cache: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
 
     def evaluate(self, e: ast.Expr | None) -> int | None:
         """Integer value of an expression over the Params; None if symbolic, a hole, or invalid."""

@@ -54,7 +54,7 @@ class _Cursor:
     def span(self, first: Token, last: Token) -> Range:
         return self.line.range(first.start, last.end)
 
-    def error_here(self, expected: str) -> _Error:
+    def error_here(self, expected: str, code: str = "TL003") -> _Error:
         tok = self.peek()
         if tok is None:
             end = self.tokens[-1].end if self.tokens else 0
@@ -63,7 +63,7 @@ class _Cursor:
             rng = self.range(tok)
         if tok is not None and tok.kind == "bad":
             return _Error(make("TL001", rng, f"unexpected character `{tok.text}`; expected {expected}"))
-        return _Error(make("TL003", rng, f"expected {expected}, found {_found(tok)}"))
+        return _Error(make(code, rng, f"expected {expected}, found {_found(tok)}"))
 
     def accept_kw(self, *words: str) -> Token | None:
         tok = self.peek()
@@ -121,7 +121,7 @@ class _Cursor:
     def atom(self) -> ast.Expr:
         tok = self.peek()
         if tok is None:
-            raise self.error_here("an expression")
+            raise self.error_here("an expression", "TL006")
         if tok.kind == "int":
             self.next()
             return ast.Num(int(tok.text), self.range(tok))
@@ -136,7 +136,7 @@ class _Cursor:
             inner = self.expr()
             close = self.expect_punct(")")
             return ast.Paren(inner, Range(self.range(tok).start, self.range(close).end))
-        raise self.error_here("an expression")
+        raise self.error_here("an expression", "TL006")
 
     def expr_list(self) -> list[ast.Expr]:
         """`( e, e, … )` — the opening paren must be next."""
@@ -362,6 +362,7 @@ def parse(text: str) -> tuple[ast.Document, list[Diagnostic]]:
 
     for loop in stack:
         var = loop.var.name if loop.var else "…"
-        diagnostics.append(make("TL004", loop.range, f"`for {var}` is never closed; add `end` after its body"))
+        msg = f"`for {var}` is never closed; add `end` after its body"
+        diagnostics.append(make("TL004", loop.range, msg))
     doc = ast.Document(text=text, statements=root, comments=comments, line_count=len(raw_lines))
     return doc, diagnostics

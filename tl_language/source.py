@@ -71,6 +71,9 @@ class LineText:
         return len(self.text)
 
     def range(self, start: int, end: int) -> Range:
+        if self._utf16 is None:  # ASCII fast path: code points are UTF-16 columns
+            n = self.number
+            return Range(Position(n, start), Position(n, end))
         return Range.of(self.number, self.col(start), self.col(end))
 
     @property

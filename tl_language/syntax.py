@@ -12,7 +12,7 @@ from enum import Enum
 from tl_language.source import Range
 
 
-class Level(str, Enum):
+class Level(str, Enum):  # noqa: UP042 (kept: other packages compare with plain str)
     GLOBAL = "global"
     SHARED = "shared"
     REGISTER = "register"

@@ -8,12 +8,47 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from tl_language import syntax as ast
+from tl_language.checks import (
+    coverage,
+    dtypes,
+    gemm_operands,
+    gemm_shapes,
+    head_dims,
+    headers,
+    levels,
+    names,
+    ops,
+    params,
+    registers,
+    reshape,
+    shared_memory,
+    sketch,
+    tiles,
+    transitions,
+)
 from tl_language.diagnostics import Diagnostic
 from tl_language.model import Model
 
 Rule = Callable[[ast.Document, Model], Iterable[Diagnostic]]
 
-RULES: list[Rule] = []
+RULES: list[Rule] = [
+    headers.check,  # TL050–TL053
+    names.check,  # TL101, TL102
+    levels.check,  # TL103, TL106
+    transitions.check,  # TL104, TL105
+    ops.check,  # TL107, TL108
+    gemm_operands.check,  # TL201
+    reshape.check,  # TL202, TL205
+    gemm_shapes.check,  # TL203, TL204
+    tiles.check,  # TL301, TL306
+    head_dims.check,  # TL302
+    shared_memory.check,  # TL303
+    registers.check,  # TL304
+    dtypes.check,  # TL305
+    params.check,  # TL307
+    coverage.check,  # TL401
+    sketch.check,  # TL450–TL452
+]
 
 
 def run_checks(document: ast.Document, model: Model) -> list[Diagnostic]:

@@ -1,0 +1,49 @@
+"""TL307: parameter values are in range: positive tiles, warps a power of two up to 16, stages ≥ 1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tl_language import syntax as ast
+from tl_language.diagnostics import Diagnostic, make
+from tl_language.model import Model
+from tl_language.resources import WARP_CHOICES
+
+_POSITIVE = ("BM", "BN", "d", "d_qk", "d_v", "group", "heads_kv", "stages")
+
+
+def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
+    for p in model.params.values():
+        stmt = p.stmt
+        if p.hole or stmt.value is None:
+            continue
+        rng = stmt.value.range
+        if p.value is None:
+            if _evaluable(model, stmt.value):
+                yield make("TL307", rng,
+                           f"`{p.name} = {ast.expr_text(stmt.value)}` does not evaluate to a whole number")
+            continue
+        if p.name == "warps" and p.value not in WARP_CHOICES:
+            choices = ", ".join(map(str, WARP_CHOICES))
+            yield make("TL307", rng, f"warps = {p.value}; expected one of {choices}")
+        elif p.name in _POSITIVE and p.value <= 0:
+            yield make("TL307", rng, f"{p.name} = {p.value}; it must be at least 1")
+
+
+def _evaluable(model: Model, e: ast.Expr) -> bool:
+    """True if every name in `e` is a Param with a value, so a None result means inexact arithmetic."""
+    for n in ast.expr_names(e):
+        p = model.params.get(n.name)
+        if p is None or p.value is None:
+            return False
+    return not _has_hole(e)
+
+
+def _has_hole(e: ast.Expr | None) -> bool:
+    if isinstance(e, ast.Hole):
+        return True
+    if isinstance(e, ast.Paren):
+        return _has_hole(e.inner)
+    if isinstance(e, ast.BinOp):
+        return _has_hole(e.left) or _has_hole(e.right)
+    return False
