@@ -1,0 +1,153 @@
+"""Time attention kernels and baselines with CUDA events.
+
+Method: inputs rotate over several buffer sets whose total size is at least twice the L2 cache, so no run
+reads the previous run's data from L2; warm-up runs until `warmup_s` seconds have passed (clocks ramp up,
+the driver JIT and autotuners finish); then each run is timed by its own pair of CUDA events on the
+current stream and we report the median with the 10th–90th percentile spread. All candidates of one
+configuration are timed in the same process, one after another, on the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.flops import attention_flops, tflops
+from runner.launch import LoadedKernel, launch, torch_dtype
+from runner.verify import Shape
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+
+    @property
+    def spread(self) -> float:
+        """(p90 − p10) / median: how noisy the runs were."""
+        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else math.nan
+
+
+def time_runs(fn: Callable[[int], Any], *, warmup_s: float = 0.25, target_s: float = 1.0, min_runs: int = 20,
+              max_runs: int = 500) -> Timing:
+    """Time `fn(i)` (i = run index, for rotating inputs) with CUDA events; median of many runs."""
+    import torch
+
+    # Warm-up by time, and a first estimate of one run's cost.
+    torch.cuda.synchronize()
+    start, n = time.perf_counter(), 0
+    while True:
+        fn(n)
+        n += 1
+        if n % 4 == 0:
+            torch.cuda.synchronize()
+            if time.perf_counter() - start >= warmup_s:
+                break
+    per_run = (time.perf_counter() - start) / n
+    runs = int(min(max_runs, max(min_runs, target_s / max(per_run, 1e-6))))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+    for i, (a, b) in enumerate(events):
+        a.record()
+        fn(n + i)
+        b.record()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in events)
+    q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
+    return Timing(median_ms=statistics.median(times), p10_ms=q[0], p90_ms=q[-1], runs=runs)
+
+
+def buffer_sets(set_bytes: int, *, l2_bytes: int | None = None, lo: int = 2, hi: int = 8) -> int:
+    """How many input sets to rotate through so that together they exceed twice the L2 cache."""
+    if l2_bytes is None:
+        import torch
+
+        l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return max(lo, min(hi, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
+
+
+@dataclass
+class Inputs:
+    """Rotating (q, k, v, o, lse) sets in the (batch, seqlen, heads, dim) layout."""
+
+    sets: list[tuple[Any, Any, Any, Any, Any]]
+
+    def __getitem__(self, i: int) -> tuple[Any, Any, Any, Any, Any]:
+        return self.sets[i % len(self.sets)]
+
+
+def make_bench_inputs(shape: Shape, d_qk: int, d_v: int, dtype: str, *, seed: int = 0) -> Inputs:
+    import torch
+
+    dt = torch_dtype(dtype)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    elem = torch.empty((), dtype=dt).element_size()
+    set_bytes = elem * (shape.batch * (shape.seqlen_q * shape.heads * (d_qk + d_v)
+                                       + shape.seqlen_k * shape.heads_kv * (d_qk + d_v)))
+    sets = []
+    for _ in range(buffer_sets(set_bytes)):
+        q = torch.randn(shape.batch, shape.seqlen_q, shape.heads, d_qk, device="cuda", generator=gen).to(dt)
+        k = torch.randn(shape.batch, shape.seqlen_k, shape.heads_kv, d_qk, device="cuda", generator=gen).to(dt)
+        v = torch.randn(shape.batch, shape.seqlen_k, shape.heads_kv, d_v, device="cuda", generator=gen).to(dt)
+        o = torch.empty(shape.batch, shape.seqlen_q, shape.heads, d_v, device="cuda", dtype=dt)
+        lse = torch.empty(shape.batch, shape.heads, shape.seqlen_q, device="cuda", dtype=torch.float32)
+        sets.append((q, k, v, o, lse))
+    return Inputs(sets)
+
+
+@dataclass
+class BenchResult:
+    name: str
+    tflops: float | None = None
+    timing: Timing | None = None
+    error: str | None = None  # why this candidate is n/a (unsupported config, failed verification, ...)
+
+    @property
+    def ok(self) -> bool:
+        return self.tflops is not None
+
+
+@dataclass
+class BenchCase:
+    shape: Shape
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str
+    mask: str
+    results: dict[str, BenchResult] = field(default_factory=dict)
+
+    @property
+    def flops(self) -> float:
+        s = self.shape
+        return attention_flops(s.batch, s.heads, s.seqlen_q, s.seqlen_k, self.head_dim_qk, self.head_dim_v,
+                               mask=self.mask)
+
+    def label(self) -> str:
+        d = f"{self.head_dim_qk}" if self.head_dim_qk == self.head_dim_v else f"{self.head_dim_qk}/{self.head_dim_v}"
+        return f"{self.dtype} hd{d} {self.mask} B{self.shape.batch} H{self.shape.heads} S{self.shape.seqlen_q}"
+
+
+def bench_callable(case: BenchCase, name: str, fn: Callable[[int], Any], **timing_kw: Any) -> BenchResult:
+    try:
+        timing = time_runs(fn, **timing_kw)
+    except Exception as exc:  # a baseline that cannot run this config is n/a, not a crash
+        return BenchResult(name=name, error=_short(exc))
+    return BenchResult(name=name, tflops=tflops(case.flops, timing.median_ms / 1e3), timing=timing)
+
+
+def bench_kernel(case: BenchCase, loaded: LoadedKernel, inputs: Inputs, **timing_kw: Any) -> BenchResult:
+    def run(i: int) -> None:
+        q, k, v, o, lse = inputs[i]
+        launch(loaded, q, k, v, o, lse)
+
+    return bench_callable(case, loaded.name, run, **timing_kw)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return text[0][:160] if text else type(exc).__name__
