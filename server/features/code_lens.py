@@ -1,0 +1,89 @@
+"""Code lens over the Kernel (or Target) header: the last verification / benchmark result, or why there is
+none, plus one-click Verify, Benchmark and Generate CUDA."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types as lsp
+
+from server import convert
+from server.safe import safe
+from tl_language import syntax as ast
+
+if TYPE_CHECKING:
+    from server.app import TLServer
+
+
+def _num(x: Any, fmt: str) -> str:
+    return format(x, fmt) if isinstance(x, int | float) else "?"
+
+
+def result_text(result: dict[str, Any] | None) -> str:
+    """`✓ rel-L2 2.1e-3 · 583 TFLOPS · 0.97× cuDNN · 1.7× FA2 (H200)`, a failure, or "not verified yet"."""
+    if not result:
+        return "not verified yet"
+    status = result.get("status")
+    device = result.get("device")
+    where = f" ({device})" if device else ""
+    if status == "ok":
+        if result.get("verified"):
+            parts = [f"✓ rel-L2 {_num(result.get('rel_l2'), '.1e')}"]
+            if isinstance(result.get("tflops"), int | float):
+                parts.append(f"{result['tflops']:.0f} TFLOPS")
+            for key, label in (("vs_cudnn", "cuDNN"), ("vs_fa2", "FA2")):
+                if isinstance(result.get(key), int | float):
+                    parts.append(f"{result[key]:.2g}× {label}")
+            return " · ".join(parts) + where
+        if result.get("compiled"):
+            secs = result.get("compile_seconds")
+            took = f" in {secs:.1f} s" if isinstance(secs, int | float) else ""
+            gpu = result.get("gpu")
+            return f"✓ compiles (NVRTC{took}) · not verified: {gpu}" if gpu else f"✓ compiles (NVRTC{took})"
+        return f"✓ {result.get('message', 'ok')}"
+    if status == "failed":
+        if result.get("verified") is False or (
+            result.get("kind") in ("verify", "benchmark") and result.get("compiled")
+        ):
+            return f"✗ verification failed: {result.get('message', '')}{where}"
+        return f"✗ {result.get('message', 'failed')}"
+    if status == "cancelled":
+        return f"{result.get('kind', 'job')} cancelled"
+    if status == "unavailable":
+        return f"⚠ {result.get('message', 'unavailable')}"
+    return f"✗ {result.get('kind', 'job')} {status}: {result.get('message', '')}"
+
+
+def lenses(ls: TLServer, uri: str) -> list[lsp.CodeLens]:
+    doc = ls.docs.get(uri)
+    if doc is None:
+        return []
+    header = None
+    for stmt in doc.analysis(ls.settings.target).document.statements:
+        if isinstance(stmt, ast.KernelStmt | ast.TargetStmt):
+            header = stmt.range
+            break
+    rng = (
+        convert.range_(header)
+        if header is not None
+        else lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=0, character=0))
+    )
+    return [
+        lsp.CodeLens(
+            range=rng,
+            command=lsp.Command(title=result_text(doc.result), command="tl.verify", arguments=[uri]),
+        ),
+        lsp.CodeLens(
+            range=rng, command=lsp.Command(title="Benchmark", command="tl.benchmark", arguments=[uri])
+        ),
+        lsp.CodeLens(
+            range=rng, command=lsp.Command(title="Generate CUDA", command="tl.generateCuda", arguments=[uri])
+        ),
+    ]
+
+
+def register(server: TLServer) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS, lsp.CodeLensOptions(resolve_provider=False))
+    @safe("codeLens", empty=list)
+    def code_lens(ls: TLServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
+        return lenses(ls, params.text_document.uri)

@@ -1,0 +1,172 @@
+"""Jobs the worker runs: translate (check), NVRTC compile, and — when a CUDA device is present — verify
+and benchmark. Each step imports its package lazily; a missing package answers "unavailable: <why>".
+
+Runs only in the worker process (it may import cuda-python and torch).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tl_language import Analysis
+from tl_language.diagnostics import Diagnostic, Severity, make
+from tl_language.source import LineText, Position, Range, split_lines
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[str, int | None], None]
+
+
+def _reply(
+    status: str,
+    message: str,
+    diagnostics: list[dict[str, Any]] | None = None,
+    result: dict[str, Any] | None = None,
+    fatal: bool = False,
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "message": message,
+        "diagnostics": diagnostics or [],
+        "result": result,
+        "fatal": fatal,
+    }
+
+
+def run_job(req: dict[str, Any], emit: Emit) -> dict[str, Any]:
+    from server.worker import fake
+
+    kind = req.get("kind", "compile")
+    text = req.get("text", "")
+    from server.documents import analyze_with_target
+
+    analysis = analyze_with_target(text, req.get("target") or "sm_80")
+    if analysis.has_errors:
+        n = sum(1 for d in analysis.diagnostics if d.severity == Severity.ERROR)
+        return _reply("skipped", f"not {kind}ed: the document has {n} error(s)")
+    spec = req.get("fake") or os.environ.get(fake.ENV)
+    if spec:
+        return fake.run(spec, req, emit)
+    emit("translating", 5)
+    translated = _translate(analysis, req.get("path"))
+    if isinstance(translated, dict):
+        return translated
+    if kind == "check":
+        return _reply("ok", "translates", result={"translated": True})
+    emit("compiling with NVRTC", 15)
+    compiled = _compile(translated, req, text)
+    if isinstance(compiled, dict):
+        return compiled
+    result: dict[str, Any] = {
+        "compiled": True,
+        "compile_seconds": round(compiled.seconds, 2),
+        "cached": compiled.cached,
+        "device": None,
+    }
+    if kind == "compile":
+        return _reply("ok", f"compiled in {compiled.seconds:.1f} s", result=result)
+    return _run_on_gpu(kind, translated, compiled, req, result, emit)
+
+
+def _translate(analysis: Analysis, path: str | None) -> Any:
+    try:
+        import translator
+
+        translate = translator.translate
+        error_type = translator.TranslateError
+    except (ImportError, AttributeError) as exc:
+        return _reply("unavailable", f"unavailable: translator ({exc})")
+    try:
+        return translate(analysis, tl_path=path)
+    except error_type as err:
+        diags = [d.to_json() for d in getattr(err, "diagnostics", [])]
+        return _reply("failed", "the translator rejected the document", diags)
+
+
+def _compile(translation: Any, req: dict[str, Any], text: str) -> Any:
+    try:
+        from runner.compile import CompileError, compile_source
+        from runner.toolchain import ToolchainError
+    except ImportError as exc:
+        return _reply("unavailable", f"unavailable: runner.compile ({exc})")
+    path = req.get("path") or "kernel.tl"
+    launch = translation.launch
+    try:
+        return compile_source(
+            translation.source,
+            arch=launch.arch,
+            name=Path(path).with_suffix(".cu").name,
+            source_map=getattr(translation, "source_map", None),
+            tl_file=path,
+        )
+    except CompileError as err:
+        return _reply("failed", err.message, diagnostics_from_records(err.records, text, path))
+    except ToolchainError as err:
+        return _reply("unavailable", f"unavailable: {err}")
+
+
+def _run_on_gpu(
+    kind: str, translation: Any, compiled: Any, req: dict[str, Any], result: dict[str, Any], emit: Emit
+) -> dict[str, Any]:
+    from server.worker import gpu_steps
+
+    device = gpu_steps.device_name()
+    if device is None:
+        result["gpu"] = "no CUDA device"
+        return _reply(
+            "ok", f"compiled in {compiled.seconds:.1f} s; not verified: no CUDA device", result=result
+        )
+    result["device"] = device
+    return gpu_steps.verify_and_benchmark(kind, translation, compiled, req, result, emit)
+
+
+# ---- NVRTC records → TL diagnostics ----------------------------------------------------------------------
+
+
+def diagnostics_from_log(log_text: str, text: str, tl_file: str) -> list[dict[str, Any]]:
+    from runner.nvrtc_log import parse_log
+
+    return diagnostics_from_records(parse_log(log_text), text, tl_file)
+
+
+def diagnostics_from_records(records: list[Any], text: str, tl_file: str) -> list[dict[str, Any]]:
+    """Errors on TL lines become TL502 on that line; errors NVRTC placed in the generated source (no `#line`
+    for them) land on the Kernel line with the CUDA location in the message, so none is lost."""
+    lines = split_lines(text)
+    out: list[Diagnostic] = []
+    for r in records:
+        if not r.is_error:
+            continue
+        if r.is_tl and 1 <= r.line <= len(lines):
+            out.append(make("TL502", _line_range(lines, r.line - 1), f"CUDA compile error: {r.message}"))
+        else:
+            out.append(
+                make("TL502", _kernel_line(lines), f"CUDA compile error at {r.file}:{r.line}: {r.message}")
+            )
+    if not out and records:
+        out.append(make("TL502", _kernel_line(lines), "CUDA compile failed: " + str(records[0])))
+    return [d.to_json() for d in out[:50]]
+
+
+def _line_range(lines: list[str], n: int) -> Range:
+    raw = lines[n]
+    body = raw.split("#", 1)[0].rstrip()
+    start = len(body) - len(body.lstrip())
+    lt = LineText(n, raw)
+    return Range(Position(n, lt.col(start)), Position(n, lt.col(max(len(body), start))))
+
+
+def _kernel_line(lines: list[str]) -> Range:
+    for i, raw in enumerate(lines):
+        if raw.strip().lower().startswith("kernel"):
+            return _line_range(lines, i)
+    return Range(Position(0, 0), Position(0, 0))
+
+
+def elapsed(start: float) -> float:
+    return round(time.perf_counter() - start, 2)
