@@ -1,0 +1,254 @@
+"""Hover text for every word of a TL document, as markdown: a plain function the language server calls.
+
+`hover(analysis, position)` finds the token under the position (UTF-16 column, as LSP sends it) and
+explains it from the model: keywords, operations, levels, header values (a target shows its GPU facts),
+params, builtins, loop variables, tensors (levels, tile per level, dtype, bytes, registers), layout
+modes, holes, and diagnostic codes written anywhere (`TL202` in a comment shows the registry entry).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tl_language import gpu
+from tl_language import syntax as ast
+from tl_language.analysis import Analysis
+from tl_language.codes import CODES
+from tl_language.lexer import Token, lex_line
+from tl_language.model import BUILTINS, Model
+from tl_language.ops import OPS
+from tl_language.resources import (
+    SPECIAL_PARAMS,
+    bytes_per_block,
+    element_bytes,
+    is_accumulator,
+    register_estimate,
+    shared_memory_bytes,
+    stages,
+    threads,
+    tile_elements,
+)
+from tl_language.source import LineText, Position, Range, split_lines
+
+
+@dataclass(frozen=True, slots=True)
+class Hover:
+    markdown: str
+    range: Range
+
+
+STATEMENTS = {
+    "kernel": "**Kernel** `name` — names the kernel (the generated `__global__` function).",
+    "target": "**Target** `sm_XX` — the GPU architecture: sm_75, sm_80, sm_86, sm_89 or sm_90 "
+              f"(default {gpu.DEFAULT_TARGET}).",
+    "dtype": "**Dtype** `fp16 | bf16 | fp8_e4m3` — the input type of Q, K and V; accumulation is fp32 "
+             f"(default {gpu.DEFAULT_DTYPE}).",
+    "param": "**Param** `NAME = expr` — an integer parameter; `?` marks a hole to fill (a sketch).",
+    "mask": "**Mask** `none | causal | window(LEFT, RIGHT)` — which scores attention keeps.",
+    "allocate": "**Allocate** `X in <level> (shape) [with offset expr]` — declares tensor X at a level: "
+                "in global with its full shape and per-(batch, head) offset, in registers an fp32 "
+                "accumulator.",
+    "copy": "**Copy** `X [(tile)] [in coordinate [L = expr]] from <level> to <level> [as Y]` — moves a "
+            "tile of X between memory levels; the coordinate picks the tile along the rows.",
+    "compute": "**Compute** `<Op> args and get [new] X | and accumulate X` — runs an operation on "
+               "register tiles.",
+    "reshape": "**Reshape** `X from (MMA_C, …) to (MMA_A, …)` — relabels a GEMM accumulator fragment as "
+               "an A-operand fragment for the next GEMM (no data moves between threads).",
+    "for": "**for** `i = a: b` … **end** — a loop over tiles, `i` from a up to b (exclusive).",
+    "end": "**end** — closes the innermost `for`.",
+}
+WORDS = {
+    "in": "`in` — names the memory level (Allocate) or starts a coordinate (Copy).",
+    "with": "`with offset expr` — the tensor's start in global memory for this (batch, head).",
+    "offset": "`with offset expr` — the tensor's start in global memory for this (batch, head).",
+    "coordinate": "`in coordinate [L = expr]` — which tile along the tensor's rows (L) this copy moves.",
+    "from": "`from` — the source memory level of a Copy, or the layout before a Reshape.",
+    "to": "`to` — the destination memory level of a Copy, or the layout after a Reshape.",
+    "as": "`as Y` — the copy's destination tensor gets the name Y.",
+    "and": "`and get X` / `and get new X` / `and accumulate X` — where a Compute's result goes.",
+    "get": "`and get X` — the result is X (`get new X` replaces an existing X).",
+    "new": "`and get new X` — the result replaces X (a legal redefinition).",
+    "accumulate": "`and accumulate X` — the result is added to X (e.g. acc_o += P·V).",
+}
+LEVELS = {
+    "global": "**global** memory — device DRAM (HBM): the full tensors, addressed with their offsets.",
+    "shared": "**shared** memory — on-chip, per thread block; tiles staged for the tensor cores.",
+    "register": "**register** — per-thread registers: MMA fragments and fp32 accumulators.",
+}
+MASKS = {
+    "none": "**none** — every key attends (no mask).",
+    "causal": "**causal** — query i sees keys j ≤ i (aligned to the bottom-right corner when "
+              "seqlen_q ≠ seqlen_k).",
+    "window": "**window(LEFT, RIGHT)** — query i sees keys in [i − LEFT, i + RIGHT].",
+}
+LAYOUT_MODES = {
+    "MMA_A": "**MMA_A** — the A-operand fragment layout of the tensor-core MMA.",
+    "MMA_B": "**MMA_B** — the B-operand fragment layout of the tensor-core MMA.",
+    "MMA_C": "**MMA_C** — the accumulator fragment layout a GEMM produces.",
+    "MMA_M": "**MMA_M** — the mode counting MMA tiles along M.",
+    "MMA_N": "**MMA_N** — the mode counting MMA tiles along N.",
+    "MMA_N_NEW": "**MMA_N_new** — the N mode regrouped by the K of the next MMA.",
+    "MMA_K": "**MMA_K** — the mode counting MMA tiles along K.",
+}
+_CODE = re.compile(r"TL\d{3}")
+
+
+def target_markdown(t: gpu.Target) -> str:
+    parts = ", ".join(f"{p.name} ({p.sms} SMs)" for p in t.parts)
+    mma = ", ".join(f"{dt}: {shape}" for dt, shape in t.mma.items())
+    features = [name for name, on in (("cp.async", t.cp_async), ("ldmatrix", t.ldmatrix),
+                                      ("TMA", t.tma), ("wgmma", t.wgmma)) if on]
+    return "\n".join([
+        f"**{t.arch}** (compute capability {t.compute_capability[0]}.{t.compute_capability[1]})",
+        "",
+        f"- parts: {parts}",
+        f"- shared memory per block: {t.smem_per_block:,} bytes (per SM {t.smem_per_sm:,})",
+        f"- registers: {t.regs_per_thread} per thread, {t.regs_per_sm:,} per SM",
+        f"- input dtypes: {', '.join(t.dtypes)}; MMA shapes: {mma}",
+        f"- {', '.join(features)}; warp size {t.warp_size}; up to {t.max_threads_per_block} threads/block",
+    ])
+
+
+def _dtype_markdown(name: str) -> str:
+    archs = [t.arch for t in gpu.TARGETS.values() if name in t.dtypes]
+    return f"**{name}** — {gpu.DTYPE_BYTES[name]} byte(s) per element; tensor cores on {', '.join(archs)}."
+
+
+def _tile(model: Model, tile: list[ast.Expr] | None) -> str:
+    if tile is None:
+        return "no tile yet"
+    text = "(" + ", ".join(ast.expr_text(e) for e in tile) + ")"
+    values = model.shape_values(tile)
+    if values and all(v is not None for v in values) and text != "(" + ", ".join(map(str, values)) + ")":
+        text += " = (" + ", ".join(str(v) for v in values) + ")"
+    return text
+
+
+def tensor_markdown(model: Model, name: str) -> str:
+    t = model.tensors[name]
+    lines = [f"**tensor** `{name}`", ""]
+    for level, p in t.placements.items():
+        dtype = "fp32" if level == "register" and is_accumulator(model, name) else model.dtype
+        row = f"- {level}: {_tile(model, p.tile)}, {dtype} (line {p.stmt.range.start.line + 1})"
+        n = bytes_per_block(model, name, level)
+        if n is not None:
+            row += f"; {n:,} bytes per block"
+            if level == "register":
+                elems = tile_elements(model, p.tile) or 0
+                per = -(-elems * element_bytes(model, name, level) // 4) // threads(model)
+                row += f", about {per} registers per thread"
+        lines.append(row)
+    if t.layout:
+        lines.append(f"- fragment layout at the end: {t.layout}")
+    return "\n".join(lines)
+
+
+def _param_markdown(model: Model, name: str) -> str:
+    p = model.params[name]
+    value = "`?` (a hole to fill)" if p.hole else (str(p.value) if p.value is not None else "not a number")
+    text = f"**Param** `{name}` = {value}"
+    if name in SPECIAL_PARAMS:
+        text += f"\n\n{SPECIAL_PARAMS[name]}"
+    if name == "stages":
+        smem = shared_memory_bytes(model)
+        if smem is not None:
+            text += f"\n\nshared memory per block: {smem:,} of {model.target.smem_per_block:,} bytes"
+    if name in ("warps", "BN", "BM"):
+        est = register_estimate(model)
+        if est is not None:
+            text += (f"\n\nregisters per thread ≈ {est.total} (accumulators {est.accumulators} + "
+                     f"fragments {est.fragments}) of {model.target.regs_per_thread}")
+    if name in BUILTINS:
+        text += f"\n\n(overrides the builtin: {BUILTINS[name]})"
+    return text
+
+
+def _loop_var(analysis: Analysis, name: str, line: int) -> str | None:
+    for loop in analysis.model.loops:
+        if loop.var is None or loop.var.name != name:
+            continue
+        last = loop.end_range.start.line if loop.end_range else analysis.document.line_count
+        if loop.range.start.line <= line <= last:
+            return (f"**loop variable** `{name}` = {ast.expr_text(loop.start)} … "
+                    f"{ast.expr_text(loop.stop)} (exclusive)")
+    return None
+
+
+def _word(analysis: Analysis, tokens: list[Token], k: int, line: int) -> str | None:
+    model = analysis.model
+    tok = tokens[k]
+    word, low = tok.text, tok.lower
+    first = tokens[0].lower if tokens[0].kind == "ident" else ""
+    if tok.kind == "punct" and word == "?":
+        return "**hole** `?` — a value still to be filled (TL450)."
+    if tok.kind != "ident":
+        return None
+    if k == 0:
+        text = STATEMENTS.get(low)
+        return f"{text}\n\n{summary_markdown(model)}" if text and low == "kernel" else text
+    if first == "kernel" and k == 1:
+        return f"**kernel** `{word}`\n\n{summary_markdown(model)}"
+    if first == "compute" and k == 1:
+        spec = OPS.get(low)
+        return f"**{spec.name}** ({spec.arity}) — {spec.meaning}" if spec else None
+    if first == "target" and k == 1:
+        t = gpu.target(word)
+        return target_markdown(t) if t else None
+    if first == "dtype" and k == 1 and low in gpu.DTYPES:
+        return _dtype_markdown(low)
+    if first == "mask" and k == 1:
+        return MASKS.get(low)
+    if first == "reshape" and word.upper() in LAYOUT_MODES:
+        return LAYOUT_MODES[word.upper()]
+    if word in model.params:
+        return _param_markdown(model, word)
+    if word in model.tensors:
+        return tensor_markdown(model, word)
+    if (text := _loop_var(analysis, word, line)) is not None:
+        return text
+    if word in BUILTINS:
+        return f"**builtin** `{word}` — {BUILTINS[word]}"
+    if low in LEVELS and first in ("allocate", "copy"):
+        text = LEVELS[low]
+        if low == "shared":
+            text += f" {model.target.arch}: up to {model.target.smem_per_block:,} bytes per block."
+        return text
+    if low in WORDS:
+        return WORDS[low]
+    if low == "l" and first == "copy":
+        return "`L` — the row axis of the tensor: `[L = j]` selects the j-th tile of rows."
+    return None
+
+
+def hover(analysis: Analysis, position: Position) -> Hover | None:
+    """Markdown for the word at `position` (0-based line, UTF-16 column), or None. Never raises."""
+    lines = split_lines(analysis.text)
+    if not 0 <= position.line < len(lines):
+        return None
+    line = LineText(position.line, lines[position.line])
+    at = line.index(position.character)
+    tokens, comment_at = lex_line(line)
+    for m in _CODE.finditer(line.text):
+        if m.start() <= at <= m.end() and m.group() in CODES:
+            return Hover(CODES[m.group()].markdown, line.range(m.start(), m.end()))
+    if comment_at is not None and at >= comment_at:
+        return None
+    for k, tok in enumerate(tokens):
+        if tok.start <= at < tok.end or (at == tok.end and tok.kind == "ident"):
+            text = _word(analysis, tokens, k, position.line)
+            return Hover(text, line.range(tok.start, tok.end)) if text else None
+    return None
+
+
+def summary_markdown(model: Model) -> str:
+    """Kernel-wide facts (target, shared memory, registers): for a hover on `Kernel` or a status line."""
+    smem = shared_memory_bytes(model)
+    est = register_estimate(model)
+    rows = [f"target {model.target.arch}, dtype {model.dtype}, {threads(model)} threads, "
+            f"{stages(model)} stage(s)"]
+    if smem is not None:
+        rows.append(f"shared memory {smem:,} / {model.target.smem_per_block:,} bytes")
+    if est is not None:
+        rows.append(f"registers ≈ {est.total} / {model.target.regs_per_thread} per thread")
+    return "; ".join(rows)
