@@ -16,7 +16,8 @@ from tl_language import gpu
 
 # Addresses, loop counters and predicates a FlashAttention-2 style main loop keeps live (an estimate).
 REGISTER_OVERHEAD = 12
-# The CUDA runtime reserves 1 KiB of shared memory per resident block on sm_80 and newer.
+# The CUDA runtime reserves 1 KiB of shared memory per resident block from compute capability 8.0 on
+# (none on 7.x), per the programming guide's table of technical specifications.
 SMEM_RESERVED_PER_BLOCK = 1024
 # Registers are allocated per warp in units of 256 (8 per thread).
 REGISTER_GRANULE = 8
@@ -75,7 +76,8 @@ def resources(t: Tiling, target: gpu.Target) -> Resources:
     too_big = smem > target.smem_per_block or regs > target.regs_per_thread
     if too_big or threads > target.max_threads_per_block:
         return Resources(smem, regs, threads, 0, "does not fit")
-    by_smem = target.smem_per_sm // (smem + SMEM_RESERVED_PER_BLOCK)
+    reserved = SMEM_RESERVED_PER_BLOCK if target.compute_capability >= (8, 0) else 0
+    by_smem = target.smem_per_sm // (smem + reserved)
     regs_alloc = -(-regs // REGISTER_GRANULE) * REGISTER_GRANULE
     by_regs = target.regs_per_sm // (regs_alloc * threads)
     blocks = min(by_smem, by_regs, MAX_BLOCKS_PER_SM)

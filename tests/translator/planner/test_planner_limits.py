@@ -1,0 +1,64 @@
+"""Every candidate the planner returns respects the GPU model's limits, for every target, and a document
+filled with it draws no error and no resource diagnostic from the checker."""
+
+from __future__ import annotations
+
+import pytest
+
+from tl_language import analyze, gpu
+from tl_language.diagnostics import Severity
+from translator.llm.request import Request
+from translator.llm.template import render_sketch
+from translator.planner import fill_analysis, plan_candidates
+
+CASES = [
+    (arch, d, dtype)
+    for arch, t in gpu.TARGETS.items()
+    for d in (64, 128, 256)
+    for dtype in ("fp16", "bf16")
+    if dtype in t.dtypes
+]
+
+
+@pytest.mark.parametrize(("arch", "d", "dtype"), CASES, ids=[f"{a}-hd{d}-{t}" for a, d, t in CASES])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_every_candidate_respects_the_limits(arch: str, d: int, dtype: str, mask: str) -> None:
+    target = gpu.TARGETS[arch]
+    sketch = render_sketch(Request(text="test", mask=mask, d_qk=d, d_v=d, dtype=dtype, arch=arch))
+    analysis = analyze(sketch)
+    cands = plan_candidates(analysis)
+    assert cands, f"no candidate for {arch} hd{d} {dtype}"
+    mma = target.mma[dtype]
+    elem = gpu.DTYPE_BYTES[dtype]
+    for c in cands:
+        t = c.tiling
+        assert t.block_m % (mma.m * t.warps) == 0 and t.block_m % (16 * t.warps) == 0
+        assert t.block_n % 16 == 0 and t.block_n % mma.n == 0 and t.block_n % mma.k == 0
+        smem = elem * (t.block_m * d + t.stages * t.block_n * 2 * d)
+        assert c.resources.shared_bytes == smem <= target.smem_per_block
+        assert c.resources.registers <= target.regs_per_thread
+        assert c.resources.threads == 32 * t.warps <= target.max_threads_per_block
+        assert c.resources.blocks_per_sm >= 1
+        assert 0.0 < c.score <= 1.0
+        assert set(c.holes) == {"BM", "BN", "warps", "stages"}
+    assert [c.rank for c in cands] == list(range(1, len(cands) + 1))
+    assert [c.score for c in cands] == sorted((c.score for c in cands), reverse=True)
+    for c in cands:
+        filled = fill_analysis(analysis, candidate=c)
+        # Errors, resource warnings and hole hints; TL204 (BN == d makes Q·Kᵀ's transpose ambiguous to the
+        # checker) is a legitimate tiling's warning, not a limit.
+        bad = [
+            x
+            for x in filled.diagnostics
+            if x.severity == Severity.ERROR or x.code in ("TL303", "TL304", "TL450", "TL451")
+        ]
+        assert bad == [], (c.summary(), [(x.code, x.message) for x in bad])
+
+
+def test_unsupported_dtype_gives_no_candidate_and_says_why() -> None:
+    sketch = render_sketch(Request(text="t", dtype="bf16", arch="sm_75"))
+    from translator.planner import plan
+
+    result = plan(analyze(sketch).model)
+    assert result.candidates == []
+    assert result.problems == ["sm_75 tensor cores do not take bf16 (they take fp16)"]
