@@ -107,8 +107,6 @@ def _param(model: Model, stmt: ast.ParamStmt) -> Iterator[Diagnostic]:
     if owner is not None and owner.stmt is not stmt:
         yield make("TL102", stmt.name.range,
                    f"Param `{stmt.name.name}` is already defined at line {owner.stmt.range.start.line + 1}")
-    if stmt.name.name in model.tensors:
-        yield make("TL102", stmt.name.range, f"`{stmt.name.name}` is also a tensor; rename one of them")
     here = stmt.range.start
     for n in ast.expr_names(stmt.value):
         p = model.params.get(n.name)

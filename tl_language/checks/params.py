@@ -19,7 +19,7 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
             continue
         rng = stmt.value.range
         if p.value is None:
-            if _evaluable(model, stmt.value):
+            if _evaluable(model, stmt):
                 yield make("TL307", rng,
                            f"`{p.name} = {ast.expr_text(stmt.value)}` does not evaluate to a whole number")
             continue
@@ -30,13 +30,13 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
             yield make("TL307", rng, f"{p.name} = {p.value}; it must be at least 1")
 
 
-def _evaluable(model: Model, e: ast.Expr) -> bool:
-    """True if every name in `e` is a Param with a value, so a None result means inexact arithmetic."""
-    for n in ast.expr_names(e):
+def _evaluable(model: Model, stmt: ast.ParamStmt) -> bool:
+    """True if every name in the value is an earlier Param with a value: None then means inexact."""
+    for n in ast.expr_names(stmt.value):
         p = model.params.get(n.name)
-        if p is None or p.value is None:
+        if p is None or p.value is None or not p.stmt.range.start < stmt.range.start:
             return False
-    return not _has_hole(e)
+    return not _has_hole(stmt.value)
 
 
 def _has_hole(e: ast.Expr | None) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from tl_language import syntax as ast
 from tl_language.checks._support import indent_of, insert_line_fix, lines_of
 from tl_language.diagnostics import Diagnostic, make
-from tl_language.facts import LAYOUTS, layouts
+from tl_language.facts import LAYOUTS, layouts, levels_before
 from tl_language.model import Model
 from tl_language.ops import op
 
@@ -23,9 +23,11 @@ RESHAPE_TO_A = "Reshape {name} from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
     before = layouts(model)
     lines: list[str] | None = None
-    for stmt in model.statements:
+    for i, stmt in enumerate(model.statements):
         if isinstance(stmt, ast.ReshapeStmt):
-            yield from _reshape(stmt, before.get(id(stmt), {}))
+            # undefined names are TL101's, tensors outside registers TL103's
+            if stmt.name is not None and "register" in levels_before(model, stmt.name.name, i):
+                yield from _reshape(stmt, before.get(id(stmt), {}))
             continue
         if not isinstance(stmt, ast.ComputeStmt) or stmt.op is None:
             continue
