@@ -61,6 +61,9 @@ class LaunchSpec:
     group: int = 0  # GQA group fixed by the TL (0: taken from the launch shape)
     params: tuple[str, ...] = field(default=tuple(p[0] for p in ATTENTION_PARAMS))
     tl_file: str | None = None
+    # sha256 of the .cu as `tl build` wrote it: a .cu that no longer matches was edited by hand, and a
+    # rebuild will not overwrite it (pipeline/build.py). None for specs that never went through a build.
+    source_sha256: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
