@@ -90,8 +90,12 @@ def _src(stmt: ast.CopyStmt) -> str | None:
 
 
 def _inherit_tile(model: Model, stmt: ast.CopyStmt) -> list[ast.Expr] | None:
-    """`Copy Q from shared to register` keeps the tile Q had in shared memory."""
-    if stmt.name is None or stmt.src is None:
+    """`Copy Q from shared to register` keeps the tile Q had in shared memory.
+
+    A copy out of global memory never inherits: global holds the whole tensor, and a global copy without
+    a tile is a sketch whose tile is still unknown (TL451).
+    """
+    if stmt.name is None or stmt.src is None or stmt.src.name.lower() == "global":
         return None
     t = model.tensors.get(stmt.name.name)
     if t is None:
