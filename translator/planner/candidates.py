@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from tl_language import gpu
 from tl_language import resources as core_resources
 from tl_language.model import Model
+from translator.plan import copy_threads_per_row
 from translator.planner.cost import DEFAULT_SHAPE, Shape, estimate
 from translator.planner.resources import Resources, Tiling, resources
 from translator.planner.roles import Roles, find_roles
@@ -82,6 +83,11 @@ def granularity_ok(t: Tiling, target: gpu.Target) -> str | None:
     if t.d_qk not in gpu.HEAD_DIMS or t.d_v not in gpu.HEAD_DIMS:
         return "head dimension"
     elem = gpu.DTYPE_BYTES[t.dtype]
+    # The translator's copies: each row of a tile is split among copy_threads_per_row(d) threads moving 16
+    # bytes each, so a tile's rows must be a multiple of the rows one pass of the block covers.
+    for rows, width in ((t.block_m, t.d_qk), (t.block_n, t.d_qk), (t.block_n, t.d_v), (t.block_m, t.d_v)):
+        if rows % max(1, t.threads // copy_threads_per_row(width)) != 0:
+            return "copy granularity"
     per_pass = t.threads * target.copy_bytes
     for rows, width in ((t.block_m, t.d_qk), (t.block_n, t.d_qk), (t.block_n, t.d_v), (t.block_m, t.d_v)):
         if (rows * width * elem) % per_pass != 0 or (width * elem) % target.copy_bytes != 0:
@@ -102,7 +108,14 @@ def fits(t: Tiling, target: gpu.Target) -> tuple[Resources, str | None]:
     return res, None
 
 
-def plan(model: Model, shape: Shape | None = None) -> Plan:
+TUNABLE = frozenset({"block_m", "block_n", "warps", "stages"})
+
+
+def plan(
+    model: Model, shape: Shape | None = None, *, search: frozenset[str] = frozenset(), sms: int | None = None
+) -> Plan:
+    """Rank the tilings for `model`. Roles in `search` are searched even when the file fixes them or leaves
+    them out (`tl tune`); `sms` overrides the target's SM count (a specific part, e.g. 132 for an H200)."""
     shape = shape or DEFAULT_SHAPE
     roles = find_roles(model)
     target, dtype = model.target, model.dtype
@@ -115,6 +128,8 @@ def plan(model: Model, shape: Shape | None = None) -> Plan:
 
     def space(role: str, options: tuple[int, ...]) -> tuple[int, ...]:
         name = roles.name(role)
+        if role in search:
+            return options
         if name is None:
             return (defaults[role],) if role in defaults else options
         p = model.params[name]
@@ -155,7 +170,7 @@ def plan(model: Model, shape: Shape | None = None) -> Plan:
             if why is not None or res is None:
                 rejected[why or "?"] = rejected.get(why or "?", 0) + 1
                 continue
-            cost = estimate(t, res, target, shape, causal=causal)
+            cost = estimate(t, res, target, shape, causal=causal, sms=sms)
             values = _values(roles, t)
             holes = {n: v for n, v in values.items() if model.params[n].hole}
             out.append(Candidate(0, values, holes, t, res, cost.score, cost.breakdown))

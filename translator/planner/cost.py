@@ -87,11 +87,13 @@ def _feed_efficiency(m_tiles: int, n_tiles: int, mma: gpu.MmaShape, elem: int, r
     return min(1.0, (r.smem_bytes / bytes_per_mma) / mma_per_clk)
 
 
-def estimate(t: Tiling, res: Resources, target: gpu.Target, shape: Shape, *, causal: bool) -> Cost:
+def estimate(
+    t: Tiling, res: Resources, target: gpu.Target, shape: Shape, *, causal: bool, sms: int | None = None
+) -> Cost:
     r = rates(target)
     mma = target.mma.get(t.dtype) or next(iter(target.mma.values()))
     elem = gpu.DTYPE_BYTES[t.dtype]
-    sms = max(p.sms for p in target.parts)
+    sms = sms or max(p.sms for p in target.parts)
 
     m_tiles = max(1, t.block_m // t.warps // mma.m)
     feed = min(

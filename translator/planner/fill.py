@@ -134,3 +134,63 @@ def apply_edits(text: str, edits: list[tuple[Position, Position, str, str]]) -> 
         lines[n] = new
         changes.append(Change(n, old, new, "; ".join(dict.fromkeys(e[3] for e in line_edits))))
     return eol.join(lines), changes
+
+
+# The Param name `apply_candidate` declares for a tuned role the file leaves out.
+_ROLE_PARAM = {"block_m": "BM", "block_n": "BN", "warps": "warps", "stages": "stages"}
+
+
+def apply_candidate(text: str, candidate: Candidate) -> tuple[str, list[Change]]:
+    """Write every tuned value of `candidate` into `text` (`tl tune`): existing Params get the new value,
+    missing tiles are added, and a tuned role the file does not declare gets a `Param` line after the last
+    Param. Everything else is kept as written."""
+    analysis = analyze(text)
+    model = analysis.model
+    from translator.planner.roles import find_roles
+
+    roles = find_roles(model)
+    t = candidate.tiling
+    by_role = {"block_m": t.block_m, "block_n": t.block_n, "warps": t.warps, "stages": t.stages}
+    edits: list[tuple[Position, Position, str, str]] = []
+    missing: list[str] = []
+    for role, value in by_role.items():
+        name = roles.name(role)
+        if name is None:
+            missing.append(f"Param {_ROLE_PARAM[role]} = {value}")
+            continue
+        p = model.params[name]
+        if p.stmt.value is not None and (p.hole or p.value != value):
+            end = _keep_comment_column(text, p.stmt.value.range.end, len(str(value)) - len(_text_of(text, p)))
+            edits.append((p.stmt.value.range.start, end, str(value), "tuned"))
+    for stmt in model.statements:
+        if isinstance(stmt, ast.CopyStmt) and stmt.tile is None and stmt.name is not None:
+            key = _global_of(stmt, roles)
+            tile = tile_for(key, roles) if key else None
+            if tile is not None:
+                edits.append(
+                    (stmt.name.range.end, stmt.name.range.end, f" {tile}", f"{key} moves {tile} tiles")
+                )
+    new_text, changes = apply_edits(text, edits)
+    if missing:
+        params = [s for s in model.statements if isinstance(s, ast.ParamStmt)]
+        after = params[-1].range.start.line if params else _header_end(model)
+        lines = split_lines(new_text)
+        eol = "\r\n" if "\r\n" in new_text else "\n"
+        lines[after + 1 : after + 1] = missing
+        new_text = eol.join(lines)
+        changes += [
+            Change(after + 1 + i, "", m, "tuned (not declared before)") for i, m in enumerate(missing)
+        ]
+    return new_text, changes
+
+
+def _text_of(text: str, p: object) -> str:
+    stmt = p.stmt  # type: ignore[attr-defined]
+    r = stmt.value.range
+    line = LineText(r.start.line, split_lines(text)[r.start.line])
+    return line.text[line.index(r.start.character) : line.index(r.end.character)]
+
+
+def _header_end(model: object) -> int:
+    heads = [s for s in model.statements if isinstance(s, ast.KernelStmt | ast.TargetStmt | ast.DtypeStmt)]  # type: ignore[attr-defined]
+    return heads[-1].range.start.line if heads else -1
