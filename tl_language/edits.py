@@ -21,8 +21,8 @@ def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
     """`text` (line endings normalised to \\n) with `edits` applied; edits must not overlap."""
     lines = split_lines(text)
     joined = "\n".join(lines)
-    spans = sorted(((offset_of(lines, e.range.start), offset_of(lines, e.range.end), e.new_text) for e in edits),
-                   key=lambda s: (s[0], s[1]), reverse=True)
+    spans = [(offset_of(lines, e.range.start), offset_of(lines, e.range.end), e.new_text) for e in edits]
+    spans.sort(key=lambda s: (s[0], s[1]), reverse=True)
     for start, end, new in spans:
         joined = joined[:start] + new + joined[end:]
     return joined

@@ -29,7 +29,9 @@ def test_check_clean_examples_exit_0(capsys: pytest.CaptureFixture[str]) -> None
     assert "error[" not in out and "warning[" not in out
 
 
-def test_check_reports_one_based_positions_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_reports_one_based_positions_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = tmp_path / "bad.tl"
     f.write_text(BROKEN, encoding="utf-8")
     code, out, _ = run(["check", str(f)], capsys)
@@ -100,7 +102,7 @@ def test_codes_listing_and_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and out.startswith("# TL diagnostics")
 
 
-def test_plugins_register_subcommands(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plugins_register_subcommands(monkeypatch: pytest.MonkeyPatch) -> None:
     plugin = types.ModuleType("server.cli")
 
     def register(sub) -> None:  # type: ignore[no-untyped-def]

@@ -64,7 +64,7 @@ def test_compute_modes() -> None:
 
 def test_reshape_and_for() -> None:
     r = one("Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)")
-    assert isinstance(r, ast.ReshapeStmt) and [i.name for i in r.dst_layout or []][0] == "MMA_A"
+    assert isinstance(r, ast.ReshapeStmt) and r.dst_layout is not None and r.dst_layout[0].name == "MMA_A"
     doc, diags = parse("for j = 0: seqlen_k / BN\n    Compute Softmax S\nend\n")
     assert diags == []
     loop = doc.statements[0]
@@ -83,7 +83,8 @@ def test_one_broken_line_is_one_diagnostic_and_the_rest_parses() -> None:
     text = "Target sm_80\nCopy Q from global to\nParam BM = 64\nAllocate Q in shraed (BM)\n"
     doc, diags = parse(text)
     assert [d.range.start.line for d in diags] == [1]
-    assert [type(s).__name__ for s in doc.statements] == ["TargetStmt", "CopyStmt", "ParamStmt", "AllocateStmt"]
+    kinds = [type(s).__name__ for s in doc.statements]
+    assert kinds == ["TargetStmt", "CopyStmt", "ParamStmt", "AllocateStmt"]
     broken = doc.statements[1]
     assert isinstance(broken, ast.CopyStmt) and broken.src and broken.dst is None  # partial node kept
 
@@ -127,5 +128,5 @@ def test_crlf_and_empty_text() -> None:
 
 
 def test_sketch_parses_without_errors() -> None:
-    doc, diags = parse("Param BM = ?\nCopy Q in coordinate [L = block_m] from global to shared\n")
+    _, diags = parse("Param BM = ?\nCopy Q in coordinate [L = block_m] from global to shared\n")
     assert diags == []

@@ -14,7 +14,9 @@ from tl_language.source import LineText, Range, split_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_LINES = [
-    line for p in sorted((ROOT / "examples").glob("*.tl")) for line in p.read_text(encoding="utf-8").splitlines()
+    line
+    for p in sorted((ROOT / "examples").glob("*.tl"))
+    for line in p.read_text(encoding="utf-8").splitlines()
 ]
 WORDS = ["Allocate", "Copy", "Compute", "Reshape", "for", "end", "Param", "Target", "Dtype", "Mask", "GEMM",
          "in", "from", "to", "global", "shared", "register", "and", "get", "new", "?", "(", ")", "[", "]",

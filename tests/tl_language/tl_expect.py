@@ -79,15 +79,14 @@ def mismatches(text: str) -> list[str]:
     unmatched = list(expected)
     for d in analysis.diagnostics:
         r = d.range
-        hit = next((e for e in unmatched if _matches(e, r.start.line, r.start.character, r.end.character, d.code)),
-                   None)
+        start, end = r.start.character, r.end.character
+        hit = next((e for e in unmatched if _matches(e, r.start.line, start, end, d.code)), None)
         if hit is None:
-            problems.append(f"unexpected {d.code} at {r.start.line + 1}:{r.start.character}-{r.end.character}: "
-                            f"{d.message}")
+            problems.append(f"unexpected {d.code} at {r.start.line + 1}:{start}-{end}: {d.message}")
             continue
         unmatched.remove(hit)
         if hit.message and hit.message not in d.message:
-            problems.append(f"{d.code} at line {r.start.line + 1}: message {d.message!r} lacks {hit.message!r}")
+            problems.append(f"{d.code} at line {r.start.line + 1}: {d.message!r} lacks {hit.message!r}")
     problems += [f"missing {e.code} at {e.line + 1}:{e.start}-{e.end}" for e in unmatched]
     return problems
 
