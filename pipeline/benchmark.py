@@ -21,7 +21,9 @@ TOTAL_TOKENS = 16384
 HIDDEN = 2048
 
 
-def sweep_shape(seqlen: int, head_dim: int, *, total_tokens: int = TOTAL_TOKENS, hidden: int = HIDDEN) -> Shape:
+def sweep_shape(
+    seqlen: int, head_dim: int, *, total_tokens: int = TOTAL_TOKENS, hidden: int = HIDDEN
+) -> Shape:
     """FlashAttention's benchmark shapes: batch × seqlen = 16k tokens, heads × head_dim = 2048."""
     batch = max(1, total_tokens // seqlen)
     heads = max(1, hidden // head_dim)
@@ -38,8 +40,13 @@ class KernelEntry:
     error: str | None = None  # build or load failure
 
 
-def run_case(case: BenchCase, kernels: Sequence[KernelEntry], *, baselines: Sequence[Baseline] = BASELINES,
-             timing_kw: dict[str, Any] | None = None) -> BenchCase:
+def run_case(
+    case: BenchCase,
+    kernels: Sequence[KernelEntry],
+    *,
+    baselines: Sequence[Baseline] = BASELINES,
+    timing_kw: dict[str, Any] | None = None,
+) -> BenchCase:
     """Time every passing kernel and every baseline on `case` (results land in case.results)."""
     import torch
 
@@ -51,7 +58,9 @@ def run_case(case: BenchCase, kernels: Sequence[KernelEntry], *, baselines: Sequ
         if entry.loaded is None:
             case.results[entry.name] = BenchResult(name=entry.name, error=entry.error or "not built")
         elif entry.verified is not None and not entry.verified.passed:
-            case.results[entry.name] = BenchResult(name=entry.name, error="FAIL: verification failed, not timed")
+            case.results[entry.name] = BenchResult(
+                name=entry.name, error="FAIL: verification failed, not timed"
+            )
         else:
             case.results[entry.name] = bench_kernel(case, entry.loaded, inputs, **timing_kw)
     scale = default_scale(case.head_dim_qk)
@@ -71,8 +80,9 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.0f}"
 
 
-def format_table(cases: Sequence[BenchCase], kernel_names: Sequence[str], baseline_names: Sequence[str],
-                 gpu: str) -> str:
+def format_table(
+    cases: Sequence[BenchCase], kernel_names: Sequence[str], baseline_names: Sequence[str], gpu: str
+) -> str:
     """One table: TFLOPS of every kernel and baseline, then each kernel's ratio to each baseline."""
     cols = [*kernel_names, *baseline_names]
     ratio_cols = [(k, b) for k in kernel_names for b in baseline_names]
@@ -82,7 +92,11 @@ def format_table(cases: Sequence[BenchCase], kernel_names: Sequence[str], baseli
         row = [c.label()]
         for name in cols:
             r = c.results.get(name)
-            row.append("FAIL" if r is not None and r.error and r.error.startswith("FAIL") else _fmt(r.tflops if r else None))
+            row.append(
+                "FAIL"
+                if r is not None and r.error and r.error.startswith("FAIL")
+                else _fmt(r.tflops if r else None)
+            )
         for k, b in ratio_cols:
             rk, rb = c.results.get(k), c.results.get(b)
             ok = rk is not None and rb is not None and rk.ok and rb.ok and rb.tflops
@@ -103,10 +117,23 @@ def format_table(cases: Sequence[BenchCase], kernel_names: Sequence[str], baseli
 def to_json(cases: Sequence[BenchCase], gpu: str, extra: dict[str, Any] | None = None) -> str:
     out = {"gpu": gpu, **(extra or {}), "cases": []}
     for c in cases:
-        out["cases"].append({
-            "config": c.label(), "shape": asdict(c.shape), "dtype": c.dtype, "mask": c.mask,
-            "head_dim_qk": c.head_dim_qk, "head_dim_v": c.head_dim_v, "flops": c.flops,
-            "results": {n: {"tflops": r.tflops, "error": r.error,
-                            "timing": asdict(r.timing) if r.timing else None} for n, r in c.results.items()},
-        })
+        out["cases"].append(
+            {
+                "config": c.label(),
+                "shape": asdict(c.shape),
+                "dtype": c.dtype,
+                "mask": c.mask,
+                "head_dim_qk": c.head_dim_qk,
+                "head_dim_v": c.head_dim_v,
+                "flops": c.flops,
+                "results": {
+                    n: {
+                        "tflops": r.tflops,
+                        "error": r.error,
+                        "timing": asdict(r.timing) if r.timing else None,
+                    }
+                    for n, r in c.results.items()
+                },
+            }
+        )
     return json.dumps(out, indent=2)

@@ -26,8 +26,16 @@ from tl_language.diagnostics import Diagnostic, Severity
 class BuildError(Exception):
     """A build stopped. `stage`: "read" | "check" | "translate" | "overwrite" | "compile" | "cuda"."""
 
-    def __init__(self, *, stage: str, path: Path, message: str, diagnostics: list[Diagnostic] | None = None,
-                 compile_error: CompileError | None = None, text: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        stage: str,
+        path: Path,
+        message: str,
+        diagnostics: list[Diagnostic] | None = None,
+        compile_error: CompileError | None = None,
+        text: str = "",
+    ) -> None:
         super().__init__(message)
         self.stage = stage
         self.path = path
@@ -77,21 +85,40 @@ def translate_file(tl_path: Path) -> Translated:
     analysis = analyze(text)
     errors = [d for d in analysis.diagnostics if d.severity == Severity.ERROR]
     if errors:
-        raise BuildError(stage="check", path=tl_path, message=f"{len(errors)} error(s) in {tl_path.name}",
-                         diagnostics=errors, text=text)
+        raise BuildError(
+            stage="check",
+            path=tl_path,
+            message=f"{len(errors)} error(s) in {tl_path.name}",
+            diagnostics=errors,
+            text=text,
+        )
     try:
         from translator import TranslateError, translate
     except ImportError as exc:  # the translator package is part of this project; say so plainly
-        raise BuildError(stage="translate", path=tl_path, message=f"the translator is unavailable: {exc}") from None
+        raise BuildError(
+            stage="translate", path=tl_path, message=f"the translator is unavailable: {exc}"
+        ) from None
     try:
         result = translate(analysis, tl_path=str(tl_path))
     except TranslateError as exc:
-        raise BuildError(stage="translate", path=tl_path, message=f"cannot translate {tl_path.name}",
-                         diagnostics=list(exc.diagnostics), text=text) from None
+        raise BuildError(
+            stage="translate",
+            path=tl_path,
+            message=f"cannot translate {tl_path.name}",
+            diagnostics=list(exc.diagnostics),
+            text=text,
+        ) from None
     warnings = [d for d in analysis.diagnostics if d.severity == Severity.WARNING]
-    return Translated(path=tl_path, cu_path=tl_path.with_suffix(".cu"), source=result.source,
-                      spec=result.launch, source_map=dict(result.source_map), warnings=warnings,
-                      translate_seconds=time.perf_counter() - start, text=text)
+    return Translated(
+        path=tl_path,
+        cu_path=tl_path.with_suffix(".cu"),
+        source=result.source,
+        spec=result.launch,
+        source_map=dict(result.source_map),
+        warnings=warnings,
+        translate_seconds=time.perf_counter() - start,
+        text=text,
+    )
 
 
 def edited_by_hand(cu_path: Path) -> bool:
@@ -115,9 +142,11 @@ def write_outputs(t: Translated, *, force: bool = False) -> None:
             same = False
         if not same:
             raise BuildError(
-                stage="overwrite", path=t.path,
+                stage="overwrite",
+                path=t.path,
                 message=f"{t.cu_path.name} was edited by hand since `tl build` wrote it; not overwriting it "
-                f"(run `tl run {t.cu_path}` to verify the edit, or `tl build --force {t.path}` to regenerate)",
+                f"(run `tl run {t.cu_path}` to verify the edit, "
+                f"or `tl build --force {t.path}` to regenerate)",
             )
     t.spec = dataclasses.replace(t.spec, source_sha256=sha256(t.source))
     _atomic_write(t.cu_path, t.source)
@@ -154,23 +183,37 @@ def prepare(path: Path, *, write: bool = True, force: bool = False) -> Translate
     return t
 
 
-def compile_all(items: list[Translated], *, device_arch: str | None = None,
-                max_workers: int | None = None) -> list[Built | BuildError]:
+def compile_all(
+    items: list[Translated], *, device_arch: str | None = None, max_workers: int | None = None
+) -> list[Built | BuildError]:
     """Compile every translated kernel in parallel; failures come back as BuildError values, in order."""
-    jobs = [CompileJob(source=t.source, arch=t.spec.arch, name=t.cu_path.name, device_arch=device_arch,
-                       source_map=t.source_map or None, tl_file=str(t.path) if t.text else None)
-            for t in items]
+    jobs = [
+        CompileJob(
+            source=t.source,
+            arch=t.spec.arch,
+            name=t.cu_path.name,
+            device_arch=device_arch,
+            source_map=t.source_map or None,
+            tl_file=str(t.path) if t.text else None,
+        )
+        for t in items
+    ]
     out: list[Built | BuildError] = []
     for t, result in zip(items, compile_many(jobs, max_workers=max_workers), strict=True):
         if isinstance(result, CompileError):
-            out.append(BuildError(stage="compile", path=t.path, message=result.message, compile_error=result,
-                                  text=t.text))
+            out.append(
+                BuildError(
+                    stage="compile", path=t.path, message=result.message, compile_error=result, text=t.text
+                )
+            )
         else:
             out.append(Built(translated=t, compiled=result))
     return out
 
 
-def build_one(path: Path, *, device_arch: str | None = None, force: bool = False, write: bool = True) -> Built:
+def build_one(
+    path: Path, *, device_arch: str | None = None, force: bool = False, write: bool = True
+) -> Built:
     """prepare + compile one file; raises BuildError."""
     t = prepare(path, write=write, force=force)
     (result,) = compile_all([t], device_arch=device_arch, max_workers=1)
@@ -181,5 +224,12 @@ def build_one(path: Path, *, device_arch: str | None = None, force: bool = False
 
 def summary(b: Built) -> dict[str, Any]:
     c = b.compiled
-    return {"file": str(b.translated.path), "cu": str(b.translated.cu_path), "kernel": b.spec.kernel_name,
-            "target": c.target, "kind": c.kind, "compile_seconds": round(c.seconds, 2), "cached": c.cached}
+    return {
+        "file": str(b.translated.path),
+        "cu": str(b.translated.cu_path),
+        "kernel": b.spec.kernel_name,
+        "target": c.target,
+        "kind": c.kind,
+        "compile_seconds": round(c.seconds, 2),
+        "cached": c.cached,
+    }

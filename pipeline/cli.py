@@ -26,17 +26,29 @@ def register(subparsers: Any) -> None:
     b.set_defaults(func=cmd_build, tl_command="build")
 
     r = subparsers.add_parser("run", help="build and verify against the float32 reference on the GPU")
-    r.add_argument("file", type=Path, metavar="FILE", help="a .tl file, or a (hand-edited) .cu from `tl build`")
-    r.add_argument("--shape", default=None, metavar="B,H,Hkv,Sq,Sk",
-                   help="problem shape (default: 2,8,8,1000,1000, heads adjusted to the kernel's GQA group)")
-    r.add_argument("--dtype", choices=("fp16", "bf16"), default=None,
-                   help="input dtype (a .tl is translated for it; a .cu must have been built for it)")
+    r.add_argument(
+        "file", type=Path, metavar="FILE", help="a .tl file, or a (hand-edited) .cu from `tl build`"
+    )
+    r.add_argument(
+        "--shape",
+        default=None,
+        metavar="B,H,Hkv,Sq,Sk",
+        help="problem shape (default: 2,8,8,1000,1000, heads adjusted to the kernel's GQA group)",
+    )
+    r.add_argument(
+        "--dtype",
+        choices=("fp16", "bf16"),
+        default=None,
+        help="input dtype (a .tl is translated for it; a .cu must have been built for it)",
+    )
     r.add_argument("--strided", action="store_true", help="non-contiguous batch/seqlen/head strides")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--force", action="store_true", help="overwrite a FILE.cu that was edited by hand")
     r.set_defaults(func=cmd_run, tl_command="run")
 
-    c = subparsers.add_parser("bench", help="build, verify, and time against PyTorch SDPA, FlexAttention, FA4")
+    c = subparsers.add_parser(
+        "bench", help="build, verify, and time against PyTorch SDPA, FlexAttention, FA4"
+    )
     c.add_argument("file", type=Path, metavar="FILE", help="a .tl file or a .cu from `tl build`")
     c.add_argument("--seqlens", default="1024,4096,16384", help="comma-separated (16k tokens per config)")
     c.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
@@ -200,8 +212,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _out(str(entry.verified))
         if not entry.verified.passed:
             status = EXIT_FAILED
-        case = BenchCase(shape=shape, head_dim_qk=spec.head_dim_qk, head_dim_v=spec.head_dim_v,
-                         dtype=spec.dtype, mask=spec.mask)
+        case = BenchCase(
+            shape=shape,
+            head_dim_qk=spec.head_dim_qk,
+            head_dim_v=spec.head_dim_v,
+            dtype=spec.dtype,
+            mask=spec.mask,
+        )
         cases.append(run_case(case, [entry]))
     gpu = torch.cuda.get_device_name()
     _out(format_table(cases, [spec.kernel_name], [b.name for b in BASELINES], gpu))

@@ -33,8 +33,13 @@ def format_record(r: LogRecord, tl_path: Path, text: str) -> str:
         tl_lines = text.splitlines()
         shown = [f"    {tl_lines[r.line - 1]}"] if 0 < r.line <= len(tl_lines) else []
         # NVRTC's own excerpt is the generated CUDA of that TL statement: show it too, it says what failed.
-        return "\n".join([f"{tl_path}:{r.line}: {r.severity} TL502: {r.message}", *shown,
-                          *(f"      | {c}" for c in r.context[:3])])
+        return "\n".join(
+            [
+                f"{tl_path}:{r.line}: {r.severity} TL502: {r.message}",
+                *shown,
+                *(f"      | {c}" for c in r.context[:3]),
+            ]
+        )
     return "\n".join([f"{r.file}:{r.line}: {r.severity}: {r.message}", *(f"    {c}" for c in r.context[:4])])
 
 
@@ -45,7 +50,9 @@ def format_build_error(err: BuildError, *, max_records: int = 20) -> str:
     if err.compile_error is not None:
         ce = err.compile_error
         recs = ce.errors or ce.records
-        out = [f"{err.path}: error TL502: NVRTC could not compile the generated CUDA ({ce.options.get('arch')})"]
+        out = [
+            f"{err.path}: error TL502: NVRTC could not compile the generated CUDA ({ce.options.get('arch')})"
+        ]
         out += [format_record(r, err.path, err.text) for r in recs[:max_records]]
         if len(recs) > max_records:
             out.append(f"... {len(recs) - max_records} more; the full NVRTC log follows")

@@ -47,8 +47,12 @@ def _sdpa(backend_name: str) -> Callable[[Inputs, str, float], Run]:
             q, k, v, _, _ = inputs[i]
             with sdpa_kernel([backend]):
                 return scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                    is_causal=mask == "causal", scale=scale, enable_gqa=gqa,
+                    q.transpose(1, 2),
+                    k.transpose(1, 2),
+                    v.transpose(1, 2),
+                    is_causal=mask == "causal",
+                    scale=scale,
+                    enable_gqa=gqa,
                 )
 
         run(0)  # raises here, once, when the backend rejects the configuration
@@ -79,8 +83,14 @@ def _flex(inputs: Inputs, mask: str, scale: float) -> Run:
 
     def run(i: int) -> Any:
         q, k, v, _, _ = inputs[i]
-        return compiled(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=block_mask,
-                        scale=scale, enable_gqa=gqa)
+        return compiled(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            block_mask=block_mask,
+            scale=scale,
+            enable_gqa=gqa,
+        )
 
     run(0)
     torch.cuda.synchronize()

@@ -34,8 +34,14 @@ class Timing:
         return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else math.nan
 
 
-def time_runs(fn: Callable[[int], Any], *, warmup_s: float = 0.25, target_s: float = 1.0, min_runs: int = 20,
-              max_runs: int = 500) -> Timing:
+def time_runs(
+    fn: Callable[[int], Any],
+    *,
+    warmup_s: float = 0.25,
+    target_s: float = 1.0,
+    min_runs: int = 20,
+    max_runs: int = 500,
+) -> Timing:
     """Time `fn(i)` (i = run index, for rotating inputs) with CUDA events; median of many runs."""
     import torch
 
@@ -51,7 +57,9 @@ def time_runs(fn: Callable[[int], Any], *, warmup_s: float = 0.25, target_s: flo
                 break
     per_run = (time.perf_counter() - start) / n
     runs = int(min(max_runs, max(min_runs, target_s / max(per_run, 1e-6))))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)
+    ]
     for i, (a, b) in enumerate(events):
         a.record()
         fn(n + i)
@@ -87,12 +95,16 @@ def make_bench_inputs(shape: Shape, d_qk: int, d_v: int, dtype: str, *, seed: in
     dt = torch_dtype(dtype)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     elem = torch.empty((), dtype=dt).element_size()
-    set_bytes = elem * (shape.batch * (shape.seqlen_q * shape.heads * (d_qk + d_v)
-                                       + shape.seqlen_k * shape.heads_kv * (d_qk + d_v)))
+    set_bytes = elem * (
+        shape.batch
+        * (shape.seqlen_q * shape.heads * (d_qk + d_v) + shape.seqlen_k * shape.heads_kv * (d_qk + d_v))
+    )
     sets = []
     for _ in range(buffer_sets(set_bytes)):
         q = torch.randn(shape.batch, shape.seqlen_q, shape.heads, d_qk, device="cuda", generator=gen).to(dt)
-        k = torch.randn(shape.batch, shape.seqlen_k, shape.heads_kv, d_qk, device="cuda", generator=gen).to(dt)
+        k = torch.randn(shape.batch, shape.seqlen_k, shape.heads_kv, d_qk, device="cuda", generator=gen).to(
+            dt
+        )
         v = torch.randn(shape.batch, shape.seqlen_k, shape.heads_kv, d_v, device="cuda", generator=gen).to(dt)
         o = torch.empty(shape.batch, shape.seqlen_q, shape.heads, d_v, device="cuda", dtype=dt)
         lse = torch.empty(shape.batch, shape.heads, shape.seqlen_q, device="cuda", dtype=torch.float32)
@@ -124,12 +136,19 @@ class BenchCase:
     @property
     def flops(self) -> float:
         s = self.shape
-        return attention_flops(s.batch, s.heads, s.seqlen_q, s.seqlen_k, self.head_dim_qk, self.head_dim_v,
-                               mask=self.mask)
+        return attention_flops(
+            s.batch, s.heads, s.seqlen_q, s.seqlen_k, self.head_dim_qk, self.head_dim_v, mask=self.mask
+        )
 
     def label(self) -> str:
-        d = f"{self.head_dim_qk}" if self.head_dim_qk == self.head_dim_v else f"{self.head_dim_qk}/{self.head_dim_v}"
-        return f"{self.dtype} hd{d} {self.mask} B{self.shape.batch} H{self.shape.heads} S{self.shape.seqlen_q}"
+        d = (
+            f"{self.head_dim_qk}"
+            if self.head_dim_qk == self.head_dim_v
+            else f"{self.head_dim_qk}/{self.head_dim_v}"
+        )
+        return (
+            f"{self.dtype} hd{d} {self.mask} B{self.shape.batch} H{self.shape.heads} S{self.shape.seqlen_q}"
+        )
 
 
 def bench_callable(case: BenchCase, name: str, fn: Callable[[int], Any], **timing_kw: Any) -> BenchResult:

@@ -23,7 +23,9 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "tl" / "kernels"
 
 
-def cache_key(source: str, options: dict[str, Any], fingerprint: dict[str, str], target: str, kind: str) -> str:
+def cache_key(
+    source: str, options: dict[str, Any], fingerprint: dict[str, str], target: str, kind: str
+) -> str:
     payload = json.dumps(
         {"source": source, "options": options, "versions": fingerprint, "target": target, "kind": kind},
         sort_keys=True,

@@ -37,8 +37,15 @@ class CompiledKernel:
 class CompileError(Exception):
     """NVRTC rejected the source. Carries the full log and options; `records` are the parsed messages."""
 
-    def __init__(self, *, message: str, log: str, options: Mapping[str, Any], records: Sequence[LogRecord],
-                 source_name: str) -> None:
+    def __init__(
+        self,
+        *,
+        message: str,
+        log: str,
+        options: Mapping[str, Any],
+        records: Sequence[LogRecord],
+        source_name: str,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.log = log
@@ -48,7 +55,10 @@ class CompileError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only constructor: rebuild through a helper so the error crosses process boundaries.
-        return (_rebuild_compile_error, (self.message, self.log, self.options, self.records, self.source_name))
+        return (
+            _rebuild_compile_error,
+            (self.message, self.log, self.options, self.records, self.source_name),
+        )
 
     @property
     def errors(self) -> list[LogRecord]:
@@ -60,7 +70,9 @@ class CompileError(Exception):
         return "\n".join(lines)
 
 
-def _rebuild_compile_error(message: str, log: str, options: dict, records: list, source_name: str) -> CompileError:
+def _rebuild_compile_error(
+    message: str, log: str, options: dict, records: list, source_name: str
+) -> CompileError:
     return CompileError(message=message, log=log, options=options, records=records, source_name=source_name)
 
 
@@ -100,18 +112,36 @@ def compile_source(
     if use_cache:
         hit = store.get(key)
         if hit is not None:
-            return CompiledKernel(code=hit.code, kind=kind, target=target, arch=arch, name=name,
-                                  log=hit.meta.get("log", ""), seconds=hit.meta.get("seconds", 0.0),
-                                  cached=True, key=key)
+            return CompiledKernel(
+                code=hit.code,
+                kind=kind,
+                target=target,
+                arch=arch,
+                name=name,
+                log=hit.meta.get("log", ""),
+                seconds=hit.meta.get("seconds", 0.0),
+                cached=True,
+                key=key,
+            )
     code, log, seconds = _nvrtc(source, opts, kind, source_map=source_map, tl_file=tl_file)
     if use_cache:
         store.put(key, code, {"log": log, "seconds": seconds, "target": target, "kind": kind, "name": name})
-    return CompiledKernel(code=code, kind=kind, target=target, arch=arch, name=name, log=log,
-                          seconds=seconds, cached=False, key=key)
+    return CompiledKernel(
+        code=code,
+        kind=kind,
+        target=target,
+        arch=arch,
+        name=name,
+        log=log,
+        seconds=seconds,
+        cached=False,
+        key=key,
+    )
 
 
-def _nvrtc(source: str, opts: dict[str, Any], kind: str, *, source_map: Mapping[int, int] | None,
-           tl_file: str | None) -> tuple[bytes, str, float]:
+def _nvrtc(
+    source: str, opts: dict[str, Any], kind: str, *, source_map: Mapping[int, int] | None, tl_file: str | None
+) -> tuple[bytes, str, float]:
     """One NVRTC compile through cuda.bindings, with the flags cuda.core's `ProgramOptions` builds.
 
     Not `Program.compile`: for PTX it asks the driver whether the PTX will load, which fails outright on
@@ -133,7 +163,10 @@ def _nvrtc(source: str, opts: dict[str, Any], kind: str, *, source_map: Mapping[
             where = f": {first}" if first else f" ({result.name})"
             raise CompileError(
                 message=f"NVRTC failed to compile {opts['name']} for {opts['arch']}{where}",
-                log=log, options=opts, records=records, source_name=opts["name"],
+                log=log,
+                options=opts,
+                records=records,
+                source_name=opts["name"],
             )
         if kind == "ptx":
             err, size = nvrtc.nvrtcGetPTXSize(prog)
@@ -187,13 +220,22 @@ class CompileJob:
 
 def _run_job(job: CompileJob) -> CompiledKernel | CompileError:
     try:
-        return compile_source(job.source, arch=job.arch, device_arch=job.device_arch, name=job.name,
-                              options=job.options, source_map=job.source_map, tl_file=job.tl_file)
+        return compile_source(
+            job.source,
+            arch=job.arch,
+            device_arch=job.device_arch,
+            name=job.name,
+            options=job.options,
+            source_map=job.source_map,
+            tl_file=job.tl_file,
+        )
     except CompileError as err:
         return err
 
 
-def compile_many(jobs: Iterable[CompileJob], *, max_workers: int | None = None) -> list[CompiledKernel | CompileError]:
+def compile_many(
+    jobs: Iterable[CompileJob], *, max_workers: int | None = None
+) -> list[CompiledKernel | CompileError]:
     """Compile every job, in parallel processes; results in job order, failures as `CompileError` values.
 
     Cache hits are answered in this process, so a warm rebuild starts no workers. Workers are spawned

@@ -37,7 +37,9 @@ class CuParseError(ValueError):
         self.line = line
 
     def __str__(self) -> str:
-        where = f"{self.path}:{self.line}: " if self.path and self.line else f"{self.path}: " if self.path else ""
+        where = (
+            f"{self.path}:{self.line}: " if self.path and self.line else f"{self.path}: " if self.path else ""
+        )
         return f"{where}{self.message}"
 
 
@@ -61,7 +63,7 @@ class EntryPoint:
 
 
 def abi_class(ctype: str) -> str:
-    """"pointer" | "int32" | "int64" | "float32" | "unknown" for a C type as written."""
+    """ "pointer" | "int32" | "int64" | "float32" | "unknown" for a C type as written."""
     if "*" in ctype or "[" in ctype:
         return "pointer"
     base = " ".join(_QUALIFIERS.sub(" ", ctype).split())
@@ -85,7 +87,9 @@ def find_entry_points(source: str) -> list[EntryPoint]:
 def find_entry_point(source: str, kernel_name: str | None = None, *, path: str = "") -> EntryPoint:
     entries = find_entry_points(source)
     if not entries:
-        raise CuParseError(message='no `extern "C" __global__` function found (the kernel entry point)', path=path)
+        raise CuParseError(
+            message='no `extern "C" __global__` function found (the kernel entry point)', path=path
+        )
     if kernel_name is not None:
         named = [e for e in entries if e.name == kernel_name]
         if named:
@@ -94,11 +98,17 @@ def find_entry_point(source: str, kernel_name: str | None = None, *, path: str =
             e = entries[0]
             raise CuParseError(
                 message=f"the entry point is `{e.name}`, but the launch description names `{kernel_name}`"
-                " (rename one of them)", path=path, line=e.line)
+                " (rename one of them)",
+                path=path,
+                line=e.line,
+            )
     if len(entries) > 1:
         names = ", ".join(f"`{e.name}`" for e in entries)
-        raise CuParseError(message=f'several `extern "C" __global__` functions ({names}); keep one entry point',
-                           path=path, line=entries[1].line)
+        raise CuParseError(
+            message=f'several `extern "C" __global__` functions ({names}); keep one entry point',
+            path=path,
+            line=entries[1].line,
+        )
     return entries[0]
 
 
@@ -110,18 +120,29 @@ def check_abi(entry: EntryPoint, *, path: str = "") -> None:
             missing = ", ".join(p[0] for p in ATTENTION_PARAMS[i:])
             raise CuParseError(
                 message=f"`{entry.name}` has {len(entry.params)} parameters, the attention ABI has {want}: "
-                f"missing `{abi_type} {abi_name}` (and after it: {missing})", path=path, line=entry.line)
+                f"missing `{abi_type} {abi_name}` (and after it: {missing})",
+                path=path,
+                line=entry.line,
+            )
         p = entry.params[i]
         if p.abi_class != _ABI_CLASS_OF_NUMPY[np_type]:
             shown = f"`{p.type} {p.name}`" if p.name else f"`{p.type}`"
             raise CuParseError(
-                message=f"parameter {i + 1} of `{entry.name}` is {shown}, the ABI expects `{abi_type} {abi_name}`"
-                f" ({_ABI_CLASS_OF_NUMPY[np_type]}, got {p.abi_class})", path=path, line=p.line)
+                message=f"parameter {i + 1} of `{entry.name}` is {shown}, "
+                f"the ABI expects `{abi_type} {abi_name}`"
+                f" ({_ABI_CLASS_OF_NUMPY[np_type]}, got {p.abi_class})",
+                path=path,
+                line=p.line,
+            )
     if len(entry.params) > want:
         extra = entry.params[want]
         raise CuParseError(
             message=f"`{entry.name}` has {len(entry.params)} parameters, the attention ABI has {want}: "
-            f"remove `{extra.type} {extra.name or ''}`".rstrip("` ") + "`", path=path, line=extra.line)
+            f"remove `{extra.type} {extra.name or ''}`".rstrip("` ")
+            + "`",
+            path=path,
+            line=extra.line,
+        )
 
 
 def launch_json_path(cu_path: Path) -> Path:
@@ -138,11 +159,14 @@ def load_cuda_file(cu_path: Path) -> tuple[str, LaunchSpec, EntryPoint]:
     try:
         spec = LaunchSpec.from_json(spec_path.read_text())
     except OSError:
-        raise CuParseError(message=f"no launch description {spec_path.name} beside it (`tl build` writes it)",
-                           path=str(cu_path)) from None
+        raise CuParseError(
+            message=f"no launch description {spec_path.name} beside it (`tl build` writes it)",
+            path=str(cu_path),
+        ) from None
     except (ValueError, TypeError) as exc:
-        raise CuParseError(message=f"{spec_path.name} is not a valid launch description: {exc}",
-                           path=str(cu_path)) from None
+        raise CuParseError(
+            message=f"{spec_path.name} is not a valid launch description: {exc}", path=str(cu_path)
+        ) from None
     entry = find_entry_point(source, spec.kernel_name, path=str(cu_path))
     check_abi(entry, path=str(cu_path))
     return source, spec, entry
@@ -171,7 +195,7 @@ def _tree_sitter_entries(source: str) -> list[EntryPoint]:
         node, in_extern_c = stack.pop()
         if node.type == "linkage_specification":
             lit = next((c for c in node.children if c.type == "string_literal"), None)
-            in_extern_c = lit is not None and data[lit.start_byte:lit.end_byte] == b'"C"'
+            in_extern_c = lit is not None and data[lit.start_byte : lit.end_byte] == b'"C"'
         if node.type == "function_definition" and in_extern_c:
             entry = _entry_from_function(node, data)
             if entry is not None:
@@ -195,12 +219,16 @@ def _entry_from_function(fn, data: bytes) -> EntryPoint | None:  # type: ignore[
     for p in plist.children:
         if p.type != "parameter_declaration":
             continue
-        text = data[p.start_byte:p.end_byte].decode()
+        text = data[p.start_byte : p.end_byte].decode()
         name_node = _declared_identifier(p)
-        name = data[name_node.start_byte:name_node.end_byte].decode() if name_node is not None else None
+        name = data[name_node.start_byte : name_node.end_byte].decode() if name_node is not None else None
         params.append(CuParam(name=name, type=_type_without_name(text, name), line=p.start_point[0] + 1))
-    return EntryPoint(name=data[ident.start_byte:ident.end_byte].decode(), params=tuple(params),
-                      line=ident.start_point[0] + 1, via="tree-sitter")
+    return EntryPoint(
+        name=data[ident.start_byte : ident.end_byte].decode(),
+        params=tuple(params),
+        line=ident.start_point[0] + 1,
+        via="tree-sitter",
+    )
 
 
 def _declared_identifier(node):  # type: ignore[no-untyped-def]
@@ -224,14 +252,18 @@ def _type_without_name(text: str, name: str | None) -> str:
 
 # ---- fallback: scan the declaration text -----------------------------------------------------------------
 
-_DECL = re.compile(r'extern\s+"C"\s+(?:[\w:()\s,]*?\s)?__global__\s+(?P<head>[^;{]*?)\b(?P<name>\w+)\s*\(',
-                   re.S)
+_DECL = re.compile(
+    r'extern\s+"C"\s+(?:[\w:()\s,]*?\s)?__global__\s+(?P<head>[^;{]*?)\b(?P<name>\w+)\s*\(', re.S
+)
 
 
 def _scan_entries(source: str) -> list[EntryPoint]:
     # Blank out attributes that look like calls (same length, newlines kept, so lines stay right).
-    source = re.sub(r"__launch_bounds__\s*\([^)]*\)|__cluster_dims__\s*\([^)]*\)",
-                    lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+    source = re.sub(
+        r"__launch_bounds__\s*\([^)]*\)|__cluster_dims__\s*\([^)]*\)",
+        lambda m: re.sub(r"[^\n]", " ", m.group(0)),
+        source,
+    )
     out = []
     for m in _DECL.finditer(source):
         start = m.end()
@@ -241,7 +273,7 @@ def _scan_entries(source: str) -> list[EntryPoint]:
             i += 1
         if depth:
             continue
-        body = source[start:i - 1]
+        body = source[start : i - 1]
         line0 = source.count("\n", 0, start) + 1
         params = []
         offset = 0
@@ -252,7 +284,9 @@ def _scan_entries(source: str) -> list[EntryPoint]:
             if not text or text == "void":
                 continue
             m_name = re.search(r"(\w+)\s*$", text)
-            name = m_name.group(1) if m_name and abi_class(text[: m_name.start()] or "x") != "unknown" else None
+            name = (
+                m_name.group(1) if m_name and abi_class(text[: m_name.start()] or "x") != "unknown" else None
+            )
             params.append(CuParam(name=name, type=_type_without_name(text, name), line=line))
         out.append(EntryPoint(name=m.group("name"), params=tuple(params), line=line0, via="text scan"))
     return out

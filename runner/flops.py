@@ -12,7 +12,9 @@ through, since "half" means nothing there.
 from __future__ import annotations
 
 
-def visible_pairs(seqlen_q: int, seqlen_k: int, mask: str = "none", window: tuple[int, int] = (-1, -1)) -> int:
+def visible_pairs(
+    seqlen_q: int, seqlen_k: int, mask: str = "none", window: tuple[int, int] = (-1, -1)
+) -> int:
     """Number of (query row, key) pairs the mask lets through, bottom-right aligned."""
     if mask == "none":
         return seqlen_q * seqlen_k
@@ -35,9 +37,17 @@ def visible_pairs(seqlen_q: int, seqlen_k: int, mask: str = "none", window: tupl
     return total
 
 
-def attention_flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim_qk: int,
-                    head_dim_v: int | None = None, *, mask: str = "none",
-                    window: tuple[int, int] = (-1, -1)) -> float:
+def attention_flops(
+    batch: int,
+    heads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    head_dim_qk: int,
+    head_dim_v: int | None = None,
+    *,
+    mask: str = "none",
+    window: tuple[int, int] = (-1, -1),
+) -> float:
     """Forward-pass FLOPs: 2·B·H·(d_qk + d_v)·(counted pairs)."""
     d_v = head_dim_qk if head_dim_v is None else head_dim_v
     if mask == "causal" and seqlen_q == seqlen_k:

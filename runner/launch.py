@@ -94,12 +94,22 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
     except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
         hint = ""
         if compiled.kind == "ptx" and "PTX" in str(exc).upper():
-            hint = " (PTX from an NVRTC newer than the driver cannot be JIT-compiled: use the driver's CUDA NVRTC)"
-        raise LoadError(f"cannot load {compiled.name} ({compiled.kind} for {compiled.target}): {exc}{hint}") from exc
+            hint = (
+                " (PTX from an NVRTC newer than the driver cannot be JIT-compiled: "
+                "use the NVRTC of the driver's CUDA version)"
+            )
+        raise LoadError(
+            f"cannot load {compiled.name} ({compiled.kind} for {compiled.target}): {exc}{hint}"
+        ) from exc
     if spec.shared_bytes > _SMEM_DEFAULT_LIMIT:
         _opt_in_shared_memory(kernel, spec.shared_bytes, device_id)
-    return LoadedKernel(spec=spec, compiled=compiled, kernel=kernel, device_id=device_id,
-                        load_seconds=time.perf_counter() - start)
+    return LoadedKernel(
+        spec=spec,
+        compiled=compiled,
+        kernel=kernel,
+        device_id=device_id,
+        load_seconds=time.perf_counter() - start,
+    )
 
 
 def _opt_in_shared_memory(kernel: Any, nbytes: int, device_id: int) -> None:
@@ -108,7 +118,9 @@ def _opt_in_shared_memory(kernel: Any, nbytes: int, device_id: int) -> None:
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     (err,) = driver.cuKernelSetAttribute(attr, nbytes, kernel.handle, device_id)
     if err != driver.CUresult.CUDA_SUCCESS:
-        raise LaunchError(f"the device refused {nbytes} bytes of dynamic shared memory per block ({err.name})")
+        raise LaunchError(
+            f"the device refused {nbytes} bytes of dynamic shared memory per block ({err.name})"
+        )
 
 
 # ---- arguments -----------------------------------------------------------------------------------------
@@ -150,7 +162,9 @@ def check_inputs(spec: LaunchSpec, q: Any, k: Any, v: Any) -> tuple[int, int, in
     if k.shape[0] != batch or v.shape[0] != batch:
         raise LaunchError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
-        raise LaunchError(f"k and v disagree on (seqlen, heads): {tuple(k.shape[1:3])} vs {tuple(v.shape[1:3])}")
+        raise LaunchError(
+            f"k and v disagree on (seqlen, heads): {tuple(k.shape[1:3])} vs {tuple(v.shape[1:3])}"
+        )
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     if heads_kv == 0 or heads % heads_kv:
         raise LaunchError(f"query heads ({heads}) must be a multiple of key/value heads ({heads_kv})")
@@ -163,16 +177,35 @@ def check_inputs(spec: LaunchSpec, q: Any, k: Any, v: Any) -> tuple[int, int, in
     return batch, seqlen_q, seqlen_k, heads, heads_kv
 
 
-def kernel_args(spec: LaunchSpec, q: Any, k: Any, v: Any, o: Any, lse: Any, *, softmax_scale: float,
-                window: tuple[int, int]) -> list[Any]:
+def kernel_args(
+    spec: LaunchSpec,
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    *,
+    softmax_scale: float,
+    window: tuple[int, int],
+) -> list[Any]:
     """The launch arguments in `ATTENTION_PARAMS` order, as the numpy scalars cuda.core accepts."""
     import numpy as np
 
     batch, seqlen_q, seqlen_k, heads, heads_kv = check_inputs(spec, q, k, v)
     values: dict[str, Any] = {
-        "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(), "lse": lse.data_ptr(),
-        "batch": batch, "seqlen_q": seqlen_q, "seqlen_k": seqlen_k, "heads": heads, "heads_kv": heads_kv,
-        "softmax_scale": softmax_scale, "window_left": window[0], "window_right": window[1],
+        "q": q.data_ptr(),
+        "k": k.data_ptr(),
+        "v": v.data_ptr(),
+        "o": o.data_ptr(),
+        "lse": lse.data_ptr(),
+        "batch": batch,
+        "seqlen_q": seqlen_q,
+        "seqlen_k": seqlen_k,
+        "heads": heads,
+        "heads_kv": heads_kv,
+        "softmax_scale": softmax_scale,
+        "window_left": window[0],
+        "window_right": window[1],
     }
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         values[f"{name}_batch_stride"] = t.stride(0)
@@ -185,8 +218,17 @@ def grid(spec: LaunchSpec, batch: int, seqlen_q: int, heads: int) -> tuple[int, 
     return (math.ceil(seqlen_q / spec.block_m), batch, heads)
 
 
-def launch(loaded: LoadedKernel, q: Any, k: Any, v: Any, o: Any, lse: Any, *, softmax_scale: float | None = None,
-           window: tuple[int, int] | None = None) -> None:
+def launch(
+    loaded: LoadedKernel,
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    *,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+) -> None:
     """Launch into preallocated `o` (batch, seqlen_q, heads, d_v) and `lse` (batch, heads, seqlen_q) fp32."""
     import torch
     from cuda.core import LaunchConfig
@@ -200,7 +242,9 @@ def launch(loaded: LoadedKernel, q: Any, k: Any, v: Any, o: Any, lse: Any, *, so
     if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads, seqlen_q) or not lse.is_contiguous():
         raise LaunchError(f"lse: expected a contiguous float32 tensor of shape {(batch, heads, seqlen_q)}")
     if q.device.index != loaded.device_id:
-        raise LaunchError(f"tensors are on cuda:{q.device.index}, the kernel was loaded on cuda:{loaded.device_id}")
+        raise LaunchError(
+            f"tensors are on cuda:{q.device.index}, the kernel was loaded on cuda:{loaded.device_id}"
+        )
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
     win = window if window is not None else tuple(spec.window)
     if spec.mask != "window":
@@ -208,7 +252,9 @@ def launch(loaded: LoadedKernel, q: Any, k: Any, v: Any, o: Any, lse: Any, *, so
     args = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
-    config = LaunchConfig(grid=grid(spec, batch, seqlen_q, heads), block=spec.threads, shmem_size=spec.shared_bytes)
+    config = LaunchConfig(
+        grid=grid(spec, batch, seqlen_q, heads), block=spec.threads, shmem_size=spec.shared_bytes
+    )
     cu_launch(_torch_stream(q.device), config, loaded.kernel, *args)
 
 
@@ -221,9 +267,16 @@ def _torch_stream(device: Any) -> Any:
     return LEGACY_DEFAULT_STREAM if handle == 0 else Stream.from_handle(handle)
 
 
-def attention(loaded: LoadedKernel, q: Any, k: Any, v: Any, *, softmax_scale: float | None = None,
-              window: tuple[int, int] | None = None) -> tuple[Any, Any]:
-    """Run the kernel: returns (o, lse) with o (batch, seqlen_q, heads, d_v) and lse fp32 (batch, heads, seqlen_q)."""
+def attention(
+    loaded: LoadedKernel,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+) -> tuple[Any, Any]:
+    """Run the kernel: (o (batch, seqlen_q, heads, d_v), lse fp32 (batch, heads, seqlen_q))."""
     import torch
 
     batch, seqlen_q, _, heads, _ = check_inputs(loaded.spec, q, k, v)

@@ -73,8 +73,9 @@ def _is_summary(line: str) -> bool:
     return (" detected in the compilation of " in s) or s.startswith("Compilation terminated")
 
 
-def map_records(records: list[LogRecord], source_name: str, source_map: Mapping[int, int] | None,
-                tl_file: str | None) -> list[LogRecord]:
+def map_records(
+    records: list[LogRecord], source_name: str, source_map: Mapping[int, int] | None, tl_file: str | None
+) -> list[LogRecord]:
     """Rewrite records in the generated `.cu` to TL lines through `source_map` (cuda line → TL line).
 
     Records already in a `.tl` file (from `#line` directives) and records in headers stay as they are.
@@ -84,8 +85,16 @@ def map_records(records: list[LogRecord], source_name: str, source_map: Mapping[
     out = []
     for r in records:
         if r.file.endswith(source_name) and r.line in source_map:
-            out.append(LogRecord(file=tl_file, line=source_map[r.line], severity=r.severity,
-                                 message=r.message, number=r.number, context=r.context))
+            out.append(
+                LogRecord(
+                    file=tl_file,
+                    line=source_map[r.line],
+                    severity=r.severity,
+                    message=r.message,
+                    number=r.number,
+                    context=r.context,
+                )
+            )
         else:
             out.append(r)
     return out

@@ -18,8 +18,16 @@ from typing import Any
 import torch
 
 
-def allowed_mask(seqlen_q: int, seqlen_k: int, mask: str, window: tuple[int, int] = (-1, -1), *,
-                 row_start: int = 0, rows: int | None = None, device: Any = None) -> torch.Tensor | None:
+def allowed_mask(
+    seqlen_q: int,
+    seqlen_k: int,
+    mask: str,
+    window: tuple[int, int] = (-1, -1),
+    *,
+    row_start: int = 0,
+    rows: int | None = None,
+    device: Any = None,
+) -> torch.Tensor | None:
     """Bool (rows, seqlen_k): True where query row i may see key j. None when everything is visible."""
     if mask == "none":
         return None
@@ -40,9 +48,16 @@ def allowed_mask(seqlen_q: int, seqlen_k: int, mask: str, window: tuple[int, int
     return ok
 
 
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: str = "none",
-                        window: tuple[int, int] = (-1, -1), softmax_scale: float | None = None,
-                        chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: str = "none",
+    window: tuple[int, int] = (-1, -1),
+    softmax_scale: float | None = None,
+    chunk: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(O float32 (batch, seqlen_q, heads, d_v), LSE float32 (batch, heads, seqlen_q))."""
     batch, seqlen_q, heads, d_qk = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
@@ -59,7 +74,7 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ma
     lse = torch.full((batch, heads, seqlen_q), math.inf, dtype=torch.float32, device=q.device)
     for start in range(0, seqlen_q, chunk):
         rows = min(chunk, seqlen_q - start)
-        s = torch.matmul(qf[:, :, start:start + rows], kf.transpose(-1, -2)) * scale
+        s = torch.matmul(qf[:, :, start : start + rows], kf.transpose(-1, -2)) * scale
         allowed = allowed_mask(seqlen_q, seqlen_k, mask, window, row_start=start, rows=rows, device=q.device)
         if allowed is not None:
             s = s.masked_fill(~allowed, -math.inf)
@@ -67,6 +82,6 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ma
         empty = torch.isneginf(row_lse)
         p = torch.exp(s - row_lse.masked_fill(empty, 0.0).unsqueeze(-1))
         p = p.masked_fill(empty.unsqueeze(-1), 0.0)
-        out[:, :, start:start + rows] = torch.matmul(p, vf)
-        lse[:, :, start:start + rows] = row_lse.masked_fill(empty, math.inf)
+        out[:, :, start : start + rows] = torch.matmul(p, vf)
+        lse[:, :, start : start + rows] = row_lse.masked_fill(empty, math.inf)
     return out.transpose(1, 2), lse

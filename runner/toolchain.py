@@ -44,7 +44,8 @@ def cutlass_include() -> Path:
     spec = importlib.util.find_spec("cutlass_library")
     if spec is None or spec.origin is None:
         raise ToolchainError(
-            "the CUTLASS headers are missing: install the `nvidia-cutlass` wheel (pip install 'tl-attention[cuda]')"
+            "the CUTLASS headers are missing: install the `nvidia-cutlass` wheel "
+            "(pip install 'tl-attention[cuda]')"
         )
     path = Path(spec.origin).parent / "source" / "include"
     if not (path / "cute" / "tensor.hpp").is_file():

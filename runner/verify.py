@@ -92,18 +92,30 @@ class VerifyResult:
 
     def __str__(self) -> str:
         mask = self.mask if self.mask != "window" else f"window{self.window}"
-        head = (f"{'PASS' if self.passed else 'FAIL'} {self.kernel} [{self.shape} d={self.head_dim_qk}/"
-                f"{self.head_dim_v} {self.dtype} {mask}{' strided' if self.strided else ''}] on {self.gpu}")
+        head = (
+            f"{'PASS' if self.passed else 'FAIL'} {self.kernel} [{self.shape} d={self.head_dim_qk}/"
+            f"{self.head_dim_v} {self.dtype} {mask}{' strided' if self.strided else ''}] on {self.gpu}"
+        )
         lines = [head]
         for c in self.cases:
-            lines.append(f"  {c.inputs:10s} max_abs={c.max_abs:.3e} rel_l2={c.rel_l2:.3e} "
-                         f"nonfinite={c.nonfinite} lse_err={c.lse_max_err:.3e} lse_bad={c.lse_bad}")
+            lines.append(
+                f"  {c.inputs:10s} max_abs={c.max_abs:.3e} rel_l2={c.rel_l2:.3e} "
+                f"nonfinite={c.nonfinite} lse_err={c.lse_max_err:.3e} lse_bad={c.lse_bad}"
+            )
             lines += [f"    ✗ {f}" for f in c.failures]
         return "\n".join(lines)
 
 
-def make_inputs(shape: Shape, d_qk: int, d_v: int, dtype: Any, device: Any, *, strided: bool = False,
-                generator: Any = None) -> tuple[Any, Any, Any]:
+def make_inputs(
+    shape: Shape,
+    d_qk: int,
+    d_v: int,
+    dtype: Any,
+    device: Any,
+    *,
+    strided: bool = False,
+    generator: Any = None,
+) -> tuple[Any, Any, Any]:
     """Random q, k, v (batch, seqlen, heads, dim). `strided`: views with padded seqlen and every other head,
     so batch, row and head strides all differ from the packed ones (the last dim stays contiguous)."""
     import torch
@@ -111,11 +123,16 @@ def make_inputs(shape: Shape, d_qk: int, d_v: int, dtype: Any, device: Any, *, s
     def one(seqlen: int, heads: int, d: int) -> Any:
         if not strided:
             return torch.randn(shape.batch, seqlen, heads, d, generator=generator, device=device).to(dtype)
-        base = torch.randn(shape.batch, seqlen + 3, 2 * heads, d, generator=generator, device=device).to(dtype)
-        return base[:, 1:seqlen + 1, ::2]
+        base = torch.randn(shape.batch, seqlen + 3, 2 * heads, d, generator=generator, device=device).to(
+            dtype
+        )
+        return base[:, 1 : seqlen + 1, ::2]
 
-    return (one(shape.seqlen_q, shape.heads, d_qk), one(shape.seqlen_k, shape.heads_kv, d_qk),
-            one(shape.seqlen_k, shape.heads_kv, d_v))
+    return (
+        one(shape.seqlen_q, shape.heads, d_qk),
+        one(shape.seqlen_k, shape.heads_kv, d_qk),
+        one(shape.seqlen_k, shape.heads_kv, d_v),
+    )
 
 
 def compare(o: Any, lse: Any, ref_o: Any, ref_lse: Any, tol: Tolerance, label: str) -> CaseResult:
@@ -152,13 +169,29 @@ def compare(o: Any, lse: Any, ref_o: Any, ref_lse: Any, tol: Tolerance, label: s
     if max_abs > tol.max_abs * max(1.0, ref_max):
         failures.append(f"max abs error {max_abs:.3e} > {tol.max_abs:.0e}·max(1, {ref_max:.2f})")
     if lse_bad:
-        failures.append(f"{lse_bad} LSE elements wrong (tolerance {tol.lse_atol:.0e} + {tol.lse_rtol:.0e}·|lse|)")
-    return CaseResult(inputs=label, max_abs=max_abs, rel_l2=rel_l2, nonfinite=nonfinite,
-                      lse_max_err=lse_max_err, lse_bad=lse_bad, failures=failures)
+        failures.append(
+            f"{lse_bad} LSE elements wrong (tolerance {tol.lse_atol:.0e} + {tol.lse_rtol:.0e}·|lse|)"
+        )
+    return CaseResult(
+        inputs=label,
+        max_abs=max_abs,
+        rel_l2=rel_l2,
+        nonfinite=nonfinite,
+        lse_max_err=lse_max_err,
+        lse_bad=lse_bad,
+        failures=failures,
+    )
 
 
-def verify(loaded: LoadedKernel, shape: Shape, *, seed: int = 0, strided: bool = False,
-           softmax_scale: float | None = None, window: tuple[int, int] | None = None) -> VerifyResult:
+def verify(
+    loaded: LoadedKernel,
+    shape: Shape,
+    *,
+    seed: int = 0,
+    strided: bool = False,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+) -> VerifyResult:
     """Run the kernel on normal and scaled-up random inputs of `shape` and check every output element."""
     import torch
 
@@ -173,22 +206,35 @@ def verify(loaded: LoadedKernel, shape: Shape, *, seed: int = 0, strided: bool =
     tol = TOLERANCES[spec.dtype]
     cases = []
     for label, factor in INPUT_SCALES:
-        q, k, v = make_inputs(shape, spec.head_dim_qk, spec.head_dim_v, dtype, device, strided=strided,
-                              generator=gen)
+        q, k, v = make_inputs(
+            shape, spec.head_dim_qk, spec.head_dim_v, dtype, device, strided=strided, generator=gen
+        )
         if factor != 1.0:
             q, k = (q * factor).to(dtype), (k * factor).to(dtype)
             if strided:  # keep the strided layout: scale in place through the views
                 q, k = _restride(q), _restride(k)
-        o = torch.full((shape.batch, shape.seqlen_q, shape.heads, spec.head_dim_v), math.nan, dtype=dtype,
-                       device=device)
-        lse = torch.full((shape.batch, shape.heads, shape.seqlen_q), math.nan, dtype=torch.float32, device=device)
+        o = torch.full(
+            (shape.batch, shape.seqlen_q, shape.heads, spec.head_dim_v), math.nan, dtype=dtype, device=device
+        )
+        lse = torch.full(
+            (shape.batch, shape.heads, shape.seqlen_q), math.nan, dtype=torch.float32, device=device
+        )
         launch(loaded, q, k, v, o, lse, softmax_scale=softmax_scale, window=win)
         torch.cuda.synchronize(device)
         ref_o, ref_lse = attention_reference(q, k, v, mask=spec.mask, window=win, softmax_scale=softmax_scale)
         cases.append(compare(o, lse, ref_o, ref_lse, tol, label))
-    return VerifyResult(kernel=spec.kernel_name, shape=shape, dtype=spec.dtype, head_dim_qk=spec.head_dim_qk,
-                        head_dim_v=spec.head_dim_v, mask=spec.mask, window=win, strided=strided,
-                        gpu=torch.cuda.get_device_name(device), cases=cases)
+    return VerifyResult(
+        kernel=spec.kernel_name,
+        shape=shape,
+        dtype=spec.dtype,
+        head_dim_qk=spec.head_dim_qk,
+        head_dim_v=spec.head_dim_v,
+        mask=spec.mask,
+        window=win,
+        strided=strided,
+        gpu=torch.cuda.get_device_name(device),
+        cases=cases,
+    )
 
 
 def _restride(t: Any) -> Any:
@@ -197,6 +243,6 @@ def _restride(t: Any) -> Any:
 
     b, s, h, d = t.shape
     base = torch.zeros(b, s + 3, 2 * h, d, dtype=t.dtype, device=t.device)
-    view = base[:, 1:s + 1, ::2]
+    view = base[:, 1 : s + 1, ::2]
     view.copy_(t)
     return view

@@ -21,8 +21,17 @@ from translator import TranslateError
 
 ROOT = Path(__file__).resolve().parents[2]
 NAIVE = (ROOT / "tests" / "runner" / "data" / "naive_attention.cu").read_text()
-SPEC = LaunchSpec(kernel_name="naive_attention", block_m=128, threads=128, shared_bytes=0, dtype="fp16",
-                  head_dim_qk=64, head_dim_v=64, mask="none", arch="sm_80")
+SPEC = LaunchSpec(
+    kernel_name="naive_attention",
+    block_m=128,
+    threads=128,
+    shared_bytes=0,
+    dtype="fp16",
+    head_dim_qk=64,
+    head_dim_v=64,
+    mask="none",
+    arch="sm_80",
+)
 
 
 @dataclass
@@ -43,8 +52,9 @@ def run_cli(*argv: str) -> int:
 @pytest.fixture
 def tl_file(tmp_path, monkeypatch):
     monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(translator, "translate",
-                        lambda analysis, *, tl_path=None, **kw: FakeTranslation(NAIVE, SPEC, {}))
+    monkeypatch.setattr(
+        translator, "translate", lambda analysis, *, tl_path=None, **kw: FakeTranslation(NAIVE, SPEC, {})
+    )
     path = tmp_path / "mha_fwd.tl"
     shutil.copy(ROOT / "examples" / "mha_fwd.tl", path)
     return path

@@ -2,11 +2,18 @@ from runner.cache import KernelCache, cache_key
 
 
 def test_key_changes_with_every_input():
-    base = dict(source="a", options={"arch": "sm_80"}, fingerprint={"nvrtc": "13.0"}, target="sm_80", kind="cubin")
+    base = dict(
+        source="a", options={"arch": "sm_80"}, fingerprint={"nvrtc": "13.0"}, target="sm_80", kind="cubin"
+    )
     k0 = cache_key(**base)
     assert k0 == cache_key(**base)
-    for field, value in [("source", "b"), ("options", {"arch": "sm_89"}), ("fingerprint", {"nvrtc": "13.1"}),
-                         ("target", "compute_80"), ("kind", "ptx")]:
+    for field, value in [
+        ("source", "b"),
+        ("options", {"arch": "sm_89"}),
+        ("fingerprint", {"nvrtc": "13.1"}),
+        ("target", "compute_80"),
+        ("kind", "ptx"),
+    ]:
         assert cache_key(**{**base, field: value}) != k0
 
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("cuda.bindings")
 pytest.importorskip("cutlass_library")
 
-from runner.compile import CompileError, CompileJob, compile_many, compile_source  # noqa: E402
+from runner.compile import CompileError, CompileJob, compile_many, compile_source
 
 NAIVE = (Path(__file__).parent / "data" / "naive_attention.cu").read_text()
 TRIVIAL = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n'

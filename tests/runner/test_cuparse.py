@@ -21,7 +21,9 @@ NAIVE = (Path(__file__).parent / "data" / "naive_attention.cu").read_text()
 
 def abi_signature(name: str = "mha_fwd", params: list[str] | None = None) -> str:
     params = params or [f"{ctype} {pname}" for pname, ctype, _ in ATTENTION_PARAMS]
-    return ",\n    ".join(params).join([f'extern "C" __global__ void __launch_bounds__(128, 1) {name}(\n    ', ")"])
+    return ",\n    ".join(params).join(
+        [f'extern "C" __global__ void __launch_bounds__(128, 1) {name}(\n    ', ")"]
+    )
 
 
 # Template-heavy CuTe-like code around the entry point, as the translator emits it.
@@ -31,7 +33,8 @@ GENERATED = """\
 using namespace cute;
 template <class Element, int kBlockM, int kHeadDim>
 struct Traits {
-  using SmemLayoutQ = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));
+  using SmemLayoutQ = decltype(composition(Swizzle<3, 3, 3>{},
+                                           Layout<Shape<Int<8>, Int<64>>, Stride<Int<64>, _1>>{}));
   static constexpr int kSmem = int(cosize(SmemLayoutQ{})) * sizeof(Element);
 };
 {SIG} {
@@ -87,7 +90,7 @@ def test_missing_and_extra_parameters():
 
 
 def test_no_entry_point_and_several_entry_points():
-    with pytest.raises(CuParseError, match="no `extern \"C\" __global__`"):
+    with pytest.raises(CuParseError, match='no `extern "C" __global__`'):
         find_entry_point("__global__ void k(int a) {}")
     two = abi_signature("a") + "{}\n" + abi_signature("b") + "{}\n"
     with pytest.raises(CuParseError, match="several"):
@@ -113,10 +116,19 @@ def test_text_scan_fallback_agrees_with_tree_sitter():
 def test_load_cuda_file_reads_launch_json(tmp_path):
     cu = tmp_path / "k.cu"
     cu.write_text(NAIVE)
-    with pytest.raises(CuParseError, match="no launch description k.launch.json"):
+    with pytest.raises(CuParseError, match=r"no launch description k\.launch\.json"):
         load_cuda_file(cu)
-    spec = LaunchSpec(kernel_name="naive_attention", block_m=128, threads=128, shared_bytes=0, dtype="fp16",
-                      head_dim_qk=64, head_dim_v=64, mask="none", arch="sm_80")
+    spec = LaunchSpec(
+        kernel_name="naive_attention",
+        block_m=128,
+        threads=128,
+        shared_bytes=0,
+        dtype="fp16",
+        head_dim_qk=64,
+        head_dim_v=64,
+        mask="none",
+        arch="sm_80",
+    )
     (tmp_path / "k.launch.json").write_text(spec.to_json())
     source, loaded, entry = load_cuda_file(cu)
     assert loaded == spec and entry.name == "naive_attention" and source == NAIVE

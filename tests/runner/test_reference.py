@@ -1,4 +1,4 @@
-"""The float32 reference against torch SDPA (no mask / square causal) and a naive per-row loop (everything)."""
+"""The float32 reference against torch SDPA (no mask, square causal) and a naive per-row loop."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from runner.reference import allowed_mask, attention_reference  # noqa: E402
 
 def naive(q, k, v, mask, window, scale):
     """Row by row, key by key: the definition, no vectorisation to get wrong."""
-    b, sq, h, d = q.shape
+    b, sq, h, _ = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     group = h // hkv
     out = torch.zeros(b, sq, h, v.shape[3], dtype=torch.float64)
