@@ -95,7 +95,7 @@ class _Stage:
     def run(self, prompt: str, rounds: int) -> Attempt:
         self.messages.append({"role": "user", "content": prompt})
         for r in range(rounds + 1):
-            verb = "asking" if r == 0 else f"repair round {r}:"
+            verb = "asking" if r == 0 else f"repair round {r}: asking"
             self.progress(f"{self.name}: {verb} {self.client.settings.model}")
             reply = self.client.chat(self.messages, cancel=self.cancel)
             problems = []
@@ -109,7 +109,9 @@ class _Stage:
             if checked.acceptable(want_filled=self.want_filled) or r == rounds:
                 break
             self.progress(
-                f"{self.name}: {checked.errors} error(s), {checked.holes} hole(s); asking for a repair"
+                f"{self.name}: {checked.errors} error(s)"
+                + (f", {checked.holes} hole(s)" if self.want_filled else "")
+                + "; asking for a repair"
             )
             self.messages.append({"role": "assistant", "content": reply.text})
             self.messages.append(
