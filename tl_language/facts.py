@@ -49,30 +49,37 @@ def enclosing_loops(model: Model, stmt: ast.Stmt) -> list[ast.ForStmt]:
     return out
 
 
+def arrivals(model: Model) -> dict[str, dict[str, int]]:
+    """Tensor → level → index of the statement that first placed it there."""
+    got = model.cache.get("arrivals")
+    if got is None:
+        idx = order(model)
+        got = {name: {lv: idx.get(id(p.stmt), -1) for lv, p in t.placements.items()}
+               for name, t in model.tensors.items()}
+        model.cache["arrivals"] = got
+    return got  # type: ignore[return-value]
+
+
 def placement_before(model: Model, name: str, level: str, index: int) -> Placement | None:
     """The placement of tensor `name` at `level` if it was made before statement `index`."""
-    t = model.tensors.get(name)
-    if t is None:
+    at = arrivals(model).get(name)
+    if at is None or at.get(level, index) >= index:
         return None
-    p = t.placements.get(level)
-    if p is None or index_of(model, p.stmt) >= index:
-        return None
-    return p
+    return model.tensors[name].placements[level]
 
 
 def levels_before(model: Model, name: str, index: int) -> list[str]:
-    t = model.tensors.get(name)
-    if t is None:
-        return []
-    return [lv for lv, p in t.placements.items() if index_of(model, p.stmt) < index]
+    at = arrivals(model).get(name)
+    return [lv for lv, i in at.items() if i < index] if at else []
 
 
 def first_placement(model: Model, name: str) -> tuple[int, Placement] | None:
     """The earliest placement of tensor `name` at any level, with its statement index."""
-    t = model.tensors.get(name)
-    if t is None or not t.placements:
+    at = arrivals(model).get(name)
+    if not at:
         return None
-    return min(((index_of(model, p.stmt), p) for p in t.placements.values()), key=lambda x: x[0])
+    level = min(at, key=at.__getitem__)
+    return at[level], model.tensors[name].placements[level]
 
 
 def is_scalar_name(model: Model, name: str) -> bool:

@@ -66,9 +66,12 @@ class _Cursor:
         return _Error(make(code, rng, f"expected {expected}, found {_found(tok)}"))
 
     def accept_kw(self, *words: str) -> Token | None:
-        tok = self.peek()
-        if tok is not None and tok.kind == "ident" and tok.lower in words:
-            return self.next()
+        i = self.i
+        if i < len(self.tokens):
+            tok = self.tokens[i]
+            if tok.kind == "ident" and tok.text.lower() in words:
+                self.i = i + 1
+                return tok
         return None
 
     def expect_kw(self, word: str) -> Token:
@@ -78,9 +81,12 @@ class _Cursor:
         return tok
 
     def accept_punct(self, ch: str) -> Token | None:
-        tok = self.peek()
-        if tok is not None and tok.kind == "punct" and tok.text == ch:
-            return self.next()
+        i = self.i
+        if i < len(self.tokens):
+            tok = self.tokens[i]
+            if tok.text == ch and tok.kind == "punct":
+                self.i = i + 1
+                return tok
         return None
 
     def expect_punct(self, ch: str) -> Token:
@@ -90,11 +96,12 @@ class _Cursor:
         return tok
 
     def expect_ident(self, what: str) -> ast.Ident:
-        tok = self.peek()
-        if tok is None or tok.kind != "ident":
+        i = self.i
+        if i >= len(self.tokens) or self.tokens[i].kind != "ident":
             raise self.error_here(what)
-        self.next()
-        return ast.Ident(tok.text, self.range(tok))
+        tok = self.tokens[i]
+        self.i = i + 1
+        return ast.Ident(tok.text, self.line.range(tok.start, tok.end))
 
     def expect_end(self) -> None:
         if not self.at_end():
