@@ -24,7 +24,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     channel,
     statusBar,
     servers,
-    ...registerCommands(() => servers.current, () => servers.restart()),
+    ...registerCommands(() => servers.current, () => servers.restart(), (result) => statusBar.setResult(result)),
     vscode.window.onDidChangeActiveTextEditor((editor) => statusBar.refresh(editor)),
     vscode.workspace.onDidChangeTextDocument((event) => {
       if (event.document === vscode.window.activeTextEditor?.document) {

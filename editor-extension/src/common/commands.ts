@@ -5,14 +5,22 @@ import * as vscode from "vscode";
 import { ExecuteCommandRequest, LanguageClient } from "vscode-languageclient/node";
 import { EditorCommand, LANGUAGE_ID, SERVER_NAME, ServerCommand } from "./constants";
 import { describeError, showLog, traceError } from "./logging";
+import { ResultParams } from "./statusBar";
 
 type ClientGetter = () => LanguageClient | undefined;
+type ResultSink = (result: ResultParams) => void;
+
+/** What the server's commands answer: `{status: "ok" | "failed" | "unavailable" | ..., message?}`. */
+interface CommandOutcome {
+  status?: string;
+  message?: string;
+}
 
 interface Mirror {
   id: string;
   server: string;
   title: string;
-  /** Long-running commands show a progress notification. */
+  /** Long-running GPU/compile commands: a progress notification, and their outcome goes to the status bar. */
   progress: boolean;
 }
 
@@ -26,9 +34,10 @@ const MIRRORS: Mirror[] = [
 export function registerCommands(
   getClient: ClientGetter,
   restartServer: () => Promise<void>,
+  onResult: ResultSink,
 ): vscode.Disposable[] {
   const disposables = MIRRORS.map((mirror) =>
-    vscode.commands.registerCommand(mirror.id, () => runOnActiveDocument(getClient, mirror)),
+    vscode.commands.registerCommand(mirror.id, () => runOnActiveDocument(getClient, mirror, onResult)),
   );
   disposables.push(
     vscode.commands.registerCommand(EditorCommand.restartServer, restartServer),
@@ -40,21 +49,25 @@ export function registerCommands(
   return disposables;
 }
 
-async function runOnActiveDocument(getClient: ClientGetter, mirror: Mirror): Promise<void> {
+async function runOnActiveDocument(getClient: ClientGetter, mirror: Mirror, onResult: ResultSink): Promise<void> {
   const document = vscode.window.activeTextEditor?.document;
   if (document?.languageId !== LANGUAGE_ID) {
     await vscode.window.showWarningMessage(`${mirror.title}: open a .tl file first.`);
     return;
   }
-  const args = [document.uri.toString()];
+  const uri = document.uri.toString();
   if (!mirror.progress) {
-    await execute(getClient, mirror.server, args);
+    await execute(getClient, mirror.server, [uri]);
     return;
   }
-  await vscode.window.withProgress(
+  const outcome = await vscode.window.withProgress(
     { location: vscode.ProgressLocation.Notification, title: `TL: ${mirror.title}…`, cancellable: true },
-    (_progress, token) => execute(getClient, mirror.server, args, token),
+    (_progress, token) => execute(getClient, mirror.server, [uri], token),
   );
+  if (outcome?.status !== undefined && outcome.message !== undefined) {
+    const kind = mirror.server.replace(/^tl\./, "");
+    onResult({ uri, kind, ok: outcome.status === "ok", summary: outcome.message });
+  }
 }
 
 async function execute(
@@ -62,11 +75,11 @@ async function execute(
   command: string,
   args: unknown[],
   token?: vscode.CancellationToken,
-): Promise<void> {
+): Promise<CommandOutcome | undefined> {
   const client = getClient();
   if (client === undefined) {
     await vscode.window.showErrorMessage(`${SERVER_NAME} is not running; run "TL: Restart Server".`);
-    return;
+    return undefined;
   }
   try {
     const result: unknown = await client.sendRequest(
@@ -74,27 +87,29 @@ async function execute(
       { command, arguments: args },
       token,
     );
-    const message = resultMessage(result);
-    if (message !== undefined) {
-      await vscode.window.showInformationMessage(message);
+    const outcome = asOutcome(result);
+    // The server reports failures itself (window/showMessage, diagnostics); only successes are echoed here.
+    if (outcome.status === "ok" && outcome.message !== undefined) {
+      void vscode.window.showInformationMessage(`TL: ${outcome.message}`);
     }
+    return outcome;
   } catch (error) {
     if (token?.isCancellationRequested) {
-      return;
+      return undefined;
     }
     traceError(`${command} failed`, error);
     await vscode.window.showErrorMessage(`${command} failed: ${describeError(error)}`);
+    return undefined;
   }
 }
 
-/** Servers answer with nothing, a string, or an object with a `message`; show the text if there is one. */
-function resultMessage(result: unknown): string | undefined {
-  if (typeof result === "string" && result !== "") {
-    return result;
+function asOutcome(result: unknown): CommandOutcome {
+  if (typeof result !== "object" || result === null) {
+    return {};
   }
-  if (typeof result === "object" && result !== null && "message" in result) {
-    const { message } = result;
-    return typeof message === "string" && message !== "" ? message : undefined;
-  }
-  return undefined;
+  const { status, message } = result as Record<string, unknown>;
+  return {
+    status: typeof status === "string" ? status : undefined,
+    message: typeof message === "string" && message !== "" ? message : undefined,
+  };
 }
