@@ -47,11 +47,19 @@ def _log(message: str) -> None:
     print(f"[e2e-install] {message}", file=sys.stderr, flush=True)
 
 
-def _run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900) -> None:
+def _run(
+    cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900
+) -> None:
     started = time.monotonic()
     _log(f"$ {' '.join(cmd)}" + (f"  (in {cwd})" if cwd else ""))
     proc = subprocess.run(
-        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
         check=False,
     )
     _log(f"  exit {proc.returncode} after {time.monotonic() - started:.1f} s")
@@ -63,7 +71,9 @@ def node_problem() -> str | None:
     """None when node and npm of the major version code-server 4.100.3 runs on are on PATH."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         return "node/npm not on PATH (the VS Code tests need Node 20)"
-    version = subprocess.run(["node", "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    version = subprocess.run(
+        ["node", "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     if not version.startswith(f"v{NODE_MAJOR}."):
         return f"node {version} found; code-server 4.100.3 needs Node {NODE_MAJOR}"
     return None

@@ -26,10 +26,12 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
+        with (
+            contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
+            urllib.request.urlopen(url, timeout=2) as response,
+        ):
+            if response.status == 200:
+                return
         time.sleep(0.2)
     raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
 
@@ -38,10 +40,8 @@ def kill_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """Ends the whole process group: code-server's file watcher and extension host outlive the parent."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
     # Children may still be alive even when the leader exited.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -50,11 +50,18 @@ def kill_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
-def process_group(cmd: list[str], log_file: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def process_group(
+    cmd: list[str], log_file: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """Runs `cmd` in a new session (setsid) with output to `log_file`; the group is killed on exit."""
     with log_file.open("wb") as log:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         try:
             yield proc

@@ -17,8 +17,15 @@ from typing import Any
 
 import pytest
 from conftest import ERROR_CODE, ERROR_FILE, server_command, unavailable
-from e2e_install import CODE_SERVER_BIN, CODE_SERVER_DIR, InstallError, ensure_apt, ensure_code_server
-from e2e_install import ensure_vsix, node_problem
+from e2e_install import (
+    CODE_SERVER_BIN,
+    CODE_SERVER_DIR,
+    InstallError,
+    ensure_apt,
+    ensure_code_server,
+    ensure_vsix,
+    node_problem,
+)
 from editor_process import free_port, process_group, wait_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -56,7 +63,9 @@ def _user_settings(workspace: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def vscode_run(e2e_workspace: Path, artifacts_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def vscode_run(
+    e2e_workspace: Path, artifacts_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     timings: dict[str, float] = {}
     started = time.monotonic()
     if reason := node_problem():
@@ -104,7 +113,10 @@ def vscode_run(e2e_workspace: Path, artifacts_dir: Path, tmp_path_factory: pytes
         t0 = time.monotonic()
         driver = subprocess.run(
             ["node", str(CODE_SERVER_DIR / "drive_vscode.js"), json.dumps(config)],
-            capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, check=False,
+            capture_output=True,
+            text=True,
+            timeout=DRIVER_TIMEOUT_S,
+            check=False,
         )
         timings["drive"] = time.monotonic() - t0
     (out / "driver.log").write_text(driver.stderr)
