@@ -48,7 +48,8 @@ def run_neovim(file: Path, hover_word: str, expect_code: str) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     print(f"[neovim-e2e] nvim ran {elapsed:.2f} s, exit {proc.returncode}", file=sys.stderr)
     if proc.returncode != 0:
-        pytest.fail(f"nvim exited {proc.returncode}\nstdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}")
+        output = f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}"
+        pytest.fail(f"nvim exited {proc.returncode}\n{output}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"no JSON on stdout\nstdout: {proc.stdout!r}\nstderr: {proc.stderr[-4000:]}"
     result: dict[str, Any] = json.loads(lines[-1])
