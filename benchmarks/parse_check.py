@@ -61,15 +61,19 @@ def main() -> int:
         ("parse + check (analyze)", *measure(analyze, text, args.runs)),
         ("format", *measure(format_text, text, args.runs)),
     ]
-    print(f"{n_lines} lines, {len(analysis.document.walk())} statements, "
-          f"{len(analysis.diagnostics)} diagnostics, median of {args.runs} runs")
+    print(
+        f"{n_lines} lines, {len(analysis.document.walk())} statements, "
+        f"{len(analysis.diagnostics)} diagnostics, median of {args.runs} runs"
+    )
     print(f"{'step':<26}{'wall ms':>10}{'CPU ms':>10}")
     for name, wall, cpu in rows:
         print(f"{name:<26}{wall:>10.2f}{cpu:>10.2f}")
     _, wall, cpu = rows[1]
     verdict = "meets" if cpu < TARGET_MS else "MISSES"
-    print(f"target: parse + check under {TARGET_MS:.0f} ms -> {verdict} "
-          f"(CPU {cpu:.2f} ms, wall-clock {wall:.2f} ms; load average {_load()})")
+    print(
+        f"target: parse + check under {TARGET_MS:.0f} ms -> {verdict} "
+        f"(CPU {cpu:.2f} ms, wall-clock {wall:.2f} ms; load average {_load()})"
+    )
     return 0 if cpu < TARGET_MS else 1
 
 
