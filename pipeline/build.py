@@ -75,12 +75,18 @@ def sha256(text: str) -> str:
 
 def translate_file(tl_path: Path) -> Translated:
     """Check and translate one TL file. Raises BuildError (stage check / translate / read)."""
-    from tl_language import analyze
-
     try:
         text = tl_path.read_text()
     except OSError as exc:
         raise BuildError(stage="read", path=tl_path, message=f"cannot read: {exc.strerror}") from None
+    return translate_text(text, tl_path)
+
+
+def translate_text(text: str, tl_path: Path) -> Translated:
+    """Check and translate TL text that `tl_path` names (it need not exist: generated variants pass a bare
+    `NAME.tl`, so `#line` directives, and with them the compile cache key, do not depend on a temp dir)."""
+    from tl_language import analyze
+
     start = time.perf_counter()
     analysis = analyze(text)
     errors = [d for d in analysis.diagnostics if d.severity == Severity.ERROR]

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Run on the lent GPU machine, unattended: the GPU test suite, then the benchmark; logs go to $OUT.
+#
+#   bash benchmarks/run_on_device.sh [all|tests|bench] [extra args for benchmarks/attention.py]
+#
+# Needs the wheels in .whl/ (carry it): nvidia-cutlass (the CuTe headers), and pytest with its
+# dependencies for images without pytest. Everything lands in .cache/ (git-ignored, kept while the machine
+# stays warm): installed wheels in .cache/site, compiled kernels in .cache/kernels, so a second call
+# starts from a warm compile cache. The whole run keeps inside TL_DEVICE_BUDGET_S seconds (default 570:
+# one device command may run 600 s); each step has its own timeout, so nothing hangs.
+# Optional: TL_FA4_SITE=/dir with flash-attn-4 installed (`pip install --target`) enables the FA4 baseline.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+OUT="${OUT:-$ROOT/.device-out}"
+mkdir -p "$OUT"
+MODE="${1:-all}"
+shift || true
+BUDGET="${TL_DEVICE_BUDGET_S:-570}"
+START=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+log() { echo "[$(date +%H:%M:%S) +$(($(date +%s) - START))s] $*" | tee -a "$OUT/run.log"; }
+
+SITE="$ROOT/.cache/site"
+mkdir -p "$SITE" "$ROOT/.cache/kernels"
+export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export TL_CACHE_DIR="$ROOT/.cache/kernels"
+
+# Wheels: install each only when the image lacks the module (never shadow the image's own packages).
+install_if_missing() {  # module wheel-glob
+    if ! python3 -c "import $1" >/dev/null 2>&1; then
+        local whl
+        whl=$(ls "$ROOT"/.whl/$2 2>/dev/null | head -n1)
+        if [ -z "$whl" ]; then
+            log "missing: python module $1 and no wheel .whl/$2"
+            return 1
+        fi
+        timeout 120 python3 -m pip install --no-deps --no-index --target "$SITE" "$whl" >>"$OUT/pip.log" 2>&1 \
+            || { log "pip install $whl failed (see pip.log)"; return 1; }
+        log "installed $(basename "$whl")"
+    fi
+}
+install_if_missing cutlass_library 'nvidia_cutlass-*.whl'
+for pair in "pluggy pluggy-*.whl" "iniconfig iniconfig-*.whl" "packaging packaging-*.whl" "pytest pytest-*.whl"; do
+    # shellcheck disable=SC2086
+    install_if_missing $pair
+done
+if [ -n "${TL_FA4_SITE:-}" ] && [ -d "$TL_FA4_SITE" ]; then
+    # flash-attn-4's CuTe DSL registers itself through a .pth file, which only site.addsitedir reads.
+    printf 'import site\nsite.addsitedir(%s)\n' "'$TL_FA4_SITE'" >"$SITE/sitecustomize.py"
+fi
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    timeout 60 python3 - <<'EOF'
+import sys
+import torch, cuda.core, cuda.bindings
+from cuda.bindings import nvrtc
+from runner.toolchain import toolchain
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda.core", cuda.core.__version__,
+      "cuda.bindings", cuda.bindings.__version__, "nvrtc", nvrtc.nvrtcVersion()[1:])
+print(toolchain())
+EOF
+} >"$OUT/env.txt" 2>&1
+log "environment:"; cat "$OUT/env.txt" | tee -a "$OUT/run.log"
+
+TEST_STATUS="not run"
+if [ "$MODE" = all ] || [ "$MODE" = tests ]; then
+    T=$(( $(left) - 60 ))
+    [ "$MODE" = all ] && [ "$T" -gt 330 ] && T=330
+    log "GPU tests (timeout ${T}s)"
+    timeout --kill-after=10 "$T" python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -rfE \
+        --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu-tests.log"
+    rc=${PIPESTATUS[0]}
+    TEST_STATUS="exit $rc: $(grep -E '[0-9]+ (passed|failed|skipped|errors?)' "$OUT/gpu-tests.log" | tail -n1)"
+    [ "$rc" = 124 ] && TEST_STATUS="TIMED OUT after ${T}s; $TEST_STATUS"
+    log "GPU tests: $TEST_STATUS"
+fi
+
+BENCH_STATUS="not run"
+if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
+    T=$(( $(left) - 15 ))
+    if [ "$T" -lt 60 ]; then
+        BENCH_STATUS="skipped: only ${T}s left"
+    else
+        log "benchmark (timeout ${T}s, configurations started until $((T - 60))s)"
+        timeout --kill-after=10 "$T" python3 benchmarks/attention.py --json "$OUT/bench.json" \
+            --budget-s $((T - 60)) "$@" 2>&1 | tee "$OUT/bench.log"
+        rc=${PIPESTATUS[0]}
+        BENCH_STATUS="exit $rc"
+        [ "$rc" = 124 ] && BENCH_STATUS="TIMED OUT after ${T}s (partial JSON in bench.json)"
+    fi
+    log "benchmark: $BENCH_STATUS"
+fi
+
+echo
+echo "===== summary ($(head -n1 "$OUT/env.txt")) ====="
+grep -E "^compiled [0-9]+/" "$OUT/gpu-tests.log" 2>/dev/null | tail -n1
+echo "GPU tests: $TEST_STATUS"
+grep -E "^(FAILED|ERROR) " "$OUT/gpu-tests.log" 2>/dev/null | head -n 15
+echo "benchmark: $BENCH_STATUS"
+if [ -f "$OUT/bench.log" ]; then
+    sed -n '/^TFLOPS on/,$p' "$OUT/bench.log" | head -n 60
+fi
+echo "logs: $OUT (run.log env.txt gpu-tests.log gpu-junit.xml bench.log bench.json)"
