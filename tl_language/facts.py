@@ -90,8 +90,8 @@ def is_scalar_name(model: Model, name: str) -> bool:
 # ---- dimensions ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Dim:
+@dataclass(slots=True)
+class Dim:  # a value: never mutated (not frozen only because frozen __init__ is twice as slow)
     value: int | None
     text: str
 
@@ -102,9 +102,15 @@ class Dim:
 
 
 def dims(model: Model, shape: list[ast.Expr] | None) -> list[Dim] | None:
+    """The dimensions of a shape; cached per shape list (the model keeps every list alive)."""
     if shape is None:
         return None
-    return [Dim(model.evaluate(e), ast.expr_text(e)) for e in shape]
+    cache: dict[int, list[Dim]] = model.cache.setdefault("dims", {})  # type: ignore[assignment]
+    got = cache.get(id(shape))
+    if got is None:
+        got = [Dim(model.evaluate(e), ast.expr_text(e)) for e in shape]
+        cache[id(shape)] = got
+    return got
 
 
 def dim_eq(a: Dim, b: Dim) -> bool | None:
