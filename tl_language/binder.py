@@ -21,13 +21,14 @@ def _tensor(model: Model, ident: ast.Ident) -> Tensor:
 def build_model(doc: ast.Document) -> Model:
     model = Model()
     model.statements = doc.walk()
+    mask_seen = False  # like Target and Dtype, the first valid Mask applies (a second one is TL052)
     for stmt in model.statements:
         if isinstance(stmt, ast.KernelStmt) and stmt.name and model.kernel_name is None:
             model.kernel_name = stmt.name.name
         elif isinstance(stmt, ast.TargetStmt) and stmt.arch and not model.target_explicit:
-            t = gpu.target(stmt.arch.name)
-            if t is not None:
-                model.target, model.target_explicit = t, True
+            arch = gpu.target(stmt.arch.name)
+            if arch is not None:
+                model.target, model.target_explicit = arch, True
         elif isinstance(stmt, ast.DtypeStmt) and stmt.dtype and not model.dtype_explicit:
             if stmt.dtype.name.lower() in gpu.DTYPES:
                 model.dtype, model.dtype_explicit = stmt.dtype.name.lower(), True
@@ -36,8 +37,11 @@ def build_model(doc: ast.Document) -> Model:
             value = None if hole else model.evaluate(stmt.value)
             model.params[stmt.name.name] = Param(stmt.name.name, stmt.name, value, hole, stmt)
             model.is_sketch |= isinstance(stmt.value, ast.Hole)
-        elif isinstance(stmt, ast.MaskStmt) and stmt.kind:
+        elif isinstance(stmt, ast.MaskStmt) and stmt.kind and not mask_seen:
             kind = stmt.kind.name.lower()
+            if kind not in ("none", "causal", "window"):
+                continue  # TL053
+            mask_seen = True
             model.mask = kind
             if kind == "window" and len(stmt.args) == 2:
                 model.window = (model.evaluate(stmt.args[0]), model.evaluate(stmt.args[1]))
@@ -69,11 +73,11 @@ def build_model(doc: ast.Document) -> Model:
         elif isinstance(stmt, ast.ComputeStmt):
             _reference_args(model, stmt.args)
         elif isinstance(stmt, ast.ReshapeStmt) and stmt.name:
-            t = model.tensors.get(stmt.name.name)
-            if t is not None:
-                t.references.append(stmt.name.range)
+            reshaped = model.tensors.get(stmt.name.name)
+            if reshaped is not None:
+                reshaped.references.append(stmt.name.range)
                 if stmt.dst_layout:
-                    t.layout = stmt.dst_layout[0].name.upper()
+                    reshaped.layout = stmt.dst_layout[0].name.upper()
     return model
 
 

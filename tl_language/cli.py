@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import sys
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _optional_import(name: str) -> object | None:
+def _optional_import(name: str) -> types.ModuleType | None:
     """Import `name` if it exists; a ModuleNotFoundError for it (or a parent package) means skip."""
     try:
         return importlib.import_module(name)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from tl_language import syntax as ast
 from tl_language.checks._support import indent_of, insert_line_fix, lines_of
-from tl_language.diagnostics import Diagnostic, make
+from tl_language.diagnostics import Diagnostic, Fix, make
 from tl_language.facts import first_placement, is_scalar_name, levels_before
 from tl_language.model import Model
 from tl_language.ops import op
@@ -39,7 +39,7 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
             if "shared" in have:
                 allowed += " (only sm_90's wgmma reads operands from shared memory)"
             msg = f"GEMM operand `{e.name}` is in {where}; it must be in {allowed}"
-            fixes = ()
+            fixes: tuple[Fix, ...] = ()
             if "shared" in have:
                 if lines is None:
                     lines = lines_of(document)

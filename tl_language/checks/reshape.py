@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from tl_language import syntax as ast
 from tl_language.checks._support import indent_of, insert_line_fix, lines_of
-from tl_language.diagnostics import Diagnostic, make
+from tl_language.diagnostics import Diagnostic, Fix, make
 from tl_language.facts import LAYOUTS, layouts, levels_before
 from tl_language.model import Model
 from tl_language.ops import op
@@ -41,7 +41,7 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
             role = "A" if pos == 0 else "B"
             msg = (f"`{e.name}` is a GEMM accumulator (layout MMA_C) used as this GEMM's {role} operand "
                    f"without a Reshape to MMA_{role}")
-            fixes = ()
+            fixes: tuple[Fix, ...] = ()
             if pos == 0:
                 if lines is None:
                     lines = lines_of(document)
