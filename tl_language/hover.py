@@ -115,9 +115,9 @@ def _dtype_markdown(name: str) -> str:
     return f"**{name}** — {gpu.DTYPE_BYTES[name]} byte(s) per element; tensor cores on {', '.join(archs)}."
 
 
-def _tile(model: Model, tile: list[ast.Expr] | None) -> str:
+def _tile(model: Model, tile: list[ast.Expr] | None, computed: bool = False) -> str:
     if tile is None:
-        return "no tile yet"
+        return "shape from its Compute" if computed else "no tile yet"
     text = "(" + ", ".join(ast.expr_text(e) for e in tile) + ")"
     values = model.shape_values(tile)
     if values and all(v is not None for v in values) and text != "(" + ", ".join(map(str, values)) + ")":
@@ -130,7 +130,8 @@ def tensor_markdown(model: Model, name: str) -> str:
     lines = [f"**tensor** `{name}`", ""]
     for level, p in t.placements.items():
         dtype = "fp32" if level == "register" and is_accumulator(model, name) else model.dtype
-        row = f"- {level}: {_tile(model, p.tile)}, {dtype} (line {p.stmt.range.start.line + 1})"
+        computed = isinstance(p.stmt, ast.ComputeStmt)
+        row = f"- {level}: {_tile(model, p.tile, computed)}, {dtype} (line {p.stmt.range.start.line + 1})"
         n = bytes_per_block(model, name, level)
         if n is not None:
             row += f"; {n:,} bytes per block"

@@ -173,9 +173,12 @@ def register_estimate(model: Model) -> RegisterEstimate | None:
     for t in model.tensors.values():
         if not is_accumulator(model, t.name):
             continue
-        n = tile_elements(model, t.placements["register"].tile)
+        p = t.placements["register"]
+        if p.tile is None and isinstance(p.stmt, ast.ComputeStmt):
+            continue  # a Compute result without an Allocate (a row statistic, a P tile): not counted
+        n = tile_elements(model, p.tile)
         if n is None:
-            return None
+            return None  # an allocated accumulator of unknown size (a sketch)
         acc_elems += n
     mma = model.target.mma.get(model.dtype)
     in_bytes = gpu.DTYPE_BYTES.get(model.dtype, 2)
