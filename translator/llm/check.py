@@ -72,14 +72,73 @@ def translate_stage(analysis: Analysis) -> list[Diagnostic]:
     return []
 
 
-def available_stages() -> dict[str, bool]:
-    out = {}
+_TL_NAME = "generated.tl"
+
+
+def _line_range(line_1based: int, text: str) -> Range:
+    lines = text.split("\n")
+    n = max(0, min(line_1based - 1, len(lines) - 1))
+    return Range.of(n, 0, len(lines[n]) if lines else 0)
+
+
+def compile_stage(analysis: Analysis) -> list[Diagnostic]:
+    """TL502 for each NVRTC error, on the TL line the `#line` directives name (line 1 when none does).
+
+    Slow (a CuTe attention kernel takes tens of seconds), so the CLI runs it only with --compile."""
+    from runner.compile import CompileError, compile_source
+    from translator import TranslateError, translate
+
     try:
-        mod = importlib.import_module("translator")
-        out["translate"] = hasattr(mod, "translate")
-    except ImportError:
-        out["translate"] = False
-    return out
+        t = translate(analysis, tl_path=_TL_NAME)
+    except TranslateError as e:
+        return list(e.diagnostics)
+    try:
+        compile_source(
+            t.source, arch=t.launch.arch, name="generated.cu", source_map=t.source_map, tl_file=_TL_NAME
+        )
+    except CompileError as e:
+        out = []
+        for r in e.errors[:10]:
+            line = r.line if r.file.endswith(".tl") else 1
+            out.append(make("TL502", _line_range(line, analysis.text), f"CUDA compile error: {r.message}"))
+        return out or [make("TL502", _whole_file(), f"CUDA compile error: {e.message}")]
+    return []
+
+
+def verify_stage(analysis: Analysis) -> list[Diagnostic]:
+    """TL503 when the kernel's output differs from the float32 reference on the GPU (needs a device)."""
+    from runner.compile import compile_source
+    from runner.launch import NoDeviceError, load, require_device
+    from runner.verify import Shape, verify
+    from translator import TranslateError, translate
+
+    try:
+        device_arch = require_device()
+    except NoDeviceError as e:
+        raise ImportError(f"no CUDA device ({e})") from None
+    try:
+        t = translate(analysis, tl_path=_TL_NAME)
+    except TranslateError as e:
+        return list(e.diagnostics)
+    compiled = compile_source(
+        t.source,
+        arch=t.launch.arch,
+        device_arch=device_arch,
+        name="generated.cu",
+        source_map=t.source_map,
+        tl_file=_TL_NAME,
+    )
+    spec = t.launch
+    heads = max(4, spec.group or 1)
+    result = verify(
+        load(compiled, spec), Shape(1, heads, heads // spec.group if spec.group else heads, 513, 513)
+    )
+    if result.passed:
+        return []
+    failures = "; ".join(f for c in result.cases for f in c.failures)
+    return [
+        make("TL503", _whole_file(), f"verification against the float32 reference failed: {failures}"[:400])
+    ]
 
 
 def check(
@@ -98,8 +157,11 @@ def check(
     for name, stage in stages or []:
         try:
             extra = stage(analysis)
-        except ImportError as e:
+        except ImportError as e:  # the translator or runner is absent, or there is no GPU
             result.skipped.append(f"{name}: {e}")
+            continue
+        except Exception as e:  # a tool that breaks must not break the repair loop
+            result.skipped.append(f"{name}: could not run ({type(e).__name__}: {e})"[:300])
             continue
         result.diagnostics.extend(extra)
         if any(d.severity == Severity.ERROR for d in extra):
@@ -107,5 +169,15 @@ def check(
     return result
 
 
-def default_stages(*, translate: bool = True) -> list[tuple[str, Stage]]:
-    return [("translate", translate_stage)] if translate else []
+def default_stages(
+    *, translate: bool = True, compile: bool = False, verify: bool = False
+) -> list[tuple[str, Stage]]:
+    """The later levels to run, cheapest first. A level whose tools are absent is skipped and named."""
+    out: list[tuple[str, Stage]] = []
+    if translate:
+        out.append(("translate", translate_stage))
+    if compile:
+        out.append(("compile", compile_stage))
+    if verify:
+        out.append(("verify", verify_stage))
+    return out

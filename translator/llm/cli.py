@@ -43,6 +43,7 @@ def register(subparsers: Any) -> None:
     g.add_argument(
         "--shape", default=None, metavar="B,H,Sq,Sk", help="problem shape the planner optimises for"
     )
+    _feedback_flags(g)
     g.set_defaults(func=cmd_generate)
 
     c = subparsers.add_parser(
@@ -56,6 +57,7 @@ def register(subparsers: Any) -> None:
     c.add_argument(
         "--shape", default=None, metavar="B,H,Sq,Sk", help="problem shape the planner optimises for"
     )
+    _feedback_flags(c)
     c.set_defaults(func=cmd_complete)
 
     t = subparsers.add_parser(
@@ -69,6 +71,25 @@ def register(subparsers: Any) -> None:
     t.add_argument("--top", type=int, default=4, help="candidates to measure (default 4)")
     t.add_argument("--yes", action="store_true", help="write the best back without asking")
     t.set_defaults(func=cmd_tune)
+
+
+def _feedback_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also compile each valid answer through NVRTC and feed errors back (slow: ~20 s each)",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also verify each valid answer on the GPU and feed mismatches back (needs a device)",
+    )
+
+
+def _stages(args: argparse.Namespace) -> Any:
+    from translator.llm.check import default_stages
+
+    return default_stages(compile=args.compile, verify=args.verify)
 
 
 def _read(path: Path) -> str | None:
@@ -142,6 +163,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             settings=settings,
             rounds=max(0, args.rounds),
             on_progress=lambda m: _err(f"tl generate: {m}"),
+            stages=_stages(args),
             shape=shape,
         )
     except LlmError as e:
@@ -188,6 +210,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
             use_llm=args.llm,
             shape=shape,
             on_progress=lambda m: _err(f"tl complete: {m}"),
+            stages=_stages(args),
         )
     except LlmError as e:
         _err(f"tl complete: {e}")

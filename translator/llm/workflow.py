@@ -173,9 +173,9 @@ def generate(
     """Request → sketch → code. Offline (planner + template) when `settings` is None or not configured."""
     progress = on_progress or _noop
     req = parse_request(request, arch=target)
-    if settings is None or not settings.configured:
-        return _generate_offline(req, progress, shape)
     stages = default_stages() if stages is None else stages
+    if settings is None or not settings.configured:
+        return _generate_offline(req, progress, shape, stages)
     client = ChatClient(settings)
     system = _system(req.arch, req)
     sketch_example = prompts.sketch_example(render_sketch(req))
@@ -233,11 +233,13 @@ def generate(
     )
 
 
-def _generate_offline(req: Request, progress: Progress, shape: planner.Shape | None) -> GenerateResult:
+def _generate_offline(
+    req: Request, progress: Progress, shape: planner.Shape | None, stages: list[tuple[str, Stage]]
+) -> GenerateResult:
     progress("offline generator: template + planner (no LLM endpoint configured)")
     sketch = render_sketch(req)
     filled = planner.fill(sketch, shape=shape)
-    checked = check(filled.text, stages=default_stages())
+    checked = check(filled.text, stages=stages)
     notes = [
         "offline generator: built from the template of the bundled examples and filled by the planner "
         "(" + NOT_CONFIGURED + ")"

@@ -7,6 +7,7 @@ import pytest
 
 from tl_language import analyze, gpu
 from tl_language.diagnostics import Severity
+from translator import make_plan
 from translator.llm.request import Request
 from translator.llm.template import render_sketch
 from translator.planner import fill_analysis, plan_candidates
@@ -53,6 +54,9 @@ def test_every_candidate_respects_the_limits(arch: str, d: int, dtype: str, mask
             if x.severity == Severity.ERROR or x.code in ("TL303", "TL304", "TL450", "TL451")
         ]
         assert bad == [], (c.summary(), [(x.code, x.message) for x in bad])
+        # …and the translator plans it (its own tile and copy rules: TL501 otherwise).
+        after = analyze(filled.text)
+        make_plan(after.model, after.text)
 
 
 def test_unsupported_dtype_gives_no_candidate_and_says_why() -> None:
