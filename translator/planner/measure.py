@@ -127,3 +127,32 @@ def measure(
             f"→ {m.tflops if m.tflops is None else round(m.tflops, 1)} TFLOPS"
         )
     return out
+
+
+def ranks(values: list[float]) -> list[float]:
+    """1-based ranks, largest first; ties share their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman's rank correlation of two equally long samples (None with fewer than 2 or no spread)."""
+    if len(a) != len(b) or len(a) < 2:
+        return None
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    va = sum((x - ma) ** 2 for x in ra)
+    vb = sum((y - mb) ** 2 for y in rb)
+    if va == 0 or vb == 0:
+        return None
+    return cov / (va * vb) ** 0.5
