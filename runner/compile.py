@@ -8,12 +8,16 @@ file/line point into the TL file when the source carries `#line` directives.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runner.cache import KernelCache, cache_key
@@ -233,13 +237,18 @@ def _run_job(job: CompileJob) -> CompiledKernel | CompileError:
         return err
 
 
+WORKER_TIMEOUT_S = 900  # one NVRTC compile; a CuTe attention kernel takes 20–60 s
+
+
 def compile_many(
     jobs: Iterable[CompileJob], *, max_workers: int | None = None
 ) -> list[CompiledKernel | CompileError]:
     """Compile every job, in parallel processes; results in job order, failures as `CompileError` values.
 
-    Cache hits are answered in this process, so a warm rebuild starts no workers. Workers are spawned
-    (not forked): the caller may already hold a CUDA context, which a forked child must not inherit.
+    Cache hits are answered in this process, so a warm rebuild starts no workers. Each miss runs in a
+    fresh `python -m runner.compile_worker` (threads would not help: NVRTC serialises them). Fresh
+    interpreters rather than multiprocessing: forking a process that holds a CUDA context or torch's
+    threads is unsafe, and spawn re-imports the caller's `__main__`, which breaks unguarded scripts.
     """
     jobs = list(jobs)
     results: list[CompiledKernel | CompileError | None] = [None] * len(jobs)
@@ -253,14 +262,52 @@ def compile_many(
             results[i] = _run_job(job)  # a cache hit: cheap
         else:
             pending.append(i)
-    if pending:
+    if len(pending) == 1 or (max_workers or os.cpu_count() or 1) == 1:
+        for i in pending:
+            results[i] = _run_job(jobs[i])
+    elif pending:
         workers = min(len(pending), max_workers or os.cpu_count() or 1)
-        if workers == 1:
-            for i in pending:
-                results[i] = _run_job(jobs[i])
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                for i, result in zip(pending, pool.map(_run_job, [jobs[i] for i in pending]), strict=True):
-                    results[i] = result
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for i, result in zip(
+                pending, pool.map(_run_in_subprocess, [jobs[i] for i in pending]), strict=True
+            ):
+                results[i] = result
     return [r for r in results if r is not None]
+
+
+def _run_in_subprocess(job: CompileJob) -> CompiledKernel | CompileError:
+    # The child must import this very `runner` package, however the parent found it (installed,
+    # PYTHONPATH, or pytest's rootdir on sys.path).
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    # The result travels through a file, not stdout: nothing a library prints can corrupt it.
+    with tempfile.TemporaryDirectory(prefix="tl-compile-") as tmp:
+        out = Path(tmp) / "result.pickle"
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "runner.compile_worker", str(out)],
+                input=pickle.dumps(job),
+                capture_output=True,
+                env=env,
+                timeout=WORKER_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return _worker_failure(job, f"the compile did not finish within {WORKER_TIMEOUT_S} s")
+        if proc.returncode != 0 or not out.exists():
+            stderr = proc.stderr.decode(errors="replace")[-2000:]
+            return _worker_failure(job, f"the compile worker exited with {proc.returncode}: {stderr}")
+        result = pickle.loads(out.read_bytes())
+    if not isinstance(result, (CompiledKernel, CompileError)):
+        return _worker_failure(job, f"the compile worker answered {type(result).__name__}")
+    return result
+
+
+def _worker_failure(job: CompileJob, message: str) -> CompileError:
+    return CompileError(
+        message=f"{job.name}: {message}",
+        log=message,
+        options={"arch": job.arch},
+        records=[],
+        source_name=job.name,
+    )
