@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,14 @@ EXAMPLE_FILE = "mha_fwd.tl"
 HOVER_WORD = "Softmax"
 FIX_TITLE = "Reshape"
 DRIVER_TIMEOUT_S = 300
+BROKEN_PYTHON = "/nonexistent/tl-e2e/python3"
 
 
 def _log(message: str) -> None:
     print(f"[vscode-e2e] {message}", file=sys.stderr, flush=True)
 
 
-def _user_settings(workspace: Path) -> dict[str, Any]:
+def _user_settings() -> dict[str, Any]:
     command = server_command()
     return {
         "security.workspace.trust.enabled": False,
@@ -62,53 +64,68 @@ def _user_settings(workspace: Path) -> dict[str, Any]:
     }
 
 
+@dataclass
+class VsCodeTools:
+    vsix: Path
+    chromium: str
+    out: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+
 @pytest.fixture(scope="module")
-def vscode_run(
-    e2e_workspace: Path, artifacts_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
+def vscode_tools(artifacts_dir: Path) -> VsCodeTools:
+    """Installs (or finds cached) chromium, the .vsix and code-server; skips with the reason if impossible."""
     timings: dict[str, float] = {}
-    started = time.monotonic()
     if reason := node_problem():
         unavailable(reason)
     try:
+        t0 = time.monotonic()
         if reason := ensure_apt(["chromium", "rg", "krb5-config"]):
             unavailable(reason)
-        timings["apt"] = time.monotonic() - started
+        timings["apt"] = time.monotonic() - t0
+        t0 = time.monotonic()
         vsix = ensure_vsix()
-        timings["vsix"] = time.monotonic() - started - sum(timings.values())
+        timings["vsix"] = time.monotonic() - t0
+        t0 = time.monotonic()
         ensure_code_server()
-        timings["code-server install"] = time.monotonic() - started - sum(timings.values())
+        timings["code-server install"] = time.monotonic() - t0
     except (InstallError, subprocess.TimeoutExpired) as error:
         unavailable(f"could not install the VS Code test tools: {error}")
     chromium = shutil.which("chromium")
     assert chromium is not None
-
     out = artifacts_dir / "vscode"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    home = tmp_path_factory.mktemp("code-server")
+    return VsCodeTools(vsix, chromium, out, timings)
+
+
+def drive_code_server(
+    tools: VsCodeTools, workspace: Path, home: Path, settings: dict[str, Any], scenario: str
+) -> dict[str, Any]:
+    """A fresh code-server with the .vsix and `settings`, driven through `scenario`; the driver's RESULT."""
+    timings = tools.timings
     user_data, extensions = home / "user-data", home / "extensions"
     (user_data / "User").mkdir(parents=True)
-    (user_data / "User" / "settings.json").write_text(json.dumps(_user_settings(e2e_workspace), indent=2))
-
+    (user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
     base = [str(CODE_SERVER_BIN), "--user-data-dir", str(user_data), "--extensions-dir", str(extensions)]
     t0 = time.monotonic()
-    subprocess.run([*base, "--install-extension", str(vsix)], check=True, capture_output=True, timeout=120)
-    timings["install vsix"] = time.monotonic() - t0
+    install = [*base, "--install-extension", str(tools.vsix)]
+    subprocess.run(install, check=True, capture_output=True, timeout=120)
+    timings[f"{scenario}: install vsix"] = time.monotonic() - t0
 
     port = free_port()
     cmd = [*base, "--auth", "none", "--bind-addr", f"127.0.0.1:{port}", "--disable-telemetry",
-           "--disable-update-check", "--disable-workspace-trust", str(e2e_workspace)]  # fmt: skip
-    with process_group(cmd, out / "code-server.log") as proc:
+           "--disable-update-check", "--disable-workspace-trust", str(workspace)]  # fmt: skip
+    with process_group(cmd, tools.out / f"code-server-{scenario}.log") as proc:
         t0 = time.monotonic()
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60, proc=proc)
-        timings["code-server start"] = time.monotonic() - t0
+        timings[f"{scenario}: code-server start"] = time.monotonic() - t0
         config = {
-            "url": f"http://127.0.0.1:{port}", "chromium": chromium, "artifacts": str(out),
-            "workspace": str(e2e_workspace), "errorFile": ERROR_FILE, "exampleFile": EXAMPLE_FILE,
-            "expectCode": ERROR_CODE, "hoverWord": HOVER_WORD, "fixTitle": FIX_TITLE,
-            "stepTimeoutMs": 60000, "generateTimeoutMs": 120000,
+            "scenario": scenario, "url": f"http://127.0.0.1:{port}", "chromium": tools.chromium,
+            "artifacts": str(tools.out), "workspace": str(workspace), "errorFile": ERROR_FILE,
+            "exampleFile": EXAMPLE_FILE, "expectCode": ERROR_CODE, "hoverWord": HOVER_WORD,
+            "fixTitle": FIX_TITLE, "stepTimeoutMs": 60000, "generateTimeoutMs": 120000,
         }  # fmt: skip
         t0 = time.monotonic()
         driver = subprocess.run(
@@ -118,22 +135,37 @@ def vscode_run(
             timeout=DRIVER_TIMEOUT_S,
             check=False,
         )
-        timings["drive"] = time.monotonic() - t0
-    (out / "driver.log").write_text(driver.stderr)
+        timings[f"{scenario}: drive"] = time.monotonic() - t0
+    (tools.out / f"driver-{scenario}.log").write_text(driver.stderr)
     # The extension host's logs hold the server's stderr and the LSP trace: keep them beside the screenshots.
-    logs = user_data / "logs"
-    if logs.exists():
-        shutil.copytree(logs, out / "logs", dirs_exist_ok=True)
+    if (user_data / "logs").exists():
+        shutil.copytree(user_data / "logs", tools.out / f"logs-{scenario}", dirs_exist_ok=True)
     lines = [ln for ln in driver.stdout.splitlines() if ln.startswith("RESULT ")]
     if not lines:
         pytest.fail(f"driver printed no RESULT (exit {driver.returncode}):\n{driver.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
-    timings["total"] = time.monotonic() - started
-    result["timings"] = timings
-    (out / "result.json").write_text(json.dumps(result, indent=2))
-    _log(f"artefacts (screenshots, logs, result.json) in {out}")
+    result["timings"] = dict(timings)
+    (tools.out / f"result-{scenario}.json").write_text(json.dumps(result, indent=2))
+    _log(f"{scenario}: artefacts (screenshots, logs, result-{scenario}.json) in {tools.out}")
     _log("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     return result
+
+
+@pytest.fixture(scope="module")
+def vscode_run(
+    vscode_tools: VsCodeTools, e2e_workspace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("code-server")
+    return drive_code_server(vscode_tools, e2e_workspace, home, _user_settings(), "features")
+
+
+@pytest.fixture(scope="module")
+def vscode_start_failure(
+    vscode_tools: VsCodeTools, e2e_workspace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("code-server-broken")
+    settings = {**_user_settings(), "tl.server.python": BROKEN_PYTHON}
+    return drive_code_server(vscode_tools, e2e_workspace, home, settings, "startFailure")
 
 
 def _step(run: dict[str, Any], name: str) -> dict[str, Any]:
@@ -181,6 +213,13 @@ def test_generate_cuda_opens_cu_file(vscode_run: dict[str, Any], e2e_workspace: 
     generated = e2e_workspace / step["tab"]
     assert generated.exists(), sorted(p.name for p in e2e_workspace.iterdir())
     assert "#include" in step["head"] or "cute" in step["head"], step["head"]
+
+
+def test_server_start_failure_is_reported(vscode_start_failure: dict[str, Any]) -> None:
+    text = _step(vscode_start_failure, "startFailure")["text"]
+    assert f"{BROKEN_PYTHON} -m tl_language.cli lsp" in text, text
+    assert "ENOENT" in text, text
+    assert "tl.server.python" in text, text
 
 
 def test_screenshots_saved(vscode_run: dict[str, Any]) -> None:

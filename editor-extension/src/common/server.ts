@@ -129,11 +129,12 @@ export class ServerManager implements vscode.Disposable {
 async function reportStartFailure(launch: ServerLaunch, error: unknown): Promise<void> {
   const reason = describeError(error);
   traceError(`Could not start ${SERVER_NAME} with \`${describeLaunch(launch)}\``, error);
-  const hint =
-    reason.includes("ENOENT")
-      ? " The program was not found: install the `tl-attention` package (pip install 'tl-attention[server]')" +
-        " or set `tl.server.python` / `tl.server.command`."
-      : " See the output channel for the server's stderr.";
+  const hint = !reason.includes("ENOENT")
+    ? " See the output channel for the server's stderr."
+    : launch.setting === "tl.server.python"
+      ? " The interpreter was not found: check `tl.server.python`."
+      : " The program was not found: install the `tl-attention` package (pip install 'tl-attention[server]')" +
+        " or set `tl.server.python` to an interpreter that has it.";
   await showFailure(`${SERVER_NAME} could not start. Command: \`${describeLaunch(launch)}\`. Error: ${reason}.${hint}`);
 }
 

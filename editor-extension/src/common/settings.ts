@@ -8,6 +8,8 @@ export interface ServerLaunch {
   args: string[];
   env: Record<string, string>;
   cwd: string | undefined;
+  /** Which setting chose the program: named in the error message when it cannot start. */
+  setting: "tl.server.python" | "tl.server.command";
 }
 
 /** Settings whose change means the server process must be restarted. */
@@ -25,10 +27,10 @@ export function readServerLaunch(): ServerLaunch {
   const env = config.get<Record<string, string>>("server.env", {});
 
   if (python !== "") {
-    return { command: python, args: ["-m", module, "lsp"], env, cwd: folder };
+    return { command: python, args: ["-m", module, "lsp"], env, cwd: folder, setting: "tl.server.python" };
   }
   const [program, ...args] = command.length > 0 ? command : ["tl", "lsp"];
-  return { command: program, args, env, cwd: folder };
+  return { command: program, args, env, cwd: folder, setting: "tl.server.command" };
 }
 
 export function describeLaunch(launch: ServerLaunch): string {

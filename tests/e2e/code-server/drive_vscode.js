@@ -124,99 +124,124 @@ async function main() {
   page.setDefaultTimeout(STEP_TIMEOUT_MS);
 
   try {
-    await step(page, "workbench", async () => {
-      await page.goto(`${config.url}/?folder=${encodeURIComponent(config.workspace)}`);
-      await page.locator(".monaco-workbench").waitFor({ timeout: STEP_TIMEOUT_MS });
-      await page.locator(".explorer-folders-view, .explorer-viewlet").first().waitFor({ timeout: STEP_TIMEOUT_MS });
-      return {};
-    });
-
-    await step(page, "diagnostics", async () => {
-      await openFile(page, config.errorFile);
-      await page.locator(".editor-instance .monaco-editor .squiggly-error").first()
-        .waitFor({ timeout: STEP_TIMEOUT_MS });
-      const squiggles = await page.locator(".editor-instance .monaco-editor .squiggly-error").count();
-      await openProblems(page);
-      const rows = await waitFor(async () => {
-        const texts = await problemRows(page);
-        return texts.some((t) => t.includes(config.expectCode)) ? texts : null;
-      }, `a Problems row with ${config.expectCode}`);
-      await screenshot(page, "01-diagnostics");
-      return { squiggles, problems: rows };
-    });
-
-    await step(page, "statusBar", async () => {
-      const item = page.locator(".statusbar-item", { hasText: "TL " }).first();
-      await item.waitFor({ timeout: STEP_TIMEOUT_MS });
-      return { text: await item.innerText() };
-    });
-
-    await step(page, "hover", async () => {
-      const word = token(page, config.hoverWord);
-      await word.waitFor({ timeout: STEP_TIMEOUT_MS });
-      // Move away first so a hover that is already open cannot satisfy the wait.
-      await page.mouse.move(5, 5);
-      await word.hover();
-      // Several hover widgets exist (most of them hidden): read the visible one.
-      const hover = page.locator(".monaco-hover-content:visible").first();
-      await hover.waitFor({ state: "visible", timeout: STEP_TIMEOUT_MS });
-      const text = await waitFor(async () => {
-        const t = (await page.locator(".monaco-hover-content:visible").allInnerTexts()).join("\n").trim();
-        return t.length > 0 ? t : null;
-      }, "hover text");
-      await screenshot(page, "02-hover");
-      await page.keyboard.press("Escape");
-      return { word: config.hoverWord, text };
-    });
-
-    await step(page, "quickFix", async () => {
-      const before = await editorText(page);
-      // Put the cursor on the first problem, close the peek widget, then ask for code actions.
-      await page.locator(".editor-instance .monaco-editor .view-lines").first().click();
-      await runCommand(page, "Go to Next Problem in Files (Error, Warning, Info)");
-      await page.waitForTimeout(500);
-      await page.keyboard.press("Escape");
-      await page.keyboard.press("Control+.");
-      const action = page.locator(".action-widget .monaco-list-row", { hasText: config.fixTitle }).first();
-      await action.waitFor({ state: "visible", timeout: STEP_TIMEOUT_MS });
-      const offered = await page.locator(".action-widget .monaco-list-row").allInnerTexts();
-      await screenshot(page, "03-quick-fix-menu");
-      // The menu keeps focus and a pointer-blocking overlay: choose with the keyboard, not a click.
-      for (let i = 0; i < offered.length; i++) {
-        const focused = page.locator(".action-widget .monaco-list-row.focused");
-        if ((await focused.count()) > 0 && (await focused.first().innerText()).includes(config.fixTitle)) {
-          break;
-        }
-        await page.keyboard.press("ArrowDown");
-      }
-      await page.keyboard.press("Enter");
-      await waitFor(async () => {
-        const texts = await problemRows(page);
-        return texts.every((t) => !t.includes(config.expectCode)) ? true : null;
-      }, `the ${config.expectCode} problem to disappear`);
-      const after = await editorText(page);
-      const squiggles = await page.locator(".editor-instance .monaco-editor .squiggly-error").count();
-      await screenshot(page, "04-quick-fix-applied");
-      return { offered, before, after, squigglesAfter: squiggles, problemsAfter: await problemRows(page) };
-    });
-
-    await step(page, "generateCuda", async () => {
-      await openFile(page, config.exampleFile);
-      await runCommand(page, "TL: Generate CUDA");
-      const tab = page.locator(".tabs-container .tab.active", { hasText: ".cu" }).first();
-      await tab.waitFor({ timeout: config.generateTimeoutMs ?? STEP_TIMEOUT_MS });
-      const text = await waitFor(async () => {
-        const t = await editorText(page);
-        return t.length > 0 ? t : null;
-      }, "the .cu editor's text");
-      await screenshot(page, "05-generate-cuda");
-      return { tab: (await tab.innerText()).trim(), head: text.slice(0, 2000) };
-    });
+    if (config.scenario === "startFailure") {
+      await startFailure(page);
+    } else {
+      await features(page);
+    }
   } finally {
     // launch() gave the browser a fresh temporary profile; close() removes it.
     await browser.close();
     process.stdout.write(`RESULT ${JSON.stringify(result)}\n`);
   }
+}
+
+async function openWorkbench(page) {
+  await step(page, "workbench", async () => {
+    await page.goto(`${config.url}/?folder=${encodeURIComponent(config.workspace)}`);
+    await page.locator(".monaco-workbench").waitFor({ timeout: STEP_TIMEOUT_MS });
+    await page.locator(".explorer-folders-view, .explorer-viewlet").first().waitFor({ timeout: STEP_TIMEOUT_MS });
+    return {};
+  });
+}
+
+/** code-server was started with a server command that cannot run: the user must be told which and why. */
+async function startFailure(page) {
+  await openWorkbench(page);
+  await step(page, "startFailure", async () => {
+    await openFile(page, config.errorFile);
+    const toast = page.locator(".notifications-toasts .notification-toast", { hasText: "could not start" }).first();
+    await toast.waitFor({ timeout: STEP_TIMEOUT_MS });
+    const text = (await toast.innerText()).replace(/\u00a0/g, " ");
+    await screenshot(page, "06-server-start-failure");
+    return { text };
+  });
+}
+
+/** The user-facing features, in one session: diagnostics, status bar, hover, quick fix, Generate CUDA. */
+async function features(page) {
+  await openWorkbench(page);
+  await step(page, "diagnostics", async () => {
+    await openFile(page, config.errorFile);
+    await page.locator(".editor-instance .monaco-editor .squiggly-error").first()
+      .waitFor({ timeout: STEP_TIMEOUT_MS });
+    const squiggles = await page.locator(".editor-instance .monaco-editor .squiggly-error").count();
+    await openProblems(page);
+    const rows = await waitFor(async () => {
+      const texts = await problemRows(page);
+      return texts.some((t) => t.includes(config.expectCode)) ? texts : null;
+    }, `a Problems row with ${config.expectCode}`);
+    await screenshot(page, "01-diagnostics");
+    return { squiggles, problems: rows };
+  });
+
+  await step(page, "statusBar", async () => {
+    const item = page.locator(".statusbar-item", { hasText: "TL " }).first();
+    await item.waitFor({ timeout: STEP_TIMEOUT_MS });
+    return { text: await item.innerText() };
+  });
+
+  await step(page, "hover", async () => {
+    const word = token(page, config.hoverWord);
+    await word.waitFor({ timeout: STEP_TIMEOUT_MS });
+    // Move away first so a hover that is already open cannot satisfy the wait.
+    await page.mouse.move(5, 5);
+    await word.hover();
+    // Several hover widgets exist (most of them hidden): read the visible one.
+    const hover = page.locator(".monaco-hover-content:visible").first();
+    await hover.waitFor({ state: "visible", timeout: STEP_TIMEOUT_MS });
+    const text = await waitFor(async () => {
+      const t = (await page.locator(".monaco-hover-content:visible").allInnerTexts()).join("\n").trim();
+      return t.length > 0 ? t : null;
+    }, "hover text");
+    await screenshot(page, "02-hover");
+    await page.keyboard.press("Escape");
+    return { word: config.hoverWord, text };
+  });
+
+  await step(page, "quickFix", async () => {
+    const before = await editorText(page);
+    // Put the cursor on the first problem, close the peek widget, then ask for code actions.
+    await page.locator(".editor-instance .monaco-editor .view-lines").first().click();
+    await runCommand(page, "Go to Next Problem in Files (Error, Warning, Info)");
+    await page.waitForTimeout(500);
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("Control+.");
+    const action = page.locator(".action-widget .monaco-list-row", { hasText: config.fixTitle }).first();
+    await action.waitFor({ state: "visible", timeout: STEP_TIMEOUT_MS });
+    const offered = await page.locator(".action-widget .monaco-list-row").allInnerTexts();
+    await screenshot(page, "03-quick-fix-menu");
+    // The menu keeps focus and a pointer-blocking overlay: choose with the keyboard, not a click.
+    for (let i = 0; i < offered.length; i++) {
+      const focused = page.locator(".action-widget .monaco-list-row.focused");
+      if ((await focused.count()) > 0 && (await focused.first().innerText()).includes(config.fixTitle)) {
+        break;
+      }
+      await page.keyboard.press("ArrowDown");
+    }
+    await page.keyboard.press("Enter");
+    await waitFor(async () => {
+      const texts = await problemRows(page);
+      return texts.every((t) => !t.includes(config.expectCode)) ? true : null;
+    }, `the ${config.expectCode} problem to disappear`);
+    const after = await editorText(page);
+    const squiggles = await page.locator(".editor-instance .monaco-editor .squiggly-error").count();
+    await screenshot(page, "04-quick-fix-applied");
+    return { offered, before, after, squigglesAfter: squiggles, problemsAfter: await problemRows(page) };
+  });
+
+  await step(page, "generateCuda", async () => {
+    await openFile(page, config.exampleFile);
+    await runCommand(page, "TL: Generate CUDA");
+    const tab = page.locator(".tabs-container .tab.active", { hasText: ".cu" }).first();
+    await tab.waitFor({ timeout: config.generateTimeoutMs ?? STEP_TIMEOUT_MS });
+    const text = await waitFor(async () => {
+      const t = await editorText(page);
+      return t.length > 0 ? t : null;
+    }, "the .cu editor's text");
+    await screenshot(page, "05-generate-cuda");
+    return { tab: (await tab.innerText()).trim(), head: text.slice(0, 2000) };
+  });
 }
 
 main().catch((error) => {
