@@ -10,7 +10,6 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from server import generated
 from server.app import TLServer  # at run time: pygls reads the command handlers' type hints
 from server.documents import Doc
 from server.features.formatting import format_edits
@@ -59,47 +58,45 @@ def _doc(ls: TLServer, args: tuple[Any, ...]) -> Doc | None:
 
 
 async def generate_cuda(ls: TLServer, doc: Doc) -> dict[str, Any]:
-    analysis = doc.analysis(ls.settings.target)
-    if analysis.has_errors:
-        n = sum(1 for d in analysis.diagnostics if int(d.severity) == 1)
-        ls.notify_user(f"TL: fix the {n} error(s) before generating CUDA", lsp.MessageType.Warning)
-        return {"status": "failed", "message": f"{n} errors"}
+    """Translate like `tl build` and write FILE.cu + FILE.launch.json beside FILE.tl; a FILE.cu edited by
+    hand since it was generated is only overwritten if the user says so (pipeline.build's protection)."""
     path = uri_path(doc.uri)
     if path is None:
         ls.notify_user("TL: Generate CUDA needs a file on disk (file:// URI)", lsp.MessageType.Error)
         return {"status": "failed", "message": "not a file URI"}
     try:
-        import translator
-
-        translate, error_type = translator.translate, translator.TranslateError
-    except (ImportError, AttributeError) as exc:
-        ls.notify_user(f"TL: Generate CUDA unavailable: translator ({exc})", lsp.MessageType.Warning)
-        return {"status": "unavailable", "message": f"unavailable: translator ({exc})"}
+        from pipeline.build import BuildError, edited_by_hand, translate_text, write_outputs
+    except ImportError as exc:
+        ls.notify_user(f"TL: Generate CUDA unavailable: pipeline.build ({exc})", lsp.MessageType.Warning)
+        return {"status": "unavailable", "message": f"unavailable: pipeline.build ({exc})"}
     try:
-        translation = await asyncio.to_thread(translate, analysis, tl_path=path)
-    except error_type as err:
-        msgs = "; ".join(d.message for d in getattr(err, "diagnostics", []))[:300]
-        ls.notify_user(f"TL: the translator rejected the document: {msgs}", lsp.MessageType.Error)
-        return {"status": "failed", "message": msgs}
-    cu = Path(path).with_suffix(".cu")
-    text = generated.stamp(translation.source)
-    state = generated.state(cu, text)
-    if state == "edited":
-        cu = await _ask_overwrite(ls, cu)
-        if cu is None:
-            return {"status": "cancelled", "message": "kept the edited file"}
-    if state != "same":
-        cu.write_text(text)
-        spec = getattr(translation, "launch", None)
-        if spec is not None and hasattr(spec, "to_json"):
-            cu.with_suffix(".launch.json").write_text(spec.to_json() + "\n")
-    cu_uri = cu.resolve().as_uri()
+        translated = await asyncio.to_thread(translate_text, doc.text, Path(path))
+    except BuildError as err:
+        detail = "; ".join(f"line {d.range.start.line + 1}: {d.message}" for d in err.diagnostics[:3])
+        ls.notify_user(
+            f"TL: Generate CUDA: {err.message}" + (f" ({detail})" if detail else ""), lsp.MessageType.Error
+        )
+        return {"status": "failed", "message": err.message}
+    force = False
+    if edited_by_hand(translated.cu_path) and translated.cu_path.read_text() != translated.source:
+        target = await _ask_overwrite(ls, translated.cu_path)
+        if target is None:
+            return {"status": "cancelled", "message": f"kept the edited {translated.cu_path.name}"}
+        force = target == translated.cu_path
+        translated.cu_path = target
+    try:
+        await asyncio.to_thread(write_outputs, translated, force=force)
+    except (BuildError, OSError) as err:
+        ls.notify_user(f"TL: Generate CUDA: {err}", lsp.MessageType.Error)
+        return {"status": "failed", "message": str(err)}
+    cu_uri = translated.cu_path.resolve().as_uri()
     if ls.client_supports("window", "show_document", "support"):
         await ls.window_show_document_async(lsp.ShowDocumentParams(uri=cu_uri, take_focus=True))
-    return {"status": "ok", "uri": cu_uri, "written": state != "same"}
+    return {"status": "ok", "uri": cu_uri}
 
 
 async def _ask_overwrite(ls: TLServer, cu: Path) -> Path | None:
+    """Overwrite, write FILE.generated.cu instead, or cancel; a client that cannot ask gets the second."""
     alt = cu.with_name(cu.stem + ".generated.cu")
     choices = ["Overwrite", f"Write {alt.name}", "Cancel"]
     if not ls.client_supports("window", "show_message"):
@@ -108,7 +105,7 @@ async def _ask_overwrite(ls: TLServer, cu: Path) -> Path | None:
     answer = await ls.window_show_message_request_async(
         lsp.ShowMessageRequestParams(
             type=lsp.MessageType.Warning,
-            message=f"{cu.name} was edited since TL generated it. Overwrite it?",
+            message=f"{cu.name} was edited by hand since TL generated it. Overwrite it?",
             actions=[lsp.MessageActionItem(title=c) for c in choices],
         )
     )

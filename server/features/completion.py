@@ -228,7 +228,7 @@ def _copy_clause_items(analysis: Analysis, tokens: list[str], low: list[str]) ->
         return []
     items: list[lsp.CompletionItem] = []
     t = model.tensors.get(name)
-    if len(low) == 2 and t is not None and "global" in t.placements and "shared" not in t.placements:
+    if len(low) == 2 and t is not None and "global" in t.placements:
         tile = tile_suggestion(model, name)
         if tile:
             items.append(

@@ -1,60 +1,129 @@
-"""Verification and benchmark on the GPU, in the worker. Looks up the runner's functions at run time and
-answers "unavailable: <why>" when they are not there."""
+"""Verification and benchmark on the GPU, in the worker, through runner/ and pipeline/ (the same code as
+`tl run` and `tl bench`). A CUDA error during a GPU step poisons the context, so the reply is `fatal` and
+the server restarts the worker."""
 
 from __future__ import annotations
 
-import importlib
 import logging
+import traceback
 from typing import Any
+
+from tl_language.diagnostics import make
 
 log = logging.getLogger(__name__)
 
+# The baselines the code lens compares against: cuDNN and FlashAttention-2 (both through PyTorch SDPA).
+LENS_BASELINES = {"sdpa-cudnn": "vs_cudnn", "sdpa-flash": "vs_fa2"}
 
-def device_name() -> str | None:
-    """The first CUDA device's name, or None without a driver or a device (no torch needed)."""
+
+def _driver_has_device() -> bool:
+    """A cheap probe through the driver API (no torch import) before paying for torch."""
     try:
         from cuda.bindings import driver
     except ImportError:
-        return None
+        return True  # cannot tell cheaply; let runner decide
     try:
         (err,) = driver.cuInit(0)
         if err != driver.CUresult.CUDA_SUCCESS:
-            return None
+            return False
         err, count = driver.cuDeviceGetCount()
-        if err != driver.CUresult.CUDA_SUCCESS or count < 1:
-            return None
-        err, dev = driver.cuDeviceGet(0)
-        err, name = driver.cuDeviceGetName(64, dev)
-        return (
-            name.split(b"\0", 1)[0].decode(errors="replace") if err == driver.CUresult.CUDA_SUCCESS else "GPU"
-        )
-    except Exception:  # a broken driver install is "no device" for the editor
+        return err == driver.CUresult.CUDA_SUCCESS and count > 0
+    except Exception:
         log.exception("probing for a CUDA device failed")
+        return False
+
+
+def device_arch() -> str | None:
+    """`sm_XY` of the CUDA device, or None without one."""
+    if not _driver_has_device():
         return None
+    try:
+        from runner.launch import cuda_device_arch
+    except ImportError:
+        return None
+    return cuda_device_arch()
 
 
-def _find(candidates: list[tuple[str, str]]) -> tuple[Any, str]:
-    errors = []
-    for module, name in candidates:
-        try:
-            mod = importlib.import_module(module)
-        except ImportError as exc:
-            errors.append(f"{module}: {exc}")
-            continue
-        fn = getattr(mod, name, None)
-        if fn is not None:
-            return fn, f"{module}.{name}"
-        errors.append(f"{module} has no {name}")
-    return None, "; ".join(errors)
+def _shape(req: dict[str, Any], spec: Any) -> Any:
+    from runner.verify import Shape
+
+    s = (req.get("shapes") or [{"batch": 4, "heads": 16, "seqlen_q": 4096, "seqlen_k": 4096}])[0]
+    heads = int(s["heads"])
+    heads_kv = max(1, heads // spec.group) if getattr(spec, "group", 0) else heads
+    return Shape(
+        batch=int(s["batch"]),
+        heads=heads,
+        heads_kv=heads_kv,
+        seqlen_q=int(s["seqlen_q"]),
+        seqlen_k=int(s["seqlen_k"]),
+    )
 
 
 def verify_and_benchmark(
-    kind: str, translation: Any, compiled: Any, req: dict[str, Any], result: dict[str, Any], emit: Any
+    kind: str, translated: Any, compiled: Any, req: dict[str, Any], result: dict[str, Any], emit: Any
 ) -> dict[str, Any]:
-    from server.worker.jobs import _reply
+    from server.worker.jobs import _kernel_line, _reply
+    from tl_language.source import split_lines
 
-    verify, why = _find([("pipeline.verify", "verify_translation"), ("runner.verify", "verify_translation")])
-    if verify is None:
-        return _reply("unavailable", f"unavailable: verification ({why})", result=result)
-    emit("verifying against the float32 reference", 60)
-    return _reply("unavailable", "unavailable: verification API not wired yet", result=result)
+    text = req.get("text", "")
+    where = _kernel_line(split_lines(text))
+    try:
+        from runner.launch import load
+        from runner.verify import verify
+    except ImportError as exc:
+        return _reply("unavailable", f"unavailable: runner ({exc})", result=result)
+    try:
+        emit("loading the kernel", 40)
+        loaded = load(compiled, translated.spec)
+        shape = _shape(req, translated.spec)
+        emit(f"verifying on {shape} against the float32 reference", 50)
+        verified = verify(loaded, shape)
+        result.update(
+            device=verified.gpu,
+            verified=verified.passed,
+            rel_l2=max(c.rel_l2 for c in verified.cases),
+            shape=str(shape),
+        )
+        if not verified.passed:
+            failures = "; ".join(f for c in verified.cases for f in c.failures)[:400]
+            diag = make("TL503", where, f"verification failed on {verified.gpu} ({shape}): {failures}")
+            return _reply("failed", f"rel-L2 {result['rel_l2']:.1e}: {failures}", [diag.to_json()], result)
+        emit("benchmarking against cuDNN and FlashAttention-2", 70)
+        _benchmark(translated, loaded, verified, shape, result)
+    except Exception as exc:
+        log.exception("GPU step failed")
+        diag = make("TL503", where, f"GPU fault while running the kernel: {exc}")
+        reply = _reply("failed", f"GPU fault: {exc}", [diag.to_json()], result, fatal=True)
+        reply["traceback"] = traceback.format_exc(limit=6)
+        return reply
+    tflops = result.get("tflops")
+    msg = f"verified (rel-L2 {result['rel_l2']:.1e})" + (f", {tflops:.0f} TFLOPS" if tflops else "")
+    return _reply("ok", msg, result=result)
+
+
+def _benchmark(translated: Any, loaded: Any, verified: Any, shape: Any, result: dict[str, Any]) -> None:
+    from pipeline.benchmark import KernelEntry, run_case
+    from runner.baselines import BASELINES
+    from runner.bench import BenchCase
+
+    spec = translated.spec
+    case = BenchCase(
+        shape=shape,
+        head_dim_qk=spec.head_dim_qk,
+        head_dim_v=spec.head_dim_v,
+        dtype=spec.dtype,
+        mask=spec.mask,
+    )
+    baselines = [b for b in BASELINES if b.name in LENS_BASELINES]
+    run_case(
+        case, [KernelEntry(name=spec.kernel_name, loaded=loaded, verified=verified)], baselines=baselines
+    )
+    ours = case.results.get(spec.kernel_name)
+    if ours is None or ours.tflops is None:
+        result["bench_error"] = ours.error if ours is not None else "not timed"
+        return
+    result["tflops"] = round(ours.tflops, 1)
+    for name, key in LENS_BASELINES.items():
+        other = case.results.get(name)
+        if other is not None and other.tflops:
+            result[key] = round(ours.tflops / other.tflops, 3)

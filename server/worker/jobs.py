@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tl_language import Analysis
 from tl_language.diagnostics import Diagnostic, Severity, make
 from tl_language.source import LineText, Position, Range, split_lines
 
@@ -48,18 +46,23 @@ def run_job(req: dict[str, Any], emit: Emit) -> dict[str, Any]:
     analysis = analyze_with_target(text, req.get("target") or "sm_80")
     if analysis.has_errors:
         n = sum(1 for d in analysis.diagnostics if d.severity == Severity.ERROR)
-        return _reply("skipped", f"not {kind}ed: the document has {n} error(s)")
+        return _reply("skipped", f"not run: the document has {n} error(s)")
     spec = req.get("fake") or os.environ.get(fake.ENV)
     if spec:
         return fake.run(spec, req, emit)
     emit("translating", 5)
-    translated = _translate(analysis, req.get("path"))
+    translated = _translate(text, req.get("path"))
     if isinstance(translated, dict):
         return translated
     if kind == "check":
         return _reply("ok", "translates", result={"translated": True})
+    device_arch = None
+    if kind in ("verify", "benchmark"):
+        from server.worker import gpu_steps
+
+        device_arch = gpu_steps.device_arch()
     emit("compiling with NVRTC", 15)
-    compiled = _compile(translated, req, text)
+    compiled = _compile(translated, text, device_arch)
     if isinstance(compiled, dict):
         return compiled
     result: dict[str, Any] = {
@@ -68,61 +71,51 @@ def run_job(req: dict[str, Any], emit: Emit) -> dict[str, Any]:
         "cached": compiled.cached,
         "device": None,
     }
+    took = f"compiled in {compiled.seconds:.1f} s" + (" (cached)" if compiled.cached else "")
     if kind == "compile":
-        return _reply("ok", f"compiled in {compiled.seconds:.1f} s", result=result)
-    return _run_on_gpu(kind, translated, compiled, req, result, emit)
+        return _reply("ok", took, result=result)
+    if device_arch is None:
+        result["gpu"] = "no CUDA device"
+        return _reply("ok", f"{took}; not verified: no CUDA device", result=result)
+    from server.worker import gpu_steps
+
+    return gpu_steps.verify_and_benchmark(kind, translated, compiled, req, result, emit)
 
 
-def _translate(analysis: Analysis, path: str | None) -> Any:
+def _translate(text: str, path: str | None) -> Any:
+    """pipeline.build's check + translate (the same as `tl build`), errors as diagnostics."""
     try:
-        import translator
-
-        translate = translator.translate
-        error_type = translator.TranslateError
-    except (ImportError, AttributeError) as exc:
-        return _reply("unavailable", f"unavailable: translator ({exc})")
+        from pipeline.build import BuildError, translate_text
+    except ImportError as exc:
+        return _reply("unavailable", f"unavailable: pipeline.build ({exc})")
     try:
-        return translate(analysis, tl_path=path)
-    except error_type as err:
-        diags = [d.to_json() for d in getattr(err, "diagnostics", [])]
-        return _reply("failed", "the translator rejected the document", diags)
+        return translate_text(text, Path(path or "kernel.tl"))
+    except BuildError as err:
+        diags = [d.to_json() for d in err.diagnostics]
+        status = "unavailable" if "unavailable" in err.message else "failed"
+        return _reply(status, err.message, diags)
 
 
-def _compile(translation: Any, req: dict[str, Any], text: str) -> Any:
+def _compile(translated: Any, text: str, device_arch: str | None) -> Any:
     try:
         from runner.compile import CompileError, compile_source
         from runner.toolchain import ToolchainError
     except ImportError as exc:
         return _reply("unavailable", f"unavailable: runner.compile ({exc})")
-    path = req.get("path") or "kernel.tl"
-    launch = translation.launch
+    tl_file = str(translated.path)
     try:
         return compile_source(
-            translation.source,
-            arch=launch.arch,
-            name=Path(path).with_suffix(".cu").name,
-            source_map=getattr(translation, "source_map", None),
-            tl_file=path,
+            translated.source,
+            arch=translated.spec.arch,
+            device_arch=device_arch,
+            name=translated.cu_path.name,
+            source_map=translated.source_map or None,
+            tl_file=tl_file,
         )
     except CompileError as err:
-        return _reply("failed", err.message, diagnostics_from_records(err.records, text, path))
+        return _reply("failed", err.message, diagnostics_from_records(err.records, text, tl_file))
     except ToolchainError as err:
         return _reply("unavailable", f"unavailable: {err}")
-
-
-def _run_on_gpu(
-    kind: str, translation: Any, compiled: Any, req: dict[str, Any], result: dict[str, Any], emit: Emit
-) -> dict[str, Any]:
-    from server.worker import gpu_steps
-
-    device = gpu_steps.device_name()
-    if device is None:
-        result["gpu"] = "no CUDA device"
-        return _reply(
-            "ok", f"compiled in {compiled.seconds:.1f} s; not verified: no CUDA device", result=result
-        )
-    result["device"] = device
-    return gpu_steps.verify_and_benchmark(kind, translation, compiled, req, result, emit)
 
 
 # ---- NVRTC records → TL diagnostics ----------------------------------------------------------------------
@@ -166,7 +159,3 @@ def _kernel_line(lines: list[str]) -> Range:
         if raw.strip().lower().startswith("kernel"):
             return _line_range(lines, i)
     return Range(Position(0, 0), Position(0, 0))
-
-
-def elapsed(start: float) -> float:
-    return round(time.perf_counter() - start, 2)
