@@ -174,3 +174,44 @@ def test_not_configured_complete_with_llm_raises_clearly() -> None:
         complete("Kernel k\n", LlmSettings(), use_llm=True)
     assert err.value.kind == "config"
     assert str(err.value).startswith("no LLM endpoint configured: set TL_LLM_BASE_URL")
+
+
+def test_cancel_stops_before_the_next_request(fake_openai: FakeOpenAI) -> None:
+    import threading
+
+    from translator.llm.client import Cancelled
+
+    fake = fake_openai.load("rate_limited")
+    cancel = threading.Event()
+    progress: list[str] = []
+
+    def on_progress(message: str) -> None:
+        progress.append(message)
+
+    cancel.set()
+    with pytest.raises(Cancelled):
+        generate(REQUEST, settings=settings(fake), stages=[], cancel=cancel, on_progress=on_progress)
+    assert fake.requests == []
+    assert progress == ["sketch: asking test-model"]
+
+
+def test_cancel_during_retry_after(fake_openai: FakeOpenAI) -> None:
+    import threading
+
+    from translator.llm.client import Cancelled
+
+    fake = fake_openai
+    fake.responses = [{"status": 429, "headers": {"Retry-After": "5"}, "error": "slow down"}]
+    cancel = threading.Event()
+
+    def cancel_after_first_request() -> None:
+        while not fake.requests:
+            time.sleep(0.005)
+        cancel.set()
+
+    threading.Thread(target=cancel_after_first_request, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled):
+        generate(REQUEST, settings=settings(fake, retries=2), stages=[], cancel=cancel)
+    assert time.monotonic() - t0 < 3.0  # the 5 s Retry-After wait was interrupted
+    assert len(fake.requests) == 1
