@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tl_language import analyze
 from translator.planner import Shape, fill, plan, plan_candidates, suggest
@@ -89,3 +91,27 @@ def test_wave_quantisation() -> None:
     assert spill.breakdown["waves"] == 2.0
     assert spill.breakdown["wave_efficiency"] == pytest.approx(109 / 216)
     assert spill.score < one_wave.score
+
+
+def test_fill_and_suggest_never_raise_on_half_written_files() -> None:
+    """Every prefix of every example (what an editor sees while typing), with its params made holes."""
+    for path in sorted(EXAMPLES.glob("*.tl")):
+        lines = path.read_text().split("\n")
+        for n in range(len(lines) + 1):
+            text = "\n".join(lines[:n]).replace("= 128", "= ?").replace("= 64", "= ?")
+            r = fill(text)
+            assert isinstance(r.text, str)
+            model = analyze(text).model
+            for name in model.params:
+                suggest(model, name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("ParmBNd=?0123456789 \n#Copy Q in global ()seqlen_q,kS")), max_size=200
+    )
+)
+def test_fill_never_raises_on_arbitrary_text(text: str) -> None:
+    r = fill(text)
+    assert isinstance(r.text, str) and isinstance(r.problems, list)
