@@ -8,6 +8,7 @@ file/line point into the TL file when the source carries `#line` directives.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import subprocess
@@ -16,10 +17,11 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runner import finalize
 from runner.cache import KernelCache, cache_key
 from runner.nvrtc_log import LogRecord, map_records, parse_log
 from runner.toolchain import compile_target, toolchain
@@ -36,6 +38,8 @@ class CompiledKernel:
     seconds: float  # compile time (of the original compile, for a cache hit)
     cached: bool
     key: str
+    # Set when `code` is a cubin that ptxas assembled for the device from PTX for an older `target`.
+    sass_arch: str | None = None
 
 
 class CompileError(Exception):
@@ -109,10 +113,68 @@ def compile_source(
     use_cache: bool = True,
 ) -> CompiledKernel:
     """Compile `source` for `arch` (running on `device_arch`, or build-only when None)."""
+    store = cache if cache is not None else KernelCache()
+    ptx = _compile_cached(source, arch, device_arch, name, options, source_map, tl_file, store, use_cache)
+    if ptx.kind == "ptx" and device_arch is not None:
+        return _finalize(ptx, device_arch, store, use_cache)
+    return ptx
+
+
+def _finalize_key(key: str, device_arch: str) -> str | None:
+    version = finalize.ptxas_version()
+    if version is None:
+        return None
+    return hashlib.sha256(f"{key}|{version}|{device_arch}".encode()).hexdigest()
+
+
+def _finalize(ptx: CompiledKernel, device_arch: str, store: KernelCache, use_cache: bool) -> CompiledKernel:
+    """PTX → cubin for the device with ptxas (see runner/finalize.py); the PTX itself when that fails."""
+    key = _finalize_key(ptx.key, device_arch)
+    if key is None:
+        return ptx
+    if use_cache and (hit := store.get(key)) is not None:
+        return replace(
+            ptx,
+            code=hit.code,
+            kind="cubin",
+            sass_arch=device_arch,
+            key=key,
+            seconds=ptx.seconds + hit.meta.get("seconds", 0.0),
+        )
+    start = time.perf_counter()
+    cubin, log = finalize.assemble(ptx.code, device_arch)
+    if cubin is None:
+        return replace(
+            ptx, log="\n".join(filter(None, [ptx.log, f"ptxas (kept the PTX for the driver): {log}"]))
+        )
+    seconds = time.perf_counter() - start
+    if use_cache:
+        store.put(key, cubin, {"seconds": seconds, "log": log, "sass_arch": device_arch})
+    return replace(
+        ptx,
+        code=cubin,
+        kind="cubin",
+        sass_arch=device_arch,
+        key=key,
+        cached=False,
+        seconds=ptx.seconds + seconds,
+    )
+
+
+def _compile_cached(
+    source: str,
+    arch: str,
+    device_arch: str | None,
+    name: str,
+    options: Mapping[str, Any] | None,
+    source_map: Mapping[int, int] | None,
+    tl_file: str | None,
+    store: KernelCache,
+    use_cache: bool,
+) -> CompiledKernel:
     target, kind = compile_target(arch, device_arch)
     opts = nvrtc_options(target, name, options)
     key = cache_key(source, opts, toolchain().fingerprint(), target, kind)
-    store = cache if cache is not None else KernelCache()
     if use_cache:
         hit = store.get(key)
         if hit is not None:
@@ -258,7 +320,10 @@ def compile_many(
         target, kind = compile_target(job.arch, job.device_arch)
         opts = nvrtc_options(target, job.name, job.options)
         key = cache_key(job.source, opts, toolchain().fingerprint(), target, kind)
-        if store.get(key) is not None:
+        keys = [key]
+        if kind == "ptx" and job.device_arch is not None:
+            keys.append(_finalize_key(key, job.device_arch) or key)
+        if all(store.get(k) is not None for k in keys):
             results[i] = _run_job(job)  # a cache hit: cheap
         else:
             pending.append(i)

@@ -30,7 +30,10 @@ def test_cute_kernel_cubin_then_cache_hit():
 
 
 @pytest.mark.nvrtc
-def test_older_arch_than_device_compiles_to_ptx():
+def test_older_arch_than_device_compiles_to_ptx(monkeypatch):
+    from runner import finalize
+
+    monkeypatch.setattr(finalize, "ptxas_version", lambda: None)  # keep the PTX, whatever ptxas is here
     ptx = compile_source(NAIVE, arch="sm_75", device_arch="sm_90", name="naive_attention.cu")
     assert ptx.kind == "ptx" and ptx.target == "compute_75"
     text = ptx.code.decode()
@@ -69,3 +72,39 @@ def test_compile_many_keeps_order_and_reports_failures_as_values():
     assert results[1].errors[0].file == "b.cu"
     again = compile_many(jobs[:1], max_workers=2)  # a warm cache answers without workers
     assert again[0].cached
+
+
+@pytest.mark.nvrtc
+def test_ptx_for_an_older_arch_is_assembled_for_the_device_when_ptxas_can(monkeypatch):
+    from runner import finalize
+
+    monkeypatch.setattr(finalize, "ptxas_version", lambda: None)  # no ptxas: the driver JIT path
+    kept = compile_source(TRIVIAL, arch="sm_75", device_arch="sm_80", name="t.cu")
+    assert kept.kind == "ptx" and kept.sass_arch is None
+
+
+def test_ptxas_assembles_ptx_into_a_cubin():
+    from runner import finalize
+
+    if finalize.ptxas_path() is None or finalize.ptxas_version() is None:
+        pytest.skip("no ptxas on this machine")
+    # Hand-written PTX at an ISA version every CUDA 12/13 ptxas reads.
+    ptx = b"""
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry k(.param .u64 x)
+{
+    .reg .b64 %rd<3>;
+    .reg .f32 %f<2>;
+    ld.param.u64 %rd1, [x];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.f32 %f1, 0f3F800000;
+    st.global.f32 [%rd2], %f1;
+    ret;
+}
+"""
+    cubin, log = finalize.assemble(ptx, "sm_80")
+    assert cubin is not None and cubin[:4] == b"\x7fELF", log
+    bad, why = finalize.assemble(b".version 8.0\n.target sm_75\nnot ptx", "sm_80")
+    assert bad is None and why
