@@ -113,10 +113,23 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
 
 
 def _opt_in_shared_memory(kernel: Any, nbytes: int, device_id: int) -> None:
+    """Allow `nbytes` of dynamic shared memory (above 48 KB a kernel must opt in).
+
+    cuda.core loads modules as libraries, so `kernel.handle` is a CUkernel: set the attribute per device
+    with cuKernelSetAttribute; should a version hand out a CUfunction, cuFuncSetAttribute does it.
+    """
     from cuda.bindings import driver
 
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    (err,) = driver.cuKernelSetAttribute(attr, nbytes, kernel.handle, device_id)
+    handle = kernel.handle
+    if isinstance(handle, driver.CUfunction):
+        (err,) = driver.cuFuncSetAttribute(handle, attr, nbytes)
+    else:
+        (err,) = driver.cuKernelSetAttribute(attr, nbytes, handle, driver.CUdevice(device_id))
+        if err != driver.CUresult.CUDA_SUCCESS:
+            got, func = driver.cuKernelGetFunction(handle)
+            if got == driver.CUresult.CUDA_SUCCESS:
+                (err,) = driver.cuFuncSetAttribute(func, attr, nbytes)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise LaunchError(
             f"the device refused {nbytes} bytes of dynamic shared memory per block ({err.name})"
