@@ -199,7 +199,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
     except ValueError as e:
         _err(f"tl complete: {e}")
         return EXIT_USAGE
-    if args.llm and not settings.configured:
+    if settings is not None and not settings.configured:
         _err(f"tl complete: {settings.not_configured_message}")
         return EXIT_USAGE
     try:

@@ -54,7 +54,8 @@ def _global_of(stmt: ast.CopyStmt, roles: Roles) -> str | None:
     if src == "global" and stmt.name:
         name = stmt.name.name
     elif dst == "global":
-        name = (stmt.alias or stmt.name).name if (stmt.alias or stmt.name) else None
+        ident = stmt.alias or stmt.name
+        name = ident.name if ident is not None else None
     if name is None:
         return None
     for key, g in roles.globals.items():
