@@ -1,0 +1,197 @@
+"""Hopper facts derived from a `KernelPlan`: warp-group split, registers, shared-memory map, limits.
+
+The sm_90 backend reads the same plan as the mma.sync backend; everything Hopper-specific that follows from
+the plan's numbers (how many consumer warp groups, the `setmaxnreg` split, where each buffer and mbarrier
+lives in shared memory, how many 128-byte TMA boxes a tile takes) is computed here, once, as data, so the
+emitter only prints it. `check` reports what the Hopper kernel cannot do as TL501 on the TL line at fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tl_language.diagnostics import Diagnostic
+from tl_language.source import Position, Range
+from translator.errors import TranslateError, unsupported
+from translator.plan import KernelPlan
+
+ELEMENT = {"fp16": "cute::half_t", "bf16": "cute::bfloat16_t"}
+ELEMENT_BYTES = 2
+BOX_COLS = 64  # one TMA box and one GMMA swizzle atom row: 64 16-bit elements = 128 bytes (SWIZZLE_128B)
+WGMMA_M = 64  # rows of one wgmma instruction; a consumer warp group owns a multiple of this
+SMEM_LIMIT = 227 * 1024  # opt-in dynamic shared memory per block on sm_90
+SMEM_ALIGN = 1024  # the 128-byte swizzle repeats every 8 rows = 1024 bytes; buffers start on that boundary
+MAX_CONSUMERS = 3
+
+# setmaxnreg split (producer, consumer) per number of consumer warp groups. At launch every thread gets
+# 65536 / threads registers (rounded down to 8); the producer gives back what the consumers take:
+# 1 → 256 threads; 2 → 384 (168 at launch: 24 + 2 × 240 = 3 × 168 per warp group);
+# 3 → 512 (128 at launch: 24 + 3 × 160 ≤ 4 × 128).
+REGISTERS = {1: (24, 240), 2: (24, 240), 3: (24, 160)}
+
+
+@dataclass(frozen=True, slots=True)
+class HopperConfig:
+    plan: KernelPlan
+    consumers: int  # consumer warp groups; warp group 0 is the producer
+    overlap: bool  # intra-warp-group pipelining: Q·Kᵀ of block n+1 overlaps softmax, P·V of block n drains
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def consumer_threads(self) -> int:
+        return 128 * self.consumers
+
+    @property
+    def rows_per_consumer(self) -> int:
+        return self.plan.block_m // self.consumers
+
+    @property
+    def producer_regs(self) -> int:
+        return REGISTERS[self.consumers][0]
+
+    @property
+    def consumer_regs(self) -> int:
+        return REGISTERS[self.consumers][1]
+
+    @property
+    def boxes_qk(self) -> int:
+        return self.plan.head_dim_qk // BOX_COLS
+
+    @property
+    def boxes_v(self) -> int:
+        return self.plan.head_dim_v // BOX_COLS
+
+    @property
+    def reuse_q_for_o(self) -> bool:
+        """O is staged in Q's buffer (Q·Kᵀ is done by then) whenever it fits, as in the sm_80 path."""
+        return self.plan.head_dim_v <= self.plan.head_dim_qk
+
+    def smem(self) -> dict[str, int]:
+        """Byte offset of every buffer and of the mbarriers, and the total the launch must request."""
+        p = self.plan
+        q = p.block_m * p.head_dim_qk * ELEMENT_BYTES
+        k = p.stages * p.block_n * p.head_dim_qk * ELEMENT_BYTES
+        v = p.stages * p.block_n * p.head_dim_v * ELEMENT_BYTES
+        o = 0 if self.reuse_q_for_o else p.block_m * p.head_dim_v * ELEMENT_BYTES
+        barriers = 8 * (1 + 4 * p.stages)  # Q full; K full/empty and V full/empty per stage
+        off_k = q
+        off_v = off_k + k
+        off_o = 0 if self.reuse_q_for_o else off_v + v
+        off_bar = off_v + v + o
+        # + SMEM_ALIGN: the kernel rounds the dynamic shared-memory base up to 1024 bytes itself.
+        total = off_bar + barriers + SMEM_ALIGN
+        return {
+            "q": q,
+            "k": k,
+            "v": v,
+            "o": o,
+            "off_k": off_k,
+            "off_v": off_v,
+            "off_o": off_o,
+            "off_bar": off_bar,
+            "barriers": barriers,
+            "total": total,
+        }
+
+    def tx_bytes(self) -> dict[str, int]:
+        """Bytes each TMA load brings in: the mbarrier's expected transaction count (full boxes, tails
+        included: TMA counts the zero-filled rows past the end of the tensor too)."""
+        p = self.plan
+        return {
+            "q": p.block_m * p.head_dim_qk * ELEMENT_BYTES,
+            "k": p.block_n * p.head_dim_qk * ELEMENT_BYTES,
+            "v": p.block_n * p.head_dim_v * ELEMENT_BYTES,
+        }
+
+
+def hopper_config(plan: KernelPlan, *, consumers: int | None = None, overlap: bool = True) -> HopperConfig:
+    """The Hopper structure for `plan`; `consumers` defaults to one warp group per 64 query rows
+    (FlashAttention 3's split). Raises TranslateError (TL501) on the line that sets a value it cannot use."""
+    n = consumers if consumers is not None else max(1, plan.block_m // WGMMA_M)
+    cfg = HopperConfig(plan=plan, consumers=n, overlap=overlap)
+    problems = _check(cfg)
+    if problems:
+        raise TranslateError(problems)
+    return cfg
+
+
+def _line_range(plan: KernelPlan, *keys: str) -> Range:
+    """The whole TL line of the first of `keys` (a step kind or a header/Param name) the plan knows."""
+    for key in keys:
+        step = plan.step(key)
+        if step is not None:
+            return Range(Position(step.tl_line - 1, 0), Position(step.tl_line - 1, 200))
+        line = plan.header_lines.get(key)
+        if line is not None:
+            return Range(Position(line - 1, 0), Position(line - 1, 200))
+    return Range(Position(0, 0), Position(0, 0))
+
+
+def _check(cfg: HopperConfig) -> list[Diagnostic]:
+    p = cfg.plan
+    out: list[Diagnostic] = []
+
+    def bad(message: str, *keys: str) -> None:
+        out.append(unsupported(_line_range(p, *keys), message))
+
+    if p.dtype not in ELEMENT:
+        bad(f"Dtype {p.dtype}: the sm_90 wgmma kernel takes fp16 or bf16 (fp8 is not built yet)", "dtype")
+    if not 1 <= cfg.consumers <= MAX_CONSUMERS:
+        bad(
+            f"{cfg.consumers} consumer warp groups: sm_90 kernels here use 1 to {MAX_CONSUMERS} "
+            "(one per 64 query rows is FlashAttention 3's split)",
+            "consumers",
+            "BM",
+            "load_q",
+        )
+    elif p.block_m % cfg.consumers or cfg.rows_per_consumer % WGMMA_M:
+        bad(
+            f"BM = {p.block_m} over {cfg.consumers} consumer warp groups leaves "
+            f"{p.block_m / cfg.consumers:g} rows each; wgmma needs a multiple of {WGMMA_M} rows per "
+            "warp group",
+            "BM",
+            "load_q",
+        )
+    if p.block_n % 16 or not 16 <= p.block_n <= 256:
+        bad(
+            f"BN = {p.block_n}: on sm_90 the key tile is the wgmma N of Q·Kᵀ and the K of P·V: a multiple of "
+            "16 from 16 to 256",
+            "BN",
+            "load_k",
+        )
+    for d, what, keys in (
+        (p.head_dim_qk, "d_qk", ("d_qk", "d", "load_k")),
+        (p.head_dim_v, "d_v", ("d_v", "d", "load_v")),
+    ):
+        if d % BOX_COLS or not BOX_COLS <= d <= 256:
+            bad(
+                f"{what} = {d}: the sm_90 kernel moves tiles in 128-byte swizzled TMA boxes of {BOX_COLS} "
+                "columns: head dims 64, 128, 192 or 256",
+                *keys,
+            )
+    if not 1 <= p.stages <= 4:
+        bad(
+            f"stages = {p.stages}: the K/V mbarrier pipeline takes 1 to 4 stages (2 is FlashAttention 3's)",
+            "stages",
+            "load_k",
+        )
+    if p.head_dim_v > p.head_dim_qk:
+        bad(
+            "d_v > d_qk: O is staged in Q's shared buffer for its TMA store, so d_v must not exceed d_qk",
+            "d_v",
+            "store_o",
+        )
+    total = cfg.smem()["total"]
+    if not out and total > SMEM_LIMIT:
+        bad(
+            f"the tiles need {total // 1024} KB of shared memory (Q {p.block_m}×{p.head_dim_qk}, K and V "
+            f"{p.stages}×{p.block_n} rows) but sm_90 gives a block at most {SMEM_LIMIT // 1024} KB: use a "
+            "smaller BN or fewer stages",
+            "BN",
+            "stages",
+            "load_k",
+        )
+    return out

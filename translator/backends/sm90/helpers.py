@@ -1,0 +1,87 @@
+"""Device helpers of the Hopper kernel (namespace `tl`), emitted once per file.
+
+The register-level meaning of TL statements on sm_90: the row view of a wgmma accumulator (Softmax), the
+accumulator → register-A view that *is* the TL Reshape for the RS wgmma of P·V, the quad reductions, and
+one warp-group GEMM that issues a whole K loop of wgmma instructions as one commit group.
+"""
+
+from __future__ import annotations
+
+from translator.writer import CodeWriter
+
+
+def emit_helpers(w: CodeWriter) -> None:
+    with w.block("namespace tl", "}  // namespace tl"):
+        w.line("using namespace cute;")
+        w.line()
+        w.comment("A wgmma accumulator of one thread is ((2 cols, 2 rows, N/8 col groups), MMA_M, MMA_N);")
+        w.comment("seen as ((2, MMA_M) rows, (2, N/8, MMA_N) cols) so Softmax can walk rows and columns.")
+        w.line("template <class Layout>")
+        with w.block("CUTE_DEVICE constexpr auto acc_rowcol(Layout acc)"):
+            w.line('static_assert(decltype(rank<0>(acc))::value == 3, "a wgmma (GMMA) accumulator layout");')
+            w.line("return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),")
+            w.line("                   make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));")
+        w.line()
+        w.comment(
+            "TL `Reshape S from (MMA_C, …) to (MMA_A, …)` on Hopper: the 16-bit P registers re-viewed as the"
+        )
+        w.comment("register A operand of the RS wgmma. Column groups n and n+8 form one k16 slice:")
+        w.comment("((2, 2, N/8), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, N/16 · MMA_N). No data moves.")
+        w.line("template <class Layout>")
+        with w.block("CUTE_DEVICE constexpr auto acc_to_A(Layout acc)"):
+            w.line("auto groups = logical_divide(get<0, 2>(acc), Tile<_2>{});  // ((2, N/16))")
+            w.line("return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0, 0>(groups)),")
+            w.line("                   get<1>(acc),")
+            w.line("                   coalesce(make_layout(get<0, 1>(groups), get<2>(acc))));")
+        w.line()
+        w.comment("The four threads of a quad hold one accumulator row between them.")
+        with w.block("CUTE_DEVICE float quad_max(float x)"):
+            w.line("x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));")
+            w.line("return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));")
+        w.line()
+        with w.block("CUTE_DEVICE float quad_sum(float x)"):
+            w.line("x += __shfl_xor_sync(0xffffffff, x, 2);")
+            w.line("return x + __shfl_xor_sync(0xffffffff, x, 1);")
+        w.line()
+        w.comment("2^x in one MUFU instruction, whatever the compile flags.")
+        with w.block("CUTE_DEVICE float exp2_approx(float x)"):
+            w.line("float y;")
+            w.line('asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));')
+            w.line("return y;")
+        w.line()
+        w.comment("Converts a float fragment to the input type in pairs (cvt.rn.{f16,bf16}x2.f32).")
+        w.line("template <class To, class Engine, class Layout>")
+        with w.block("CUTE_DEVICE auto convert_fragment(Tensor<Engine, Layout> const& src)"):
+            w.line("using From = typename Engine::value_type;")
+            w.line("constexpr int N = decltype(size(src))::value;")
+            w.line("Tensor dst = make_tensor<To>(src.layout());")
+            w.line("auto const& in = *reinterpret_cast<cutlass::Array<From, N> const*>(src.data());")
+            w.line(
+                "*reinterpret_cast<cutlass::Array<To, N>*>(dst.data()) = "
+                "cutlass::NumericArrayConverter<To, From, N>{}(in);"
+            )
+            w.line("return dst;")
+        w.line()
+        w.comment("One warp-group GEMM: every k16 slice as a wgmma, one commit group; the caller waits with")
+        w.comment(
+            "warpgroup_wait<N>. kZeroInit starts from C = 0 (scale-d = 0) instead of clearing registers;"
+        )
+        w.comment("kRS: A is in registers (P), so fence it too — the wgmma reads it asynchronously.")
+        w.line("template <bool kZeroInit, bool kRS, class TiledMma, class TA, class TB, class TC>")
+        with w.block("CUTE_DEVICE void wgmma(TiledMma& tiled_mma, TA& tA, TB const& tB, TC& tC)"):
+            w.line("if constexpr (kRS) { warpgroup_fence_operand(tA); }")
+            w.line("warpgroup_fence_operand(tC);")
+            w.line("warpgroup_arrive();")
+            w.line("if constexpr (kZeroInit) { tiled_mma.accumulate_ = GMMA::ScaleOut::Zero; }")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int k = 0; k < size<2>(tA); ++k)"):
+                w.line("cute::gemm(tiled_mma, tA(_, _, k), tB(_, _, k), tC);")
+                w.line("tiled_mma.accumulate_ = GMMA::ScaleOut::One;")
+            w.line("warpgroup_commit_batch();")
+            w.line("warpgroup_fence_operand(tC);")
+            w.line("if constexpr (kRS) { warpgroup_fence_operand(tA); }")
+        w.line()
+        w.comment("A named barrier over the consumer warp groups only (the producer never joins; id 0 is")
+        w.comment("__syncthreads).")
+        with w.block("CUTE_DEVICE void consumer_sync(int id, int threads)"):
+            w.line('asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");')
