@@ -234,7 +234,12 @@ async function features(page) {
     await openFile(page, config.exampleFile);
     await runCommand(page, "TL: Generate CUDA");
     const tab = page.locator(".tabs-container .tab.active", { hasText: ".cu" }).first();
-    await tab.waitFor({ timeout: config.generateTimeoutMs ?? STEP_TIMEOUT_MS });
+    // The server reports a failed generation with window/showMessage: stop at that toast, with its text.
+    const toast = page.locator(".notifications-toasts .notification-toast", { hasText: "TL:" }).first();
+    await tab.or(toast).waitFor({ timeout: config.generateTimeoutMs ?? STEP_TIMEOUT_MS });
+    if (!(await tab.isVisible())) {
+      throw new Error(`Generate CUDA failed: ${(await toast.innerText()).replace(/\u00a0/g, " ")}`);
+    }
     const text = await waitFor(async () => {
       const t = await editorText(page);
       return t.length > 0 ? t : null;
