@@ -137,3 +137,50 @@ def launch_with_tensor_maps(
         raise TmaError(f"cuLaunchKernel failed: {err.name}")
     # The driver copied the parameters at launch; the holders and maps may go now.
     del holders, param_array
+
+
+def launch_attention(
+    loaded: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    *,
+    block_n: int,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    tensor_maps: Sequence[Any] | None = None,
+) -> None:
+    """`runner.launch.launch` for a kernel whose spec lists `TMA_PARAMS` after the ABI's parameters:
+    the same checks and scalar arguments, plus the four descriptors (built here unless given, e.g. cached
+    per input set by a benchmark), on PyTorch's current stream."""
+    import math
+
+    import torch
+
+    from runner.abi import ATTENTION_PARAMS
+    from runner.launch import LaunchError, _check_tensor, check_inputs, grid, kernel_args
+
+    spec = loaded.spec
+    batch, seqlen_q, _, heads, _ = check_inputs(spec, q, k, v)
+    _check_tensor("o", o, q.dtype, spec.head_dim_v, q.device)
+    if tuple(o.shape[:3]) != (batch, seqlen_q, heads):
+        raise LaunchError(f"o: shape {tuple(o.shape)}, expected {(batch, seqlen_q, heads, spec.head_dim_v)}")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads, seqlen_q) or not lse.is_contiguous():
+        raise LaunchError(f"lse: expected a contiguous float32 tensor of shape {(batch, heads, seqlen_q)}")
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
+    win = (window if window is not None else tuple(spec.window)) if spec.mask == "window" else (-1, -1)
+    values = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
+    if batch == 0 or seqlen_q == 0 or heads == 0:
+        return
+    maps = tensor_maps or attention_tensor_maps(q, k, v, o, block_m=spec.block_m, block_n=block_n)
+    launch_with_tensor_maps(
+        loaded.kernel,
+        grid=grid(spec, batch, seqlen_q, heads),
+        block=spec.threads,
+        shared_bytes=spec.shared_bytes,
+        stream_handle=torch.cuda.current_stream(q.device).cuda_stream,
+        args=[(kind, val) for (_, _, kind), val in zip(ATTENTION_PARAMS, values, strict=True)],
+        tensor_maps=maps,
+    )

@@ -1,0 +1,151 @@
+"""The Hopper backend: structure of the generated sm_90a source (no compile), its launch spec, its limits
+as TL501 diagnostics on the right TL line, and one NVRTC compile for sm_90a."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from runner.abi import ATTENTION_PARAMS
+from tl_language import analyze
+from translator.backends.sm90 import NVRTC_ARCH, TMA_PARAMS, emit_sm90
+from translator.backends.sm90.config import SMEM_LIMIT, hopper_config
+from translator.backends.sm90.variants import VARIANTS, Variant, tl_text
+from translator.errors import TranslateError
+from translator.plan import KernelPlan, make_plan
+
+
+def plan_of(v: Variant) -> KernelPlan:
+    text = tl_text(v)
+    return make_plan(analyze(text).model, text)
+
+
+def emit(v: Variant, **kw: object) -> tuple[str, object, dict[int, int], KernelPlan]:
+    plan = plan_of(v)
+    source, launch, smap = emit_sm90(plan, tl_file=f"{v.name}.tl", overlap=v.overlap, **kw)  # type: ignore[arg-type]
+    return source, launch, smap, plan
+
+
+def test_variant_documents_are_clean_tl() -> None:
+    for v in VARIANTS:
+        errors = [d for d in analyze(tl_text(v)).diagnostics if d.severity.name == "ERROR"]
+        assert errors == [], (v.name, errors)
+
+
+def test_hopper_instructions_and_warp_roles_are_emitted() -> None:
+    source, _, _, _ = emit(Variant("h128"))
+    for needle in (
+        "SM90_TMA_LOAD_4D::copy(&tma_q",
+        "SM90_TMA_LOAD_4D::copy(&tma_k",
+        "SM90_TMA_LOAD_4D::copy(&tma_v",
+        "SM90_TMA_STORE_4D::copy(&tma_o",
+        "FullBarrier::arrive_and_expect_tx(&full_k[stage], Traits::kTxK)",
+        "EmptyBarrier::wait(&empty_v[stage], phase ^ 1)",
+        "cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>()",
+        "cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>()",
+        "GMMA::ss_op_selector",
+        "GMMA::rs_op_selector",
+        "tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ",
+        "tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP",
+        "tl::acc_to_A(rP.layout())",
+        "SM90_U32x4_STSM_N",
+        "cutlass::arch::fence_view_async_shared()",
+        "warpgroup_wait<1>()",  # intra-warp-group overlap: Q·Kᵀ(n) waited for while P·V(n+1) drains
+    ):
+        assert needle in source, needle
+    for sm80_only in ("SM80_CP_ASYNC", "cp_async_wait", "SM75_U32x4_LDSM_N", "SM80_16x8x16"):
+        assert sm80_only not in source, sm80_only
+    signature = source[source.index('extern "C"') : source.index("{", source.index('extern "C"'))]
+    for name in TMA_PARAMS:
+        assert f"const __grid_constant__ cute::TmaDescriptor {name}" in signature
+    for name, ctype, _ in ATTENTION_PARAMS:
+        assert f"{ctype} {name}," in signature
+    assert "__launch_bounds__(384, 1)" in signature
+
+
+def test_plain_loop_has_no_overlap() -> None:
+    source, _, _, _ = emit(Variant("h128_plain", overlap=False))
+    assert "warpgroup_wait<1>()" not in source and "acc_s_next" not in source
+    assert source.count("warpgroup_wait<0>()") == 2
+
+
+def test_every_step_is_tagged_with_its_tl_line() -> None:
+    source, _, smap, plan = emit(Variant("h128_causal", mask="causal"))
+    lines = source.splitlines()
+    tags = {int(m.group(1)) for m in re.finditer(r"// TL:(\d+)  ", source)}
+    kinds = (
+        "load_q load_k load_v q_to_reg k_to_reg v_to_reg gemm_qk gemm_pv softmax reshape normalize store_o"
+    )
+    for kind in (*kinds.split(), "loop", "alloc_s", "alloc_acc_o"):
+        step = plan.step(kind)
+        assert step is not None and step.tl_line in tags, kind
+    # the source map sends the wgmma calls back to the two GEMM statements
+    qk = next(i + 1 for i, ln in enumerate(lines) if "tl::wgmma</*kZeroInit=*/true" in ln)
+    pv = next(i + 1 for i, ln in enumerate(lines) if "tl::wgmma</*kZeroInit=*/false" in ln)
+    assert smap[qk] == plan.line_of("gemm_qk") and smap[pv] == plan.line_of("gemm_pv")
+    assert "col > row + seqlen_k - seqlen_q" in source  # bottom-right causal mask
+
+
+def test_line_directives_point_at_the_tl_file() -> None:
+    plan = plan_of(Variant("h128"))
+    source, _, _ = emit_sm90(plan, tl_file="dir/h128.tl", line_directives=True)
+    assert f'#line {plan.line_of("gemm_pv")} "h128.tl"' in source
+
+
+def test_launch_spec_extends_the_abi_with_tensor_maps() -> None:
+    _, launch, _, plan = emit(Variant("h128"))
+    assert launch.arch == NVRTC_ARCH == "sm_90a"
+    assert launch.threads == 384 and launch.block_m == 128
+    assert launch.params[: len(ATTENTION_PARAMS)] == tuple(p[0] for p in ATTENTION_PARAMS)
+    assert launch.params[len(ATTENTION_PARAMS) :] == TMA_PARAMS
+    assert launch.shared_bytes <= SMEM_LIMIT
+    cfg = hopper_config(plan)
+    assert (cfg.consumers, cfg.producer_regs, cfg.consumer_regs) == (2, 24, 240)
+    # registers: what the producer frees is at least what the consumers take (168 each at launch)
+    assert 128 * (168 - cfg.producer_regs) >= 128 * cfg.consumers * (cfg.consumer_regs - 168)
+
+
+def test_head_dim_64_uses_three_consumer_warp_groups() -> None:
+    source, launch, _, _ = emit(Variant("h64", block_m=192, d_qk=64, d_v=64))
+    assert launch.threads == 512 and "kConsumers = 3;" in source
+
+
+def test_mla_head_dims_load_and_store_in_their_own_boxes() -> None:
+    source, launch, _, _ = emit(Variant("mla", d_qk=192, d_v=128, mask="causal"))
+    assert "for (int c = 0; c < 3; ++c)" in source  # Q and K: three 64-column boxes
+    assert "for (int c = 0; c < 2; ++c)" in source  # V and O: two
+    assert launch.head_dim_qk == 192 and launch.head_dim_v == 128
+
+
+@pytest.mark.parametrize(
+    ("variant", "param", "message"),
+    [
+        (Variant("bad_bn", block_n=272), "BN", "from 16 to 256"),
+        (Variant("bad_d", d_qk=96, d_v=96, warps=4), "d", "head dims 64, 128, 192 or 256"),
+        (Variant("bad_smem", block_n=256, stages=2, d_qk=256, d_v=256, warps=8), "BN", "shared memory"),
+        (Variant("bad_bm", block_m=96, block_n=64, warps=2), "BM", "multiple of 64 rows"),
+    ],
+)
+def test_limits_are_tl501_on_the_param_line(variant: Variant, param: str, message: str) -> None:
+    text = tl_text(variant)
+    plan = make_plan(analyze(text).model, text)
+    with pytest.raises(TranslateError) as info:
+        emit_sm90(plan)
+    diag = info.value.diagnostics[0]
+    assert diag.code == "TL501" and message in diag.message
+    assert text.splitlines()[diag.range.start.line].startswith(f"Param {param} ")
+
+
+@pytest.mark.nvrtc
+def test_compiles_for_sm90a_through_nvrtc(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cutlass_library")
+    from runner.compile import compile_source
+
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
+    source, launch, _, _ = emit(Variant("h128_causal", mask="causal"))
+    compiled = compile_source(source, arch=launch.arch, name="h128_causal.cu")
+    assert compiled.kind == "cubin" and compiled.target == "sm_90a"
+    assert compiled.code[:4] == b"\x7fELF"
+    assert "C7508" not in compiled.log  # setmaxnreg was not ignored

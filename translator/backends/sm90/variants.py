@@ -1,0 +1,91 @@
+"""The sm_90 kernels the Hopper backend is checked with: TL documents written out from a few numbers.
+
+Each variant is an ordinary TL document (`Target sm_90`), so it goes through the language core, the plan
+and the backend exactly as a user's file would. The tiles follow FlashAttention 3's table (`tile_size.h`):
+head dim 64 → 192 × 128 (3 consumer warp groups), 128 → 128 × 128 or 128 × 176, 256 → 128 × 80.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    name: str
+    dtype: str = "bf16"
+    block_m: int = 128
+    block_n: int = 128
+    d_qk: int = 128
+    d_v: int = 128
+    mask: str = "none"  # "none" | "causal" | "window(L, R)"
+    stages: int = 2
+    overlap: bool = True  # intra-warp-group pipelining (emit_sm90's `overlap`)
+    # Read only by the plan's sm_80 checks (a cp.async split of the tiles); the sm_90 kernel ignores it.
+    warps: int | None = None
+
+    @property
+    def mask_kind(self) -> str:
+        return self.mask.split("(", 1)[0]
+
+
+def tl_text(v: Variant) -> str:
+    """A Target sm_90 TL document for `v` (the attention pattern of examples/mha_fwd.tl)."""
+    same = v.d_qk == v.d_v
+    dims = [f"Param d = {v.d_qk}"] if same else [f"Param d_qk = {v.d_qk}", f"Param d_v = {v.d_v}"]
+    dq, dv = ("d", "d") if same else ("d_qk", "d_v")
+    return "\n".join(
+        [
+            f"# {v.name}: Hopper variant, {v.dtype}, {v.block_m} × {v.block_n}, d {v.d_qk}/{v.d_v}",
+            f"Kernel {v.name}",
+            "Target sm_90",
+            f"Dtype {v.dtype}",
+            f"Param BM = {v.block_m}",
+            f"Param BN = {v.block_n}",
+            *dims,
+            f"Param stages = {v.stages}",
+            *([f"Param warps = {v.warps}"] if v.warps else []),
+            f"Mask {v.mask}",
+            "",
+            f"Allocate Q in global (seqlen_q, {dq}) with offset q_offset",
+            f"Allocate K in global (seqlen_k, {dq}) with offset kv_offset",
+            f"Allocate V in global (seqlen_k, {dv}) with offset kv_offset",
+            f"Allocate O in global (seqlen_q, {dv}) with offset o_offset",
+            "",
+            f"Copy Q (BM, {dq}) in coordinate [L = block_m] from global to shared",
+            "Copy Q from shared to register",
+            "Allocate S in register (BM, BN)",
+            f"Allocate acc_o in register (BM, {dv})",
+            "for j = 0: seqlen_k / BN",
+            f"    Copy K (BN, {dq}) in coordinate [L = j] from global to shared",
+            "    Copy K from shared to register",
+            "    Compute GEMM Q, K and get S",
+            "    Compute Multiply S, scale and get new S",
+            "    Compute Softmax S",
+            "    Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)",
+            f"    Copy V (BN, {dv}) in coordinate [L = j] from global to shared",
+            "    Copy V from shared to register",
+            "    Compute GEMM S, V and accumulate acc_o",
+            "end",
+            "Compute Divide acc_o, rowsum and get new acc_o",
+            f"Copy acc_o (BM, {dv}) in coordinate [L = block_m] from register to global as O",
+            "",
+        ]
+    )
+
+
+# What the device run compiles, verifies and times. Names are kernel names (C identifiers).
+VARIANTS: tuple[Variant, ...] = (
+    Variant("h128_bf16"),
+    Variant("h128_bf16_plain", overlap=False),
+    Variant("h128_bf16_bn176", block_n=176),
+    Variant("h128_bf16_causal", mask="causal"),
+    Variant("h128_fp16", dtype="fp16"),
+    Variant("h128_fp16_causal", dtype="fp16", mask="causal"),
+    Variant("h128_bf16_window", mask="window(100, 30)"),
+    Variant("h64_bf16", block_m=192, d_qk=64, d_v=64),
+    Variant("h64_bf16_causal", block_m=192, d_qk=64, d_v=64, mask="causal"),
+    Variant("h256_bf16", block_n=80, d_qk=256, d_v=256, warps=4),
+    Variant("h256_bf16_causal", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4),
+    Variant("mla_bf16_causal", block_n=128, d_qk=192, d_v=128, mask="causal"),
+)
