@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ERROR_CODE, ERROR_FILE, server_command, unavailable
+from e2e_common import ERROR_CODE, ERROR_FILE, server_command, unavailable
 from e2e_install import InstallError, ensure_apt
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ERROR_CODE, ERROR_FILE, server_command, unavailable
+from e2e_common import ERROR_CODE, ERROR_FILE, server_command, unavailable
 from e2e_install import (
     CODE_SERVER_BIN,
     CODE_SERVER_DIR,
