@@ -35,6 +35,9 @@ class HopperConfig:
     plan: KernelPlan
     consumers: int  # consumer warp groups; warp group 0 is the producer
     overlap: bool  # intra-warp-group pipelining: Q·Kᵀ of block n+1 overlaps softmax, P·V of block n drains
+    # Two consumer warp groups take turns issuing their GEMMs (named barriers), so one group's softmax runs
+    # while the other's GEMMs occupy the tensor cores (FlashAttention 3's inter-warp-group ping-pong).
+    pingpong: bool = False
 
     @property
     def threads(self) -> int:
@@ -107,11 +110,13 @@ class HopperConfig:
         }
 
 
-def hopper_config(plan: KernelPlan, *, consumers: int | None = None, overlap: bool = True) -> HopperConfig:
+def hopper_config(
+    plan: KernelPlan, *, consumers: int | None = None, overlap: bool = True, pingpong: bool = False
+) -> HopperConfig:
     """The Hopper structure for `plan`; `consumers` defaults to one warp group per 64 query rows
     (FlashAttention 3's split). Raises TranslateError (TL501) on the line that sets a value it cannot use."""
     n = consumers if consumers is not None else max(1, plan.block_m // WGMMA_M)
-    cfg = HopperConfig(plan=plan, consumers=n, overlap=overlap)
+    cfg = HopperConfig(plan=plan, consumers=n, overlap=overlap, pingpong=pingpong)
     problems = _check(cfg)
     if problems:
         raise TranslateError(problems)
@@ -172,6 +177,13 @@ def _check(cfg: HopperConfig) -> list[Diagnostic]:
                 "columns: head dims 64, 128, 192 or 256",
                 *keys,
             )
+    if cfg.pingpong and (cfg.consumers != 2 or not cfg.overlap):
+        bad(
+            "ping-pong scheduling alternates exactly two consumer warp groups of the overlapped loop",
+            "consumers",
+            "BM",
+            "load_q",
+        )
     if not 1 <= p.stages <= 4:
         bad(
             f"stages = {p.stages}: the K/V mbarrier pipeline takes 1 to 4 stages (2 is FlashAttention 3's)",

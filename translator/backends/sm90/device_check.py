@@ -38,13 +38,20 @@ VERIFY_SHAPES: tuple[tuple[int, int, int, int, int, bool], ...] = (
 )
 BENCH_SEQLENS = (4096, 16384)
 TOKENS = 16384
-HANG_SECONDS = 90.0
+HANG_SECONDS = 60.0
 
 
 def _out_dir() -> Path:
     out = Path(os.environ.get("OUT") or "sm90-out")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _cubin_dir() -> Path:
+    """Cubins stay out of $OUT (a few MB each); only the SASS of one comes back."""
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / "sm90-cubins"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def translate(v: Variant) -> tuple[str, Any, Any]:
@@ -55,7 +62,7 @@ def translate(v: Variant) -> tuple[str, Any, Any]:
     text = tl_text(v)
     analysis = analyze(text)
     plan = make_plan(analysis.model, text)
-    source, launch, _ = emit_sm90(plan, tl_file=f"{v.name}.tl", overlap=v.overlap)
+    source, launch, _ = emit_sm90(plan, tl_file=f"{v.name}.tl", overlap=v.overlap, pingpong=v.pingpong)
     return source, launch, plan
 
 
@@ -311,11 +318,11 @@ def _main(args: argparse.Namespace, out: Path, log: Any) -> int:
                 log(clog[:3000])
             else:
                 cubins[name] = code
-                (out / f"{name}.cubin").write_bytes(code)
+                (_cubin_dir() / f"{name}.cubin").write_bytes(code)
     log(f"compiled {len(cubins)}/{len(built)} in {time.perf_counter() - t0:.0f}s")
     first = next(iter(cubins), None)
     if first:
-        report["sass"][first] = _sass_report(out / f"{first}.cubin", out)
+        report["sass"][first] = _sass_report(_cubin_dir() / f"{first}.cubin", out)
         log(f"SASS {first}: {report['sass'][first].get('counts')}")
 
     by_name = {v.name: v for v in variants}

@@ -55,9 +55,10 @@ def emit_sm90(
     line_directives: bool = True,
     consumers: int | None = None,
     overlap: bool = True,
+    pingpong: bool = False,
 ) -> tuple[str, LaunchSpec, dict[int, int]]:
     """(source, launch spec, source map CUDA line → TL line) of the Hopper kernel for `plan`."""
-    cfg = hopper_config(plan, consumers=consumers, overlap=overlap)
+    cfg = hopper_config(plan, consumers=consumers, overlap=overlap, pingpong=pingpong)
     w = CodeWriter()
     e = _Emit(w, cfg)
     _header(e, tl_file)
@@ -107,7 +108,8 @@ def _header(e: _Emit, tl_file: str | None) -> None:
     )
     w.comment(
         f"1 producer + {c.consumers} consumer warp groups, {p.stages}-stage K/V pipeline"
-        f"{', intra-warp-group overlap' if c.overlap else ''}. `// TL:n` tags the TL line of each block."
+        f"{', intra-warp-group overlap' if c.overlap else ''}{', ping-pong' if c.pingpong else ''}. "
+        "`// TL:n` tags the TL line of each block."
     )
     w.comment("wgmma N = BN may be any multiple of 8 (e.g. 80 or 176): enable CuTe's extended GMMA shapes.")
     w.line("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED")
@@ -276,7 +278,14 @@ def _kernel(e: _Emit) -> None:
         w.line("Element* smem_v = reinterpret_cast<Element*>(smem + Traits::kOffV);")
         w.line("Element* smem_o = reinterpret_cast<Element*>(smem + Traits::kOffO);")
         w.line()
-        w.line("const int m_block = blockIdx.x;  // TL block_m: this block's tile of query rows")
+        if p.mask == "none":
+            w.line("const int m_block = blockIdx.x;  // TL block_m: this block's tile of query rows")
+        else:
+            w.line(
+                "// TL block_m, longest first: with a mask the last query tiles see the most keys, so they"
+            )
+            w.line("// start first and the short ones fill the tail of the grid.")
+            w.line("const int m_block = gridDim.x - 1 - blockIdx.x;")
         w.line("const int bidb = blockIdx.y;     // batch")
         w.line("const int bidh = blockIdx.z;     // query head")
         w.line("const int warp_group = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);  // warp-uniform")
@@ -591,6 +600,12 @@ def _loop_plain(e: _Emit) -> None:
         w.line("}")
 
 
+def _turn(e: _Emit, call: str) -> None:
+    if e.cfg.pingpong:
+        with e.tag("loop"):
+            e.w.line(call)
+
+
 def _loop_overlap(e: _Emit) -> None:
     """Intra-warp-group pipelining (FlashAttention 3): iteration n issues Q·Kᵀ(n) and P(n+1)·V(n+1) as two
     commit groups, waits for the first only, and runs the softmax of block n while P·V drains."""
@@ -599,10 +614,18 @@ def _loop_overlap(e: _Emit) -> None:
     with e.tag("loop", "the first key block alone: its P feeds the pipelined loop"):
         w.line("int stage = 0;")
         w.line("uint32_t phase = 0;")
+    if e.cfg.pingpong:
+        with e.tag("loop", "ping-pong: consumer warp groups take turns issuing GEMMs; group 0 goes first"):
+            w.line("const int consumer_wg = ctid / 128;")
+            w.line("auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };")
+            w.line("auto your_turn = [&]() { tl::consumer_arrive(3 + (1 - consumer_wg), 256); };")
+            w.line("if (consumer_wg == 1 && n_block_max > n_block_min) your_turn();")
     with w.block("if (n_block_max > n_block_min)"):
         w.line("int n_block = n_block_max - 1;")
         _alloc_s(e, "acc_s")
+        _turn(e, "my_turn();")
         _qk(e, "acc_s")
+        _turn(e, "your_turn();")
         with e.tag("gemm_qk"):
             w.line("warpgroup_wait<0>();")
             w.line("warpgroup_fence_operand(acc_s);")
@@ -621,8 +644,10 @@ def _loop_overlap(e: _Emit) -> None:
             w.line("for (n_block = n_block_max - 2; n_block >= n_block_min; --n_block) {")
         with w.indent():
             _alloc_s(e, "acc_s_next")
+            _turn(e, "my_turn();")
             _qk(e, "acc_s_next")
             _pv(e, "v_stage", "v_phase")
+            _turn(e, "your_turn();")
             with e.tag("gemm_qk", "wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)"):
                 w.line("warpgroup_wait<1>();")
                 w.line("warpgroup_fence_operand(acc_s_next);")
@@ -647,7 +672,9 @@ def _loop_overlap(e: _Emit) -> None:
                 w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
         with e.tag("loop"):
             w.line("}")
+        _turn(e, "my_turn();")
         _pv(e, "v_stage", "v_phase")
+        _turn(e, "if (consumer_wg == 0) { your_turn(); }  // group 1 gave its turn first: one arrive fewer")
         with e.tag("gemm_pv", "the last P·V"):
             w.line("warpgroup_wait<0>();")
             w.line("warpgroup_fence_operand(acc_o);")

@@ -85,3 +85,7 @@ def emit_helpers(w: CodeWriter) -> None:
         w.comment("__syncthreads).")
         with w.block("CUTE_DEVICE void consumer_sync(int id, int threads)"):
             w.line('asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");')
+        w.line()
+        w.comment("Signal a named barrier without waiting (the other side calls consumer_sync).")
+        with w.block("CUTE_DEVICE void consumer_arrive(int id, int threads)"):
+            w.line('asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");')

@@ -21,6 +21,7 @@ class Variant:
     mask: str = "none"  # "none" | "causal" | "window(L, R)"
     stages: int = 2
     overlap: bool = True  # intra-warp-group pipelining (emit_sm90's `overlap`)
+    pingpong: bool = False  # two consumer warp groups alternate their GEMMs (emit_sm90's `pingpong`)
     # Read only by the plan's sm_80 checks (a cp.async split of the tiles); the sm_90 kernel ignores it.
     warps: int | None = None
 
@@ -79,6 +80,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16"),
     Variant("h128_bf16_plain", overlap=False),
     Variant("h128_bf16_bn176", block_n=176),
+    Variant("h128_bf16_pp", pingpong=True),
+    Variant("h128_bf16_causal_pp", mask="causal", pingpong=True),
     Variant("h128_bf16_causal", mask="causal"),
     Variant("h128_fp16", dtype="fp16"),
     Variant("h128_fp16_causal", dtype="fp16", mask="causal"),
