@@ -1,0 +1,64 @@
+"""Device helpers emitted once per file (namespace `tl`): register-layout views and warp reductions.
+
+They are the register-level meaning of TL statements that have no single CuTe call: the row view used by
+Softmax, the accumulator → A-operand view that *is* the TL Reshape, and the quad reductions of a row.
+"""
+
+from __future__ import annotations
+
+from translator.writer import CodeWriter
+
+
+def emit_helpers(w: CodeWriter, mma_k: int) -> None:
+    with w.block("namespace tl", "}  // namespace tl"):
+        w.line("using namespace cute;")
+        w.line()
+        w.comment("The m16n8 accumulator of one thread, ((2 cols, 2 rows), MMA_M, MMA_N), seen as")
+        w.comment("((2, MMA_M) rows, (2, MMA_N) cols), so Softmax can walk rows and columns.")
+        w.line("template <class Layout>")
+        with w.block("CUTE_DEVICE constexpr auto acc_rowcol(Layout acc)"):
+            w.line("static_assert(decltype(size<0>(acc))::value == 4);")
+            w.line("auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)")
+            w.line("return make_layout(make_layout(get<0, 1>(l), get<1>(l)), "
+                   "make_layout(get<0, 0>(l), get<2>(l)));")
+        w.line()
+        w.comment("TL `Reshape S from (MMA_C, …) to (MMA_A, …)`: the accumulator registers re-viewed as the")
+        if mma_k == 16:
+            w.comment("A operand of m16n8k16. Two neighbouring n8 accumulator tiles form one k16 A fragment:")
+            w.comment("((2, 2), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, MMA_N / 2). No data moves.")
+        else:
+            w.comment("A operand of m16n8k8, whose fragment is exactly one n8 accumulator tile: the layout")
+            w.comment("is unchanged. No data moves.")
+        w.line("template <class Layout>")
+        with w.block("CUTE_DEVICE constexpr auto acc_to_A(Layout acc)"):
+            if mma_k == 16:
+                w.line("auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});")
+                w.line("return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));")
+            else:
+                w.line("return acc;")
+        w.line()
+        w.comment("The four threads of a quad hold one accumulator row between them.")
+        with w.block("CUTE_DEVICE float quad_max(float x)"):
+            w.line("x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));")
+            w.line("return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));")
+        w.line()
+        with w.block("CUTE_DEVICE float quad_sum(float x)"):
+            w.line("x += __shfl_xor_sync(0xffffffff, x, 2);")
+            w.line("return x + __shfl_xor_sync(0xffffffff, x, 1);")
+        w.line()
+        w.comment("2^x in one MUFU instruction, whatever the compile flags (exp2f is exact without fast math).")
+        with w.block("CUTE_DEVICE float exp2_approx(float x)"):
+            w.line("float y;")
+            w.line('asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));')
+            w.line("return y;")
+        w.line()
+        w.comment("Converts a float fragment to the input type in pairs (cvt.rn.{f16,bf16}x2.f32).")
+        w.line("template <class To, class Engine, class Layout>")
+        with w.block("CUTE_DEVICE auto convert_fragment(Tensor<Engine, Layout> const& src)"):
+            w.line("using From = typename Engine::value_type;")
+            w.line("constexpr int N = decltype(size(src))::value;")
+            w.line("Tensor dst = make_tensor<To>(src.layout());")
+            w.line("auto const& in = *reinterpret_cast<cutlass::Array<From, N> const*>(src.data());")
+            w.line("*reinterpret_cast<cutlass::Array<To, N>*>(dst.data()) = "
+                   "cutlass::NumericArrayConverter<To, From, N>{}(in);")
+            w.line("return dst;")

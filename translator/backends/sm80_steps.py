@@ -1,0 +1,494 @@
+"""One emitter per TL step kind (the table `EMITTERS`), and the schedule that places them.
+
+A step may emit in several phases: `setup` (tensors and partitions, before the loop), `issue` (the copy
+itself), `loop` (inside the key loop), `epilogue`. The schedule (`SCHEDULE`) is FlashAttention 2's
+pipeline: V's load is issued before Q·Kᵀ and the next K's after it, so each tile's global → shared copy
+overlaps a GEMM. Every emitted block is tagged with the TL line of the step it implements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from translator.backends.arch import ArchFacts
+from translator.plan import KernelPlan
+from translator.writer import CodeWriter
+
+
+@dataclass
+class Emit:
+    w: CodeWriter
+    plan: KernelPlan
+    facts: ArchFacts
+
+    def line_of(self, kind: str) -> int | None:
+        return self.plan.line_of(kind)
+
+    def tag(self, kind: str, note: str = ""):  # -> context manager
+        s = self.plan.step(kind)
+        if s is None:
+            line = self.plan.header_lines.get(kind)
+            return self.w.tl(line, note if line is not None else "")
+        return self.w.tl(s.tl_line, f"{s.text}{'  — ' + note if note else ''}")
+
+    def run(self, kind: str, phase: str) -> None:
+        EMITTERS[kind](self, phase)
+
+    def run_body(self) -> None:
+        for kind, phase in SCHEDULE:
+            self.run(kind, phase)
+
+    # --- pipeline primitives: no-ops on sm_75, whose copies are synchronous ---------------------------
+    def fence(self) -> None:
+        if self.facts.cp_async:
+            self.w.line("cute::cp_async_fence();")
+
+    def wait(self, n: int | str = 0) -> None:
+        if self.facts.cp_async:
+            self.w.line(f"cute::cp_async_wait<{n}>();")
+
+
+def _globals(e: Emit, phase: str) -> None:
+    """Allocate Q/K/V/O in global: the (seqlen, dim) slice of this (batch, head), int64 strides."""
+    w, p = e.w, e.plan
+    specs = (("alloc_q", "mQ", "q", "Element const", "seqlen_q", "kHeadDimQK", "bidh"),
+             ("alloc_k", "mK", "k", "Element const", "seqlen_k", "kHeadDimQK", "bidh_kv"),
+             ("alloc_v", "mV", "v", "Element const", "seqlen_k", "kHeadDimV", "bidh_kv"),
+             ("alloc_o", "mO", "o", "Element", "seqlen_q", "kHeadDimV", "bidh"))
+    w.line()
+    with w.tl(e.line_of("group") or e.line_of("heads_kv") or e.line_of("alloc_k"),
+              "GQA/MQA: consecutive query heads share one K/V head" if (p.group or p.heads_kv) else ""):
+        w.line("const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head")
+    for kind, m, ptr, ty, rows, dim, head in specs:
+        with e.tag(kind):
+            w.line(f"Tensor {m} = make_tensor(make_gmem_ptr(static_cast<{ty}*>({ptr}) + bidb * {ptr}_batch_stride "
+                   f"+ {head} * {ptr}_head_stride),")
+            w.line(f"                        make_shape({rows}, Int<{dim}>{{}}), "
+                   f"make_stride({ptr}_row_stride, _1{{}}));  // ({rows}, {dim})")
+
+
+def _key_range(e: Emit, phase: str) -> None:
+    """Which key blocks this query block reads: all, or those the causal/window mask lets through."""
+    w, p = e.w, e.plan
+    w.line()
+    with e.tag("loop", "key blocks [n_block_min, n_block_max), walked from the last (FA2)"):
+        w.line("int n_block_min = 0;")
+        w.line("int n_block_max = cute::ceil_div(seqlen_k, kBlockN);")
+    if p.mask == "none":
+        return
+    with e.tag("mask", f"Mask {p.mask}: skip key blocks no row of this block can see (bottom-right aligned)"):
+        right = "" if p.mask == "causal" else " + window_right"
+        if p.mask == "window":
+            w.line("if (window_right >= 0) {")
+            w.line("  n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q"
+                   f"{right}, kBlockN));")
+            w.line("}")
+            w.line("if (window_left >= 0) {")
+            w.line("  n_block_min = max(0, (m_block * kBlockM + seqlen_k - seqlen_q - window_left) / kBlockN);")
+            w.line("}")
+        else:
+            w.line("n_block_max = min(n_block_max, "
+                   "cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q, kBlockN));")
+
+
+def _load_q(e: Emit, phase: str) -> None:
+    w = e.w
+    w.line()
+    with e.tag("load_q", "tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed"):
+        w.line("Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDimQK>>{}, make_coord(m_block, 0));"
+               "  // (kBlockM, kHeadDimQK)")
+        w.line("Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), Traits::SmemLayoutQ{});"
+               "  // (kBlockM, kHeadDimQK)")
+        w.line("typename Traits::GmemTiledCopyQK gmem_tiled_copy_QK;")
+        w.line("auto gmem_thr_copy_QK = gmem_tiled_copy_QK.get_thread_slice(tidx);")
+        w.line("Tensor tQgQ = gmem_thr_copy_QK.partition_S(gQ);  // (QCPY, QCPY_M, QCPY_K)")
+        w.line("Tensor tQsQ = gmem_thr_copy_QK.partition_D(sQ);  // (QCPY, QCPY_M, QCPY_K)")
+        w.line("Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimQK>>{}));"
+               "  // (row, col) of each copied vector")
+        w.line("const int q_rows = seqlen_q - m_block * kBlockM;  // valid rows in this tile")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int m = 0; m < size<1>(tQsQ); ++m)"):
+            with w.block("if (get<0>(tQcQ(0, m, 0)) < q_rows)"):
+                w.line("cute::copy(gmem_tiled_copy_QK, tQgQ(_, m, _), tQsQ(_, m, _));")
+            with w.block("else", "}"):
+                w.line("cute::clear(tQsQ(_, m, _));")
+
+
+def _load_tile(e: Emit, name: str, copy: str, staged: bool) -> None:
+    """The copy of one key block of K or V, as a lambda the loop calls per block. `predicated` (a
+    compile-time flag) guards rows past seqlen_k; only the last key block can be partial."""
+    w = e.w
+    stage_arg, stage_idx = (", int stage", ", stage") if staged else ("", "")
+    g, s = f"t{name}g{name}", f"t{name}s{name}"
+    with w.block(f"auto load_{name} = [&](int n_block{stage_arg}, auto predicated)", "};"):
+        with w.block("if constexpr (decltype(predicated)::value)"):
+            w.line("const int rows = seqlen_k - n_block * kBlockN;  // rows left in this block")
+            w.line("CUTE_UNROLL")
+            with w.block(f"for (int n = 0; n < size<1>({s}); ++n)"):
+                with w.block(f"if (get<0>(t{name}c{name}(0, n, 0)) < rows)"):
+                    w.line(f"cute::copy({copy}, {g}(_, n, _, n_block), {s}(_, n, _{stage_idx}));")
+                with w.block("else", "}"):
+                    w.line(f"cute::clear({s}(_, n, _{stage_idx}));  // zero rows past seqlen_k: 0·P stays 0")
+        with w.block("else", "}"):
+            w.line(f"cute::copy({copy}, {g}(_, _, _, n_block), {s}(_, _, _{stage_idx}));")
+
+
+def _load_k(e: Emit, phase: str) -> None:
+    w, p = e.w, e.plan
+    if phase == "setup":
+        w.line()
+        with e.tag("load_k", f"{p.stages} K buffer{'s' if p.stages > 1 else ''} after Q's"):
+            w.line("Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDimQK>>{}, make_coord(_, 0));"
+                   "  // (kBlockN, kHeadDimQK, n_blocks)")
+            w.line("Tensor sK = make_tensor(sQ.data() + size(sQ), Traits::SmemLayoutK{});"
+                   "  // (kBlockN, kHeadDimQK, kStages)")
+            w.line("Tensor tKgK = gmem_thr_copy_QK.partition_S(gK);  // (KCPY, KCPY_N, KCPY_K, n_blocks)")
+            w.line("Tensor tKsK = gmem_thr_copy_QK.partition_D(sK);  // (KCPY, KCPY_N, KCPY_K, kStages)")
+            w.line("Tensor tKcK = gmem_thr_copy_QK.partition_S("
+                   "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{}));")
+            _load_tile(e, "K", "gmem_tiled_copy_QK", staged=True)
+    elif phase == "prologue":
+        w.line()
+        with e.tag("load_k", "the first (highest) key block, in flight with Q; it may be partial"):
+            with w.block("if (n_block_max > n_block_min)"):
+                w.line("load_K(n_block_max - 1, 0, cute::true_type{});")
+            e.fence()
+    elif phase == f"prefetch{p.stages}":
+        note = ("prefetch the next key block into the other buffer; it overlaps this block's whole compute"
+                if p.stages == 2 else "prefetch the next key block; it overlaps softmax and P·V")
+        with e.tag("load_k", note + " (a full block: only the highest can be partial)"):
+            with w.block("if (n_block > n_block_min)"):
+                w.line(f"load_K(n_block - 1, {'stage ^ 1' if p.stages == 2 else '0'}, cute::false_type{{}});")
+                e.fence()
+
+
+def _load_v(e: Emit, phase: str) -> None:
+    w = e.w
+    if phase == "setup":
+        w.line()
+        with e.tag("load_v", "one V buffer after the K buffers"):
+            w.line("Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(_, 0));"
+                   "  // (kBlockN, kHeadDimV, n_blocks)")
+            w.line("Tensor sV = make_tensor(sK.data() + size(sK), Traits::SmemLayoutV{});"
+                   "  // (kBlockN, kHeadDimV)")
+            w.line("typename Traits::GmemTiledCopyV gmem_tiled_copy_V;")
+            w.line("auto gmem_thr_copy_V = gmem_tiled_copy_V.get_thread_slice(tidx);")
+            w.line("Tensor tVgV = gmem_thr_copy_V.partition_S(gV);  // (VCPY, VCPY_N, VCPY_K, n_blocks)")
+            w.line("Tensor tVsV = gmem_thr_copy_V.partition_D(sV);  // (VCPY, VCPY_N, VCPY_K)")
+            w.line("Tensor tVcV = gmem_thr_copy_V.partition_S("
+                   "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));")
+            _load_tile(e, "V", "gmem_tiled_copy_V", staged=False)
+    else:
+        with e.tag("load_v", "issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)"):
+            w.line("load_V(n_block, masked);  // a masked block may be the partial last one")
+            e.fence()
+
+
+def _q_to_reg(e: Emit, phase: str) -> None:
+    w = e.w
+    w.line()
+    with e.tag("q_to_reg", "ldmatrix; slices are loaded inside the GEMM, one k-step ahead"):
+        w.line("typename Traits::TiledMma tiled_mma;")
+        w.line("auto thr_mma = tiled_mma.get_thread_slice(tidx);")
+        w.line("Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)")
+        w.line("auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);")
+        w.line("auto smem_thr_copy_Q = smem_tiled_copy_Q.get_thread_slice(tidx);")
+        w.line("Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)")
+        w.line("Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)")
+
+
+def _k_to_reg(e: Emit, phase: str) -> None:
+    w = e.w
+    with e.tag("k_to_reg", "ldmatrix, inside the GEMM"):
+        w.line("Tensor tSrK = thr_mma.partition_fragment_B(sK(_, _, 0));  // (MMA, MMA_N, MMA_K)")
+        w.line("auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);")
+        w.line("auto smem_thr_copy_K = smem_tiled_copy_K.get_thread_slice(tidx);")
+        w.line("Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)")
+        w.line("Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)")
+
+
+def _v_to_reg(e: Emit, phase: str) -> None:
+    w = e.w
+    if phase != "setup":
+        return
+    with e.tag("v_to_reg", "ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)"):
+        w.line("Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN)")
+        w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
+        w.line("Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);  // (MMA, MMA_N_V, MMA_K_V)")
+        w.line("auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);")
+        w.line("auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);")
+        w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V)")
+        w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
+
+
+def _alloc_acc_o(e: Emit, phase: str) -> None:
+    w = e.w
+    w.line()
+    with e.tag("alloc_acc_o", "fp32 accumulator fragment"):
+        w.line("Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});"
+               "  // (MMA, MMA_M, MMA_N_V)")
+        w.line("clear(acc_o);")
+
+
+def _alloc_s(e: Emit, phase: str) -> None:
+    with e.tag("alloc_s", "fp32 scores of this key block"):
+        e.w.line("Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});"
+                 "  // (MMA, MMA_M, MMA_N)")
+        e.w.line("clear(acc_s);")
+
+
+def _scale(e: Emit, phase: str) -> None:
+    w = e.w
+    if phase == "setup":
+        with e.tag("scale", "folded into Softmax's exp2: one FFMA per score"):
+            w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
+    else:
+        with e.tag("scale", "applied inside the exp2 below (scores · scale_log2 − max · scale_log2)"):
+            pass
+
+
+def _softmax(e: Emit, phase: str) -> None:
+    w = e.w
+    if phase == "setup":
+        with e.tag("softmax", "running row max and row sum (per thread, for its rows)"):
+            w.line("Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
+            w.line("Tensor row_sum = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
+            w.line("fill(row_max, -__int_as_float(0x7f800000));")
+            w.line("clear(row_sum);")
+        return
+    with e.tag("softmax", "online: new row max, rescale acc_o and the sum, exponentiate with exp2"):
+        w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)")
+        w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
+        w.line("Tensor row_max_prev = make_fragment_like(row_max);")
+        w.line("cute::copy(row_max, row_max_prev);")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
+            w.line("float m = row_max(r);")
+            w.line("CUTE_UNROLL")
+            w.line("for (int c = 0; c < size<1>(scores); ++c) m = fmaxf(m, scores(r, c));")
+            w.line("row_max(r) = tl::quad_max(m);")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
+            w.line("// in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0")
+            w.line("const float m_scaled = (decltype(masked)::value && row_max(r) == -__int_as_float(0x7f800000))")
+            w.line("    ? 0.f : row_max(r) * scale_log2;")
+            w.line("const float correction = tl::exp2_approx(row_max_prev(r) * scale_log2 - m_scaled);")
+            w.line("row_sum(r) *= correction;")
+            w.line("CUTE_UNROLL")
+            w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= correction;")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
+                w.line("scores(r, c) = tl::exp2_approx(scores(r, c) * scale_log2 - m_scaled);")
+                w.line("row_sum(r) += scores(r, c);  // this thread's columns; the quad sums at the end")
+
+
+def _reshape(e: Emit, phase: str) -> None:
+    with e.tag("reshape", "P in the input dtype, its registers re-viewed as the A operand"):
+        e.w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
+        e.w.line("Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)")
+
+
+def _gemm(e: Emit, phase: str, kind: str) -> None:
+    w = e.w
+    if kind == "gemm_qk":
+        a, a_src, a_view, b, b_src, b_view, acc = ("tSrQ", "tSsQ(_, _, {k})", "tSrQ_view", "tSrK",
+                                                   "tSsK(_, _, {k}, %s)" % ("stage" if e.plan.stages == 2 else "0"), "tSrK_view", "acc_s")
+        copies = (("smem_tiled_copy_Q", a_src, a_view), ("smem_tiled_copy_K", b_src, b_view))
+        note = "S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k"
+    else:
+        a, b, acc = "tOrP", "tOrVt", "acc_o"
+        copies = (("smem_tiled_copy_V", "tOsVt(_, _, {k})", "tOrVt_view"),)
+        note = "acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead"
+    with e.tag(kind, note):
+        for tc, src, view in copies:
+            w.line(f"cute::copy({tc}, {src.format(k=0)}, {view}(_, _, 0));")
+        w.line("CUTE_UNROLL")
+        with w.block(f"for (int k = 0; k < size<2>({a}); ++k)"):
+            with w.block(f"if (k + 1 < size<2>({a}))"):
+                for tc, src, view in copies:
+                    w.line(f"cute::copy({tc}, {src.format(k='k + 1')}, {view}(_, _, k + 1));")
+            w.line(f"cute::gemm(tiled_mma, {a}(_, _, k), {b}(_, _, k), {acc});")
+
+
+def _mask(e: Emit, phase: str) -> None:
+    """-inf on scores past seqlen_k and, for causal/window, outside the band; only in masked iterations."""
+    w, p = e.w, e.plan
+    tag = "loop" if p.mask == "none" else "mask"
+    if phase == "setup":
+        with e.tag(tag, "(row, col) of each score, and which key blocks need the mask"):
+            w.line("Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
+                   "  // (MMA, MMA_M, MMA_N) -> (row, col)")
+            if p.mask == "window":
+                w.line("// a window has a left edge too: every block is masked")
+                return
+            need = "(n_block + 1) * kBlockN > seqlen_k"
+            if p.mask == "causal":
+                need += " || (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q"
+            with w.block("auto needs_mask = [&](int n_block)", "};"):
+                w.line(f"return {need};")
+        return
+    conds = ["col >= seqlen_k"]
+    if p.mask == "causal":
+        conds.append("col > row + seqlen_k - seqlen_q")
+    elif p.mask == "window":
+        conds.append("(window_right >= 0 && col > row + seqlen_k - seqlen_q + window_right)")
+        conds.append("(window_left >= 0 && col < row + seqlen_k - seqlen_q - window_left)")
+    note = {"none": "key columns past seqlen_k (last block only)",
+            "causal": "bottom-right causal mask and the seqlen_k tail",
+            "window": "sliding window (bottom-right aligned) and the seqlen_k tail"}[p.mask]
+    with e.tag(tag, note):
+        with w.block("if constexpr (decltype(masked)::value)"):
+            w.line("CUTE_UNROLL")
+            with w.block("for (int i = 0; i < size(acc_s); ++i)"):
+                w.line("const int row = m_block * kBlockM + get<0>(tScS(i));")
+                w.line("const int col = n_block * kBlockN + get<1>(tScS(i));")
+                w.line(f"if ({' || '.join(conds)}) acc_s(i) = -__int_as_float(0x7f800000);")
+
+
+def _loop(e: Emit, phase: str) -> None:
+    w, p = e.w, e.plan
+    staged = p.stages == 2
+    w.line()
+    with e.tag("loop", "one key block per call; `masked` (compile time) adds the mask and tail guards"):
+        if staged:
+            w.line("int stage = 0;  // K buffer holding this block")
+        w.line("auto iteration = [&](const int n_block, auto masked) {")
+    with w.indent():
+        e.run("alloc_s", "loop")
+        with e.tag("loop", "K(n_block) has landed; every warp is done with sV and the other K buffer"):
+            e.wait(0)
+            w.line("__syncthreads();")
+        e.run("load_v", "issue")
+        if staged:
+            e.run("load_k", "prefetch2")
+        e.run("gemm_qk", "loop")
+        e.run("mask", "loop")
+        with e.tag("loop", "V(n_block) has landed; every warp is done reading this K buffer"):
+            if staged and e.facts.cp_async:
+                w.line("if (n_block > n_block_min) { cute::cp_async_wait<1>(); } "
+                       "else { cute::cp_async_wait<0>(); }")
+            else:
+                e.wait(0)
+            w.line("__syncthreads();")
+        if not staged:
+            e.run("load_k", "prefetch1")
+        e.run("scale", "loop")
+        e.run("softmax", "loop")
+        e.run("reshape", "loop")
+        e.run("gemm_pv", "loop")
+        if staged:
+            with e.tag("loop"):
+                w.line("stage ^= 1;")
+    with e.tag("loop", "key blocks from the highest down (FA2): blocks needing the mask come first"):
+        w.line("};")
+        w.line("int n_block = n_block_max - 1;")
+        if p.mask == "window":
+            w.line("CUTE_NO_UNROLL")
+            w.line("for (; n_block >= n_block_min; --n_block) iteration(n_block, cute::true_type{});")
+        else:
+            w.line("CUTE_NO_UNROLL")
+            w.line("for (; n_block >= n_block_min && needs_mask(n_block); --n_block) "
+                   "iteration(n_block, cute::true_type{});")
+            w.line("CUTE_NO_UNROLL")
+            w.line("for (; n_block >= n_block_min; --n_block) iteration(n_block, cute::false_type{});")
+
+
+def _normalize(e: Emit, phase: str) -> None:
+    w = e.w
+    w.line()
+    with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
+        w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
+        w.line("Tensor row_lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
+            w.line("const float sum = tl::quad_sum(row_sum(r));")
+            w.line("const bool empty = sum == 0.f || sum != sum;")
+            w.line("const float inv_sum = empty ? 1.f : 1.f / sum;")
+            w.line("row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * softmax_scale + __logf(sum);")
+            w.line("CUTE_UNROLL")
+            w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
+
+
+def _store_o(e: Emit, phase: str) -> None:
+    w, p = e.w, e.plan
+    w.line()
+    reuse = p.head_dim_v <= p.head_dim_qk
+    with e.tag("store_o", "registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped"):
+        w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
+        if reuse:
+            w.line("Tensor sO = make_tensor(sQ.data(), Traits::SmemLayoutO{});  // reuses Q's buffer: Q·Kᵀ is done"
+                   "  // (kBlockM, kHeadDimV)")
+        else:
+            w.line("Tensor sO = make_tensor(sV.data() + size(sV), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)")
+        w.line("auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);")
+        w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);")
+        w.line("cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));")
+        w.line()
+        w.comment("LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.")
+        w.line("Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));")
+        w.line("Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));")
+        with w.block("if (get<1>(tOcO_rowcol(0, 0)) == 0)"):
+            w.line("float* lse_row = lse + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int r = 0; r < size<0>(tOcO_rowcol); ++r)"):
+                w.line("const int row = m_block * kBlockM + get<0>(tOcO_rowcol(r, 0));")
+                w.line("if (row < seqlen_q) lse_row[row] = row_lse(r);")
+        w.line("__syncthreads();  // sO complete before it is read in another thread layout")
+        w.line()
+        w.line("Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));"
+               "  // (kBlockM, kHeadDimV)")
+        w.line("typename Traits::GmemTiledCopyO gmem_tiled_copy_O;")
+        w.line("auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);")
+        w.line("Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (OCPY, OCPY_M, OCPY_K)")
+        w.line("Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (OCPY, OCPY_M, OCPY_K)")
+        w.line("Tensor tOrO = make_tensor<Element>(shape(tOgO));")
+        w.line("cute::copy(gmem_tiled_copy_O, tOsO, tOrO);")
+        w.line("Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int m = 0; m < size<1>(tOgO); ++m)"):
+            with w.block("if (get<0>(tOcOg(0, m, 0)) < q_rows)"):
+                w.line("cute::copy(gmem_tiled_copy_O, tOrO(_, m, _), tOgO(_, m, _));")
+
+
+EMITTERS: dict[str, Callable[[Emit, str], None]] = {
+    "globals": _globals,
+    "key_range": _key_range,
+    "load_q": _load_q,
+    "load_k": _load_k,
+    "load_v": _load_v,
+    "q_to_reg": _q_to_reg,
+    "k_to_reg": _k_to_reg,
+    "v_to_reg": _v_to_reg,
+    "alloc_acc_o": _alloc_acc_o,
+    "alloc_s": _alloc_s,
+    "scale": _scale,
+    "softmax": _softmax,
+    "mask": _mask,
+    "reshape": _reshape,
+    "gemm_qk": lambda e, ph: _gemm(e, ph, "gemm_qk"),
+    "gemm_pv": lambda e, ph: _gemm(e, ph, "gemm_pv"),
+    "loop": _loop,
+    "normalize": _normalize,
+    "store_o": _store_o,
+}
+
+# Where each step's code goes, in kernel order (the loop runs its own body).
+SCHEDULE: tuple[tuple[str, str], ...] = (
+    ("globals", "setup"),
+    ("key_range", "setup"),
+    ("load_q", "setup"),
+    ("load_k", "setup"),
+    ("load_v", "setup"),
+    ("load_k", "prologue"),
+    ("q_to_reg", "setup"),
+    ("k_to_reg", "setup"),
+    ("v_to_reg", "setup"),
+    ("alloc_acc_o", "setup"),
+    ("scale", "setup"),
+    ("softmax", "setup"),
+    ("mask", "setup"),
+    ("loop", "loop"),
+    ("normalize", "epilogue"),
+    ("store_o", "epilogue"),
+)
