@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--baselines", default="sdpa-flash,sdpa-cudnn,sdpa-efficient,flex,fa4")
     p.add_argument(
         "--flex-seqlens",
-        default="1024,8192",
+        default="8192",
         help="seqlens at which FlexAttention runs (each shape is a fresh torch.compile, tens of seconds)",
     )
     p.add_argument("--json", type=Path, default=Path("attention-bench.json"))
