@@ -15,7 +15,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runner.abi import LaunchSpec
 from runner.compile import CompiledKernel, CompileError, CompileJob, compile_many
@@ -226,16 +225,3 @@ def build_one(
     if isinstance(result, BuildError):
         raise result
     return result
-
-
-def summary(b: Built) -> dict[str, Any]:
-    c = b.compiled
-    return {
-        "file": str(b.translated.path),
-        "cu": str(b.translated.cu_path),
-        "kernel": b.spec.kernel_name,
-        "target": c.target,
-        "kind": c.kind,
-        "compile_seconds": round(c.seconds, 2),
-        "cached": c.cached,
-    }
