@@ -109,3 +109,21 @@ def test_empty_key_sequence_gives_zero_output_and_infinite_lse(kernels):
     o, lse = attention(loaded, q, kv, kv)
     torch.cuda.synchronize()
     assert torch.equal(o, torch.zeros_like(o)) and torch.isposinf(lse).all()
+
+
+def test_ptx_through_the_driver_jit(kernels, monkeypatch, tmp_path):
+    """The fallback when ptxas cannot assemble: PTX for compute_75 loaded as PTX, JIT-compiled by the driver."""
+    from gpu_matrix import NAIVE_CONFIGS
+
+    from runner import finalize
+    from runner.compile import compile_source
+    from runner.launch import cuda_device_arch, load
+    from runner.verify import verify
+
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(finalize, "ptxas_version", lambda: None)
+    cfg = next(n for n in NAIVE_CONFIGS if n.arch == "sm_75")
+    compiled = compile_source(cfg.source(), arch="sm_75", device_arch=cuda_device_arch(), name="jit.cu")
+    assert compiled.kind == "ptx" and compiled.target == "compute_75"
+    result = verify(load(compiled, cfg.spec()), Shape(2, 4, 2, 300, 500))
+    assert result.passed, str(result)
