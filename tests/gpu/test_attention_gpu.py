@@ -112,7 +112,7 @@ def test_empty_key_sequence_gives_zero_output_and_infinite_lse(kernels):
 
 
 def test_ptx_through_the_driver_jit(kernels, monkeypatch, tmp_path):
-    """The fallback when ptxas cannot assemble: PTX for compute_75 loaded as PTX, JIT-compiled by the driver."""
+    """The fallback without ptxas: PTX for compute_75 loaded as PTX, JIT-compiled by the driver."""
     from gpu_matrix import NAIVE_CONFIGS
 
     from runner import finalize
