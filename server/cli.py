@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
         handlers=handlers,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if getattr(args, "log_level", "INFO") != "DEBUG":
+        logging.getLogger("pygls").setLevel(logging.WARNING)  # pygls logs every message at INFO
     from server.app import create_server
 
     server = create_server()

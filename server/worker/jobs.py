@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 
 Emit = Callable[[str, int | None], None]
 
+# Test hook: CUDA text appended to the generated source before NVRTC (`{tl}` becomes the TL path), so an
+# end-to-end test can show a real NVRTC error travelling back to a TL line. Unset in normal use.
+APPEND_ENV = "TL_WORKER_APPEND_CUDA"
+
 
 def _reply(
     status: str,
@@ -103,9 +107,12 @@ def _compile(translated: Any, text: str, device_arch: str | None) -> Any:
     except ImportError as exc:
         return _reply("unavailable", f"unavailable: runner.compile ({exc})")
     tl_file = str(translated.path)
+    source = translated.source
+    if os.environ.get(APPEND_ENV):  # tests: a real NVRTC error at a real TL line (see APPEND_ENV)
+        source += "\n" + os.environ[APPEND_ENV].replace("{tl}", tl_file) + "\n"
     try:
         return compile_source(
-            translated.source,
+            source,
             arch=translated.spec.arch,
             device_arch=device_arch,
             name=translated.cu_path.name,

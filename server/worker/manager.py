@@ -66,6 +66,7 @@ class WorkerManager:
         self.restarts = 0
         self._background: set[asyncio.Future[Any]] = set()  # keep references until done
         self.started = 0
+        self._closed = False  # after stop(): no background respawns
 
     @property
     def pid(self) -> int | None:
@@ -110,22 +111,34 @@ class WorkerManager:
         self._prune()
 
     async def _respawn_now(self) -> None:
+        if self._closed:
+            return
         try:
             async with self._lock:
                 await self._ensure()
+                if self._closed:  # stop() ran while this worker was starting
+                    self._kill()
         except OSError:
             log.exception("could not restart the worker")
 
     async def restart(self) -> None:
+        self._closed = False
         async with self._lock:
             self._kill()
             self.restarts += 1
             await self._ensure()
 
     async def stop(self) -> None:
+        """Kill the worker and wait for it (and any killed before) to be reaped."""
+        self._closed = True
         self._kill()
+        pending = [f for f in self._background if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        self._prune()
 
     async def run(self, request: dict[str, Any], on_progress: Progress, timeout: float) -> JobOutcome:
+        self._closed = False
         async with self._lock:
             try:
                 proc = await self._ensure()

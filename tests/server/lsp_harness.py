@@ -104,3 +104,30 @@ def save(client: LanguageClient, uri: str, text: str | None = None) -> None:
     client.text_document_did_save(
         lsp.DidSaveTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri), text=text)
     )
+
+
+async def until(client: LanguageClient, method: str, predicate: Any, timeout: float = 20.0) -> None:
+    """Wait for notifications of `method` until `predicate()` holds (checked before each wait)."""
+
+    async def loop() -> None:
+        while not predicate():
+            await client.wait_for_notification(method)
+
+    await asyncio.wait_for(loop(), timeout)
+
+
+def progress_kinds(client: LanguageClient) -> dict[Any, list[str]]:
+    return {tok: [type(v).__name__ for v in values] for tok, values in client.progress_reports.items()}
+
+
+def ended(client: LanguageClient) -> list[Any]:
+    return [v for values in client.progress_reports.values() for v in values
+            if isinstance(v, lsp.WorkDoneProgressEnd)]
+
+
+async def command(client: LanguageClient, name: str, *args: Any) -> Any:
+    return await client.workspace_execute_command_async(lsp.ExecuteCommandParams(command=name, arguments=list(args)))
+
+
+def doc_id(uri: str) -> lsp.TextDocumentIdentifier:
+    return lsp.TextDocumentIdentifier(uri=uri)
