@@ -78,6 +78,11 @@ def _flex(inputs: Inputs, mask: str, scale: float) -> Run:
             return kv_idx <= q_idx + offset
 
         block_mask = create_block_mask(causal, B=None, H=None, Q_LEN=sq, KV_LEN=sk, device=q0.device)
+    # Every benchmark shape is a recompile of the same function; lift dynamo's per-function limit (8) so
+    # later shapes are not silently run uncompiled.
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
     compiled = torch.compile(flex_attention, dynamic=False)
     gqa = q0.shape[2] != k0.shape[2]
 
