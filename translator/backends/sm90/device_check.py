@@ -272,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", default="", help="comma-separated variant names")
     ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--seqlens", default=",".join(map(str, BENCH_SEQLENS)), help="benchmark seqlens")
     args = ap.parse_args(argv)
     out = _out_dir()
     with open(out / "log.txt", "a") as logf:
@@ -358,7 +359,7 @@ def _main(args: argparse.Namespace, out: Path, log: Any) -> int:
             if not report["verify"].get(name, {}).get("passed") or by_name[name].mask_kind == "window":
                 continue
             v = by_name[name]
-            for s in BENCH_SEQLENS:
+            for s in (int(x) for x in args.seqlens.split(",")):
                 key = (v.d_qk, v.mask, v.dtype, s)
                 bt.append(("bench", name, payload(name, seqlen=s, baselines=key not in seen)))
                 seen.add(key)

@@ -91,4 +91,9 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h256_bf16", block_n=80, d_qk=256, d_v=256, warps=4),
     Variant("h256_bf16_causal", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4),
     Variant("mla_bf16_causal", block_n=128, d_qk=192, d_v=128, mask="causal"),
+    # Second round (after the first H200 run): ping-pong with FA3's wide tile, and head dim 64 on two
+    # consumer warp groups so that ping-pong applies.
+    Variant("h128_bf16_pp_bn176", block_n=176, pingpong=True),
+    Variant("h64_bf16_m128_pp", d_qk=64, d_v=64, pingpong=True),
+    Variant("h64_bf16_causal_m128_pp", d_qk=64, d_v=64, mask="causal", pingpong=True),
 )
