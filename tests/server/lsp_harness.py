@@ -65,6 +65,12 @@ class Recorder:
 
 async def start(client: LanguageClient, tmp: Path, settings: dict[str, Any] | None = None) -> Recorder:
     rec = Recorder(client)
+    refreshes: list[None] = []
+
+    def on_refresh(params: None) -> None:  # VS Code re-asks for lenses; pytest-lsp has no default
+        refreshes.append(params)
+
+    client.protocol.fm.features.setdefault(lsp.WORKSPACE_CODE_LENS_REFRESH, on_refresh)
     client.set_configuration({"onSave": "off", **(settings or {})}, section="tl")
     await client.initialize_session(
         lsp.InitializeParams(
