@@ -86,6 +86,13 @@ def encode_tensor_map(t: Any, box_rows: int, *, box_cols: int = BOX_COLS) -> Any
     return tmap
 
 
+def _holder(kind: str, value: Any) -> Any:
+    """The scalar as the C type of its parameter, so the launch can point at its bytes."""
+    if kind == "float32":
+        return ctypes.c_float(float(value))
+    return _CTYPES[kind](int(value))
+
+
 def attention_tensor_maps(q: Any, k: Any, v: Any, o: Any, *, block_m: int, block_n: int) -> list[Any]:
     """The four descriptors in `TMA_PARAMS` order: Q and O in (64 × block_m) boxes, K and V in
     (64 × block_n) boxes."""
@@ -114,9 +121,7 @@ def launch_with_tensor_maps(
     """
     from cuda.bindings import driver as drv
 
-    holders: list[Any] = [
-        _CTYPES[kind](int(value) if kind != "float32" else float(value)) for kind, value in args
-    ]
+    holders = [_holder(kind, value) for kind, value in args]
     pointers = [ctypes.addressof(h) for h in holders] + [int(m.getPtr()) for m in tensor_maps]
     param_array = (ctypes.c_void_p * len(pointers))(*pointers)
     handle = getattr(kernel, "handle", kernel)
