@@ -38,7 +38,7 @@ class Settings:
     on_save: str = "verify"  # off | check | compile | verify (verify degrades to compile without a GPU)
     benchmark_shapes: tuple[BenchmarkShape, ...] = field(default=DEFAULT_SHAPES)
     worker_timeout: float = 300.0  # seconds for one worker job (an NVRTC compile takes ~30 s)
-    debounce_ms: int = 15  # didChange → analysis delay
+    debounce_ms: int = 10  # didChange → analysis delay (coalesces bursts of typing)
 
     @staticmethod
     def from_json(data: Any) -> Settings:

@@ -58,8 +58,11 @@ async def nvrtc_error_client(lsp_client: LanguageClient):  # type: ignore[no-unt
     await lsp_client.shutdown_session()
 
 
-@pytest_lsp.fixture(config=server_config(
-    TL_WORKER_APPEND_CUDA='#line 25 "{tl}"\nstatic_assert(sizeof(int) == 3, "injected by the test");'))
+@pytest_lsp.fixture(
+    config=server_config(
+        TL_WORKER_APPEND_CUDA='#line 25 "{tl}"\nstatic_assert(sizeof(int) == 3, "injected by the test");'
+    )
+)
 async def nvrtc_client(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
     yield
     await lsp_client.shutdown_session()

@@ -127,12 +127,18 @@ def progress_kinds(client: LanguageClient) -> dict[Any, list[str]]:
 
 
 def ended(client: LanguageClient) -> list[Any]:
-    return [v for values in client.progress_reports.values() for v in values
-            if isinstance(v, lsp.WorkDoneProgressEnd)]
+    return [
+        v
+        for values in client.progress_reports.values()
+        for v in values
+        if isinstance(v, lsp.WorkDoneProgressEnd)
+    ]
 
 
 async def command(client: LanguageClient, name: str, *args: Any) -> Any:
-    return await client.workspace_execute_command_async(lsp.ExecuteCommandParams(command=name, arguments=list(args)))
+    return await client.workspace_execute_command_async(
+        lsp.ExecuteCommandParams(command=name, arguments=list(args))
+    )
 
 
 def doc_id(uri: str) -> lsp.TextDocumentIdentifier:

@@ -13,7 +13,8 @@ from tl_language import analyze
 def _ranged(l0: int, c0: int, l1: int, c1: int, text: str) -> lsp.TextDocumentContentChangePartial:
     return lsp.TextDocumentContentChangePartial(
         range=lsp.Range(start=lsp.Position(line=l0, character=c0), end=lsp.Position(line=l1, character=c1)),
-        text=text)
+        text=text,
+    )
 
 
 def test_apply_change_whole_document_and_ranges() -> None:
@@ -47,15 +48,27 @@ def test_analysis_is_cached_per_text_and_target() -> None:
 
 
 def test_settings_from_client_json() -> None:
-    s = Settings.from_json({"target": "SM_90", "onSave": "compile", "benchmarkShapes": ["2x8x1024", {
-        "batch": 1, "heads": 4, "seqlen_q": 128, "seqlen_k": 256}], "worker": {"timeoutSeconds": 5}})
+    s = Settings.from_json(
+        {
+            "target": "SM_90",
+            "onSave": "compile",
+            "benchmarkShapes": ["2x8x1024", {"batch": 1, "heads": 4, "seqlen_q": 128, "seqlen_k": 256}],
+            "worker": {"timeoutSeconds": 5},
+        }
+    )
     assert s.target == "sm_90" and s.on_save == "compile" and s.worker_timeout == 5.0
     assert s.benchmark_shapes == (BenchmarkShape(2, 8, 1024, 1024), BenchmarkShape(1, 4, 128, 256))
 
 
 def test_bad_settings_keep_defaults() -> None:
-    s = Settings.from_json({"target": "sm_1", "onSave": "always", "benchmarkShapes": ["nope", 3],
-                            "worker": {"timeoutSeconds": -1}})
+    s = Settings.from_json(
+        {
+            "target": "sm_1",
+            "onSave": "always",
+            "benchmarkShapes": ["nope", 3],
+            "worker": {"timeoutSeconds": -1},
+        }
+    )
     assert s == Settings()
     assert Settings.from_json(None) == Settings() and Settings.from_json([1]) == Settings()
 

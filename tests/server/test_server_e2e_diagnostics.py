@@ -15,8 +15,9 @@ pytestmark = pytest.mark.e2e
 MISSING_RESHAPE = "    Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)\n"
 
 
-async def test_diagnostics_on_open_change_and_save_carry_code_and_fixes(client: LanguageClient,
-                                                                        workspace: Path) -> None:
+async def test_diagnostics_on_open_change_and_save_carry_code_and_fixes(
+    client: LanguageClient, workspace: Path
+) -> None:
     rec = await start(client, workspace)
     text = (workspace / "mha_fwd.tl").read_text()
     uri = open_doc(client, workspace / "mha_fwd.tl", text)
@@ -32,7 +33,9 @@ async def test_diagnostics_on_open_change_and_save_carry_code_and_fixes(client: 
     assert (await rec.wait_for(uri, version=3, predicate=lambda p: not p.diagnostics)).diagnostics == ()
 
 
-async def test_fifty_quick_changes_publish_only_the_last_version(client: LanguageClient, workspace: Path) -> None:
+async def test_fifty_quick_changes_publish_only_the_last_version(
+    client: LanguageClient, workspace: Path
+) -> None:
     rec = await start(client, workspace, {"debounceMs": 150})
     text = (workspace / "mha_fwd.tl").read_text()
     uri = open_doc(client, workspace / "mha_fwd.tl", text)
@@ -59,16 +62,34 @@ async def test_out_of_order_versions_are_ignored(client: LanguageClient, workspa
     assert not any("Stale" in d.message for p in rec.published for d in p.diagnostics)
 
 
-ERRORS_EVERYWHERE = "\n".join([
-    "Kernal oops", "Target sm_12", "Dtype fp64", "Param = 3", "Param BM = (1 +", "Mask sideways(1)",
-    "Allocate Q in nowhere (a, b", "Copy from to", "Copy Q (BM, d) in coordinate [L = ] from global to",
-    "Compute FROB Q, K and get", "Compute GEMM", "Reshape S from (MMA_C to", "for = 0:", "end", "end",
-    "@@@ ¿? 𝄞 \t\x00", "for j = 0: 4", "    Copy K from shared to register", "    " + "x" * 5000,
-])
+ERRORS_EVERYWHERE = "\n".join(
+    [
+        "Kernal oops",
+        "Target sm_12",
+        "Dtype fp64",
+        "Param = 3",
+        "Param BM = (1 +",
+        "Mask sideways(1)",
+        "Allocate Q in nowhere (a, b",
+        "Copy from to",
+        "Copy Q (BM, d) in coordinate [L = ] from global to",
+        "Compute FROB Q, K and get",
+        "Compute GEMM",
+        "Reshape S from (MMA_C to",
+        "for = 0:",
+        "end",
+        "end",
+        "@@@ ¿? 𝄞 \t\x00",
+        "for j = 0: 4",
+        "    Copy K from shared to register",
+        "    " + "x" * 5000,
+    ]
+)
 
 
-async def test_a_document_with_errors_everywhere_answers_every_feature(client: LanguageClient,
-                                                                       workspace: Path) -> None:
+async def test_a_document_with_errors_everywhere_answers_every_feature(
+    client: LanguageClient, workspace: Path
+) -> None:
     rec = await start(client, workspace)
     uri = open_doc(client, workspace / "broken.tl", ERRORS_EVERYWHERE)
     got = await rec.wait_for(uri, version=1)
@@ -77,24 +98,37 @@ async def test_a_document_with_errors_everywhere_answers_every_feature(client: L
     assert len(lines) >= 12  # one per broken line at least, none lost
     td = doc_id(uri)
     for line in range(len(ERRORS_EVERYWHERE.splitlines())):
-        await client.text_document_hover_async(lsp.HoverParams(text_document=td,
-                                                               position=lsp.Position(line=line, character=3)))
-        await client.text_document_completion_async(lsp.CompletionParams(
-            text_document=td, position=lsp.Position(line=line, character=5)))
-    assert await client.text_document_document_symbol_async(lsp.DocumentSymbolParams(text_document=td)) is not None
-    assert await client.text_document_folding_range_async(lsp.FoldingRangeParams(text_document=td)) is not None
+        await client.text_document_hover_async(
+            lsp.HoverParams(text_document=td, position=lsp.Position(line=line, character=3))
+        )
+        await client.text_document_completion_async(
+            lsp.CompletionParams(text_document=td, position=lsp.Position(line=line, character=5))
+        )
+    assert (
+        await client.text_document_document_symbol_async(lsp.DocumentSymbolParams(text_document=td))
+        is not None
+    )
+    assert (
+        await client.text_document_folding_range_async(lsp.FoldingRangeParams(text_document=td)) is not None
+    )
     tokens = await client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(text_document=td))
     assert tokens is not None and len(tokens.data) % 5 == 0
     whole = lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=30, character=0))
-    assert await client.text_document_inlay_hint_async(lsp.InlayHintParams(text_document=td, range=whole)) == ()
-    actions = await client.text_document_code_action_async(lsp.CodeActionParams(
-        text_document=td, range=whole, context=lsp.CodeActionContext(diagnostics=list(got.diagnostics))))
+    assert (
+        await client.text_document_inlay_hint_async(lsp.InlayHintParams(text_document=td, range=whole)) == ()
+    )
+    actions = await client.text_document_code_action_async(
+        lsp.CodeActionParams(
+            text_document=td, range=whole, context=lsp.CodeActionContext(diagnostics=list(got.diagnostics))
+        )
+    )
     assert actions is not None
     assert await client.text_document_code_lens_async(lsp.CodeLensParams(text_document=td))
 
 
-async def test_malformed_requests_answer_empty_and_the_session_lives_on(client: LanguageClient,
-                                                                        workspace: Path) -> None:
+async def test_malformed_requests_answer_empty_and_the_session_lives_on(
+    client: LanguageClient, workspace: Path
+) -> None:
     rec = await start(client, workspace)
     ghost = doc_id((workspace / "never_opened.tl").as_uri())
     far = lsp.Position(line=10_000, character=10_000)

@@ -38,34 +38,46 @@ async def test_hover_completion_and_navigation(client: LanguageClient, workspace
     uri = open_doc(client, workspace / "mha_fwd.tl", text)
     await rec.wait_for(uri, version=1)
     td = doc_id(uri)
-    hover = await client.text_document_hover_async(lsp.HoverParams(
-        text_document=td, position=pos(text, "Copy K (BN, d)", "K")))
+    hover = await client.text_document_hover_async(
+        lsp.HoverParams(text_document=td, position=pos(text, "Copy K (BN, d)", "K"))
+    )
     assert hover is not None and isinstance(hover.contents, lsp.MarkupContent)
     assert "K" in hover.contents.value and "unavailable" not in hover.contents.value
-    op = await client.text_document_hover_async(lsp.HoverParams(
-        text_document=td, position=pos(text, "Compute Softmax", "Softmax")))
+    op = await client.text_document_hover_async(
+        lsp.HoverParams(text_document=td, position=pos(text, "Compute Softmax", "Softmax"))
+    )
     assert op is not None and "softmax" in op.contents.value.lower()  # type: ignore[union-attr]
 
     n = len(text.splitlines())
     change(client, uri, 2, text + "Compute ")
     await rec.wait_for(uri, version=2)
-    comp = await client.text_document_completion_async(lsp.CompletionParams(
-        text_document=td, position=lsp.Position(line=n, character=8)))
+    comp = await client.text_document_completion_async(
+        lsp.CompletionParams(text_document=td, position=lsp.Position(line=n, character=8))
+    )
     assert comp is not None and "GEMM" in [i.label for i in comp.items]
     change(client, uri, 3, text)
 
     use = pos(text, "Compute GEMM Q, K", "Q,")
     loc = await client.text_document_definition_async(lsp.DefinitionParams(text_document=td, position=use))
     assert isinstance(loc, lsp.Location) and loc.range.start.line == pos(text, "Allocate Q in", "Q").line
-    refs = await client.text_document_references_async(lsp.ReferenceParams(
-        text_document=td, position=use, context=lsp.ReferenceContext(include_declaration=True)))
+    refs = await client.text_document_references_async(
+        lsp.ReferenceParams(
+            text_document=td, position=use, context=lsp.ReferenceContext(include_declaration=True)
+        )
+    )
     assert refs is not None and len(refs) == 4
-    prep = await client.text_document_prepare_rename_async(lsp.PrepareRenameParams(text_document=td, position=use))
+    prep = await client.text_document_prepare_rename_async(
+        lsp.PrepareRenameParams(text_document=td, position=use)
+    )
     assert prep is not None
-    edit = await client.text_document_rename_async(lsp.RenameParams(text_document=td, position=use, new_name="Qt"))
+    edit = await client.text_document_rename_async(
+        lsp.RenameParams(text_document=td, position=use, new_name="Qt")
+    )
     assert edit is not None and edit.changes is not None and len(edit.changes[uri]) == 4
     with pytest.raises(Exception, match="keyword"):
-        await client.text_document_rename_async(lsp.RenameParams(text_document=td, position=use, new_name="shared"))
+        await client.text_document_rename_async(
+            lsp.RenameParams(text_document=td, position=use, new_name="shared")
+        )
 
 
 async def test_ranked_parameter_completion_for_a_hole(client: LanguageClient, workspace: Path) -> None:
@@ -74,7 +86,9 @@ async def test_ranked_parameter_completion_for_a_hole(client: LanguageClient, wo
     uri = open_doc(client, workspace / "sketch_fwd.tl", text)
     await rec.wait_for(uri, version=1)
     at = pos(text, "Param BN = ?", "?")
-    comp = await client.text_document_completion_async(lsp.CompletionParams(text_document=doc_id(uri), position=at))
+    comp = await client.text_document_completion_async(
+        lsp.CompletionParams(text_document=doc_id(uri), position=at)
+    )
     assert comp is not None and comp.items
     first = comp.items[0]
     assert first.preselect and first.detail and "#1" in first.detail
@@ -87,8 +101,11 @@ async def test_quick_fix_inserts_the_missing_reshape(client: LanguageClient, wor
     uri = open_doc(client, workspace / "mha_fwd.tl", text)
     got = await rec.wait_for(uri, version=1)
     (diag,) = [d for d in got.diagnostics if d.code == "TL202"]
-    actions = await client.text_document_code_action_async(lsp.CodeActionParams(
-        text_document=doc_id(uri), range=diag.range, context=lsp.CodeActionContext(diagnostics=[diag])))
+    actions = await client.text_document_code_action_async(
+        lsp.CodeActionParams(
+            text_document=doc_id(uri), range=diag.range, context=lsp.CodeActionContext(diagnostics=[diag])
+        )
+    )
     assert actions is not None
     fixes = [a for a in actions if isinstance(a, lsp.CodeAction) and a.kind == lsp.CodeActionKind.QuickFix]
     assert fixes and fixes[0].edit is not None and fixes[0].edit.changes is not None
@@ -126,8 +143,11 @@ async def test_formatting_and_the_format_command(client: LanguageClient, workspa
     messy = "kernel   k\ntarget SM_80\nparam BM=128\n"
     uri = open_doc(client, workspace / "messy.tl", messy)
     await rec.wait_for(uri, version=1)
-    edits = await client.text_document_formatting_async(lsp.DocumentFormattingParams(
-        text_document=doc_id(uri), options=lsp.FormattingOptions(tab_size=4, insert_spaces=True)))
+    edits = await client.text_document_formatting_async(
+        lsp.DocumentFormattingParams(
+            text_document=doc_id(uri), options=lsp.FormattingOptions(tab_size=4, insert_spaces=True)
+        )
+    )
     assert edits and apply(messy, list(edits)) != messy
     applied: list[lsp.ApplyWorkspaceEditParams] = []
 
@@ -140,8 +160,9 @@ async def test_formatting_and_the_format_command(client: LanguageClient, workspa
     assert result["status"] == "ok" and applied and applied[0].edit.changes
 
 
-async def test_generate_cuda_writes_opens_and_asks_before_overwriting_an_edit(client: LanguageClient,
-                                                                             workspace: Path) -> None:
+async def test_generate_cuda_writes_opens_and_asks_before_overwriting_an_edit(
+    client: LanguageClient, workspace: Path
+) -> None:
     rec = await start(client, workspace)
     uri = open_doc(client, workspace / "mha_fwd.tl")
     await rec.wait_for(uri, version=1)

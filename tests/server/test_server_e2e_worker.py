@@ -21,8 +21,9 @@ async def lens_title(client: LanguageClient, uri: str) -> str:
     return lenses[0].command.title
 
 
-async def test_save_runs_the_job_with_progress_and_updates_the_lens(fake_client: LanguageClient,
-                                                                    workspace: Path) -> None:
+async def test_save_runs_the_job_with_progress_and_updates_the_lens(
+    fake_client: LanguageClient, workspace: Path
+) -> None:
     client = fake_client
     rec = await start(client, workspace, {"onSave": "verify"})
     uri = open_doc(client, workspace / "mha_fwd.tl")
@@ -30,15 +31,16 @@ async def test_save_runs_the_job_with_progress_and_updates_the_lens(fake_client:
     assert await lens_title(client, uri) == "not verified yet"
     save(client, uri)
     await until(client, PROGRESS, lambda: ended(client))
-    (token, values), = client.progress_reports.items()
+    ((_token, values),) = client.progress_reports.items()
     kinds = [type(v).__name__ for v in values]
     assert kinds[0] == "WorkDoneProgressBegin" and kinds[-1] == "WorkDoneProgressEnd"
     assert "WorkDoneProgressReport" in kinds and values[0].cancellable  # type: ignore[union-attr]
     assert await lens_title(client, uri) == "✓ rel-L2 2.1e-03 · 583 TFLOPS (fake device)"
 
 
-async def test_nvrtc_errors_arrive_as_tl502_on_the_tl_line(nvrtc_error_client: LanguageClient,
-                                                           workspace: Path) -> None:
+async def test_nvrtc_errors_arrive_as_tl502_on_the_tl_line(
+    nvrtc_error_client: LanguageClient, workspace: Path
+) -> None:
     client = nvrtc_error_client
     rec = await start(client, workspace, {"onSave": "compile"})
     uri = open_doc(client, workspace / "mha_fwd.tl")
@@ -50,15 +52,21 @@ async def test_nvrtc_errors_arrive_as_tl502_on_the_tl_line(nvrtc_error_client: L
     assert (await lens_title(client, uri)).startswith("✗")
 
 
-async def test_cancelling_the_progress_kills_the_job_and_restarts_the_worker(slow_client: LanguageClient,
-                                                                             workspace: Path) -> None:
+async def test_cancelling_the_progress_kills_the_job_and_restarts_the_worker(
+    slow_client: LanguageClient, workspace: Path
+) -> None:
     client = slow_client
     rec = await start(client, workspace, {"onSave": "compile"})
     uri = open_doc(client, workspace / "mha_fwd.tl")
     await rec.wait_for(uri, version=1)
     save(client, uri)
-    await until(client, PROGRESS, lambda: any(
-        isinstance(v, lsp.WorkDoneProgressReport) for vs in client.progress_reports.values() for v in vs))
+    await until(
+        client,
+        PROGRESS,
+        lambda: any(
+            isinstance(v, lsp.WorkDoneProgressReport) for vs in client.progress_reports.values() for v in vs
+        ),
+    )
     info = await command(client, "tl.workerInfo")
     assert info["busy"] and info["pid"]
     (token,) = client.progress_reports
@@ -72,8 +80,9 @@ async def test_cancelling_the_progress_kills_the_job_and_restarts_the_worker(slo
     assert await lens_title(client, uri) == "not verified yet"
 
 
-async def test_a_worker_crash_is_reported_and_the_next_run_succeeds(crashing_client: LanguageClient,
-                                                                   workspace: Path) -> None:
+async def test_a_worker_crash_is_reported_and_the_next_run_succeeds(
+    crashing_client: LanguageClient, workspace: Path
+) -> None:
     client = crashing_client
     rec = await start(client, workspace, {"onSave": "compile"})
     uri = open_doc(client, workspace / "mha_fwd.tl")
@@ -113,7 +122,9 @@ async def test_verify_without_a_gpu_says_so(client: LanguageClient, workspace: P
 
 @pytest.mark.slow
 @pytest.mark.nvrtc
-async def test_real_nvrtc_compile_on_save_maps_errors_to_tl(nvrtc_client: LanguageClient, workspace: Path) -> None:
+async def test_real_nvrtc_compile_on_save_maps_errors_to_tl(
+    nvrtc_client: LanguageClient, workspace: Path
+) -> None:
     """The one real compile: NVRTC on the generated kernel plus an injected `static_assert` at TL line 25
     (TL_WORKER_APPEND_CUDA), so a real NVRTC error travels back through `#line` as TL502."""
     pytest.importorskip("cuda.core")

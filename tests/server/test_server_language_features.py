@@ -152,7 +152,9 @@ def test_references_and_rename_cover_every_occurrence() -> None:
     renamed = MHA.splitlines()
     for e in sorted(edits, key=lambda e: (e.range.start.line, -e.range.start.character)):
         line = renamed[e.range.start.line]
-        renamed[e.range.start.line] = line[: e.range.start.character] + e.new_text + line[e.range.end.character:]
+        renamed[e.range.start.line] = (
+            line[: e.range.start.character] + e.new_text + line[e.range.end.character :]
+        )
     after = analyze("\n".join(renamed))
     assert [d.code for d in after.diagnostics] == [d.code for d in a.diagnostics]
     assert "Qt" in after.model.tensors and "Q" not in after.model.tensors
@@ -203,7 +205,7 @@ def test_semantic_tokens_classify_words() -> None:
     line = col = 0
     found: dict[tuple[int, int], str] = {}
     for i in range(0, len(data), 5):
-        dl, dc, _length, t, _m = data[i: i + 5]
+        dl, dc, _length, t, _m = data[i : i + 5]
         line += dl
         col = col + dc if dl == 0 else dc
         found[(line, col)] = types_[t]
@@ -219,8 +221,12 @@ def test_semantic_tokens_classify_words() -> None:
 def test_inlay_hints_show_shared_memory_per_copy_and_total() -> None:
     labels_ = [h.label for h in hints(analyze(MHA))]
     # Q (128×128 bf16 = 32 KiB) once; K and V (64×128 = 16 KiB) × 2 stages; total 96 KiB of sm_80's 163 KiB.
-    assert labels_ == ["smem 32 KiB", "smem 16 KiB × 2 stages = 32 KiB", "smem 16 KiB × 2 stages = 32 KiB",
-                       "smem 96 KiB / 163 KiB (sm_80)"]
+    assert labels_ == [
+        "smem 32 KiB",
+        "smem 16 KiB × 2 stages = 32 KiB",
+        "smem 16 KiB × 2 stages = 32 KiB",
+        "smem 96 KiB / 163 KiB (sm_80)",
+    ]
 
 
 def test_inlay_hints_skip_unknown_tiles() -> None:
@@ -229,11 +235,26 @@ def test_inlay_hints_skip_unknown_tiles() -> None:
 
 def test_code_lens_text_for_results() -> None:
     assert result_text(None) == "not verified yet"
-    ok = {"status": "ok", "verified": True, "rel_l2": 2.1e-3, "tflops": 583.2, "vs_cudnn": 0.97, "vs_fa2": 1.7,
-          "device": "H200"}
+    ok = {
+        "status": "ok",
+        "verified": True,
+        "rel_l2": 2.1e-3,
+        "tflops": 583.2,
+        "vs_cudnn": 0.97,
+        "vs_fa2": 1.7,
+        "device": "H200",
+    }
     assert result_text(ok) == "✓ rel-L2 2.1e-03 · 583 TFLOPS · 0.97× cuDNN · 1.7× FA2 (H200)"
     compiled = {"status": "ok", "compiled": True, "compile_seconds": 31.2, "gpu": "no CUDA device"}
     assert result_text(compiled) == "✓ compiles (NVRTC in 31.2 s) · not verified: no CUDA device"
-    failed = {"status": "failed", "kind": "verify", "compiled": True, "verified": False, "message": "rel-L2 0.3"}
+    failed = {
+        "status": "failed",
+        "kind": "verify",
+        "compiled": True,
+        "verified": False,
+        "message": "rel-L2 0.3",
+    }
     assert result_text(failed).startswith("✗ verification failed: rel-L2 0.3")
-    assert result_text({"status": "crashed", "kind": "compile", "message": "segfault"}).startswith("✗ compile crashed")
+    assert result_text({"status": "crashed", "kind": "compile", "message": "segfault"}).startswith(
+        "✗ compile crashed"
+    )

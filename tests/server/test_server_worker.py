@@ -23,7 +23,13 @@ def manager(fake: str) -> WorkerManager:
 
 
 def request(kind: str = "compile", text: str = MHA) -> dict:
-    return {"kind": kind, "uri": "file:///x/mha_fwd.tl", "path": "/x/mha_fwd.tl", "text": text, "target": "sm_80"}
+    return {
+        "kind": kind,
+        "uri": "file:///x/mha_fwd.tl",
+        "path": "/x/mha_fwd.tl",
+        "text": text,
+        "target": "sm_80",
+    }
 
 
 async def test_fake_job_reports_progress_and_result() -> None:
@@ -36,7 +42,7 @@ async def test_fake_job_reports_progress_and_result() -> None:
 
 
 async def test_nvrtc_errors_become_tl502_on_the_tl_line() -> None:
-    m = manager("nvrtc-error=14:identifier \"tOrQ\" is undefined")
+    m = manager('nvrtc-error=14:identifier "tOrQ" is undefined')
     out = await m.run(request(), lambda *_: None, timeout=20)
     await m.stop()
     assert out.status == "failed"
@@ -45,7 +51,7 @@ async def test_nvrtc_errors_become_tl502_on_the_tl_line() -> None:
 
 
 def test_nvrtc_errors_outside_tl_land_on_the_kernel_line() -> None:
-    log = "mha_fwd.cu(120): error: no instance of overloaded function \"cute::gemm\"\n"
+    log = 'mha_fwd.cu(120): error: no instance of overloaded function "cute::gemm"\n'
     (d,) = diagnostics_from_log(log, MHA, "/x/mha_fwd.tl")
     assert d["range"]["start"]["line"] == 1 and "mha_fwd.cu:120" in d["message"]
 
