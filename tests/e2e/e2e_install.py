@@ -43,6 +43,9 @@ class InstallError(RuntimeError):
     pass
 
 
+_apt_updated = False  # one `apt-get update` per test session is enough
+
+
 def _log(message: str) -> None:
     print(f"[e2e-install] {message}", file=sys.stderr, flush=True)
 
@@ -89,8 +92,11 @@ def ensure_apt(programs: list[str]) -> str | None:
         return f"{', '.join(missing)} missing and apt-get is not available to install {', '.join(packages)}"
     if os.geteuid() != 0:
         return f"{', '.join(missing)} missing; install as root: apt-get install -y {' '.join(packages)}"
+    global _apt_updated
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    _run(["apt-get", "update", "-qq"], env=env)
+    if not _apt_updated:
+        _run(["apt-get", "update", "-qq"], env=env)
+        _apt_updated = True
     _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], env=env)
     still = [p for p in missing if shutil.which(p) is None]
     return f"apt-get installed {packages} but {still} still missing" if still else None

@@ -58,9 +58,11 @@ async function openFile(page, name) {
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ state: "visible", timeout: STEP_TIMEOUT_MS });
   await input.fill(name);
-  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first();
+  // The row whose file name is exactly `name` (fuzzy matching also lists e.g. mha_fwd.launch.json).
+  const label = page.locator(".label-name", { hasText: new RegExp(`^${name.replace(/[.]/g, "\\.")}$`) });
+  const row = page.locator(".quick-input-list .monaco-list-row").filter({ has: label }).first();
   await row.waitFor({ state: "visible", timeout: STEP_TIMEOUT_MS });
-  await page.keyboard.press("Enter");
+  await row.click();
   await page.locator(".tabs-container .tab.active", { hasText: name }).waitFor({ timeout: STEP_TIMEOUT_MS });
   await page.locator(".monaco-editor .view-lines").first().waitFor({ timeout: STEP_TIMEOUT_MS });
 }
@@ -246,6 +248,26 @@ async function features(page) {
     }, "the .cu editor's text");
     await screenshot(page, "05-generate-cuda");
     return { tab: (await tab.innerText()).trim(), head: text.slice(0, 2000) };
+  });
+
+  await step(page, "restartServer", async () => {
+    await openFile(page, config.exampleFile);
+    await runCommand(page, "TL: Restart Server");
+    // Hover needs the server: an answer after the restart shows that the new process serves the file.
+    const text = await waitFor(async () => {
+      await page.mouse.move(5, 5);
+      await page.keyboard.press("Escape");
+      await token(page, config.hoverWord).hover();
+      const hover = page.locator(".monaco-hover-content:visible").first();
+      try {
+        await hover.waitFor({ state: "visible", timeout: 3000 });
+      } catch {
+        return null;
+      }
+      const t = (await page.locator(".monaco-hover-content:visible").allInnerTexts()).join("\n").trim();
+      return t.length > 0 ? t : null;
+    }, "hover from the restarted server");
+    return { hover: text };
   });
 }
 
