@@ -26,7 +26,8 @@ HOVER_WORD = "Softmax"
 TIMEOUT_S = 60
 
 
-def run_neovim(file: Path, hover_word: str, expect_code: str) -> dict[str, Any]:
+def run_neovim(file: Path, hover_word: str, expect_code: str, home: Path) -> dict[str, Any]:
+    """Runs lsp_check.lua on `file`; `home` holds nvim's XDG folders so no user config or state leaks in."""
     nvim = shutil.which("nvim")
     assert nvim is not None
     env = {
@@ -37,9 +38,9 @@ def run_neovim(file: Path, hover_word: str, expect_code: str) -> dict[str, Any]:
         "TL_EXPECT_CODE": expect_code,
         "TL_TIMEOUT_MS": str((TIMEOUT_S - 10) * 1000),
         # No user config, plugins or shada from the machine: only the script.
-        "XDG_CONFIG_HOME": str(file.parent / ".nvim-config"),
-        "XDG_DATA_HOME": str(file.parent / ".nvim-data"),
-        "XDG_STATE_HOME": str(file.parent / ".nvim-state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+        "XDG_STATE_HOME": str(home / "state"),
     }
     # `timeout` is the outer guard: a headless nvim that hits an error outside xpcall never exits.
     cmd = ["timeout", "-k", "5", str(TIMEOUT_S), nvim, "--headless", "-n", "-i", "NONE", "-u", str(SCRIPT)]
@@ -58,7 +59,7 @@ def run_neovim(file: Path, hover_word: str, expect_code: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def neovim_run(e2e_workspace: Path) -> dict[str, Any]:
+def neovim_run(e2e_workspace: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         if reason := ensure_apt(["nvim"]):
             unavailable(reason)
@@ -67,7 +68,8 @@ def neovim_run(e2e_workspace: Path) -> dict[str, Any]:
     version = subprocess.run(["nvim", "--version"], capture_output=True, text=True, check=False).stdout
     if "NVIM v0." not in version or tuple(int(x) for x in version.split()[1][1:].split(".")[:2]) < (0, 7):
         unavailable(f"Neovim 0.7+ needed, found {version.splitlines()[0] if version else 'nothing'}")
-    return run_neovim(e2e_workspace / ERROR_FILE, HOVER_WORD, ERROR_CODE)
+    home = tmp_path_factory.mktemp("nvim-home")
+    return run_neovim(e2e_workspace / ERROR_FILE, HOVER_WORD, ERROR_CODE, home)
 
 
 def test_filetype_is_tl_not_teal(neovim_run: dict[str, Any]) -> None:

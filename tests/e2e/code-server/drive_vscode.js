@@ -196,6 +196,7 @@ async function features(page) {
       const t = (await page.locator(".monaco-hover-content:visible").allInnerTexts()).join("\n").trim();
       return t.length > 0 ? t : null;
     }, "hover text");
+    await page.waitForTimeout(400); // let the hover's fade-in finish before the screenshot
     await screenshot(page, "02-hover");
     await page.keyboard.press("Escape");
     return { word: config.hoverWord, text };
