@@ -67,3 +67,24 @@ def process_group(
             yield proc
         finally:
             kill_group(proc)
+
+
+def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Like `subprocess.run(capture_output=True, text=True)` in a new session; on timeout the whole group
+    (e.g. the Playwright driver *and* its Chromium) is killed before TimeoutExpired propagates."""
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        # Chromium helpers that outlived a normal exit of the driver.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)

@@ -27,7 +27,7 @@ from e2e_install import (
     ensure_vsix,
     node_problem,
 )
-from editor_process import free_port, process_group, wait_http
+from editor_process import free_port, process_group, run_group, wait_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -128,12 +128,8 @@ def drive_code_server(
             "fixTitle": FIX_TITLE, "stepTimeoutMs": 60000, "generateTimeoutMs": 60000,
         }  # fmt: skip
         t0 = time.monotonic()
-        driver = subprocess.run(
-            ["node", str(CODE_SERVER_DIR / "drive_vscode.js"), json.dumps(config)],
-            capture_output=True,
-            text=True,
-            timeout=DRIVER_TIMEOUT_S,
-            check=False,
+        driver = run_group(
+            ["node", str(CODE_SERVER_DIR / "drive_vscode.js"), json.dumps(config)], timeout=DRIVER_TIMEOUT_S
         )
         timings[f"{scenario}: drive"] = time.monotonic() - t0
     (tools.out / f"driver-{scenario}.log").write_text(driver.stderr)
