@@ -23,7 +23,7 @@ from tl_language.diagnostics import Diagnostic, Severity
 
 
 class BuildError(Exception):
-    """A build stopped. `stage`: "read" | "check" | "translate" | "overwrite" | "compile" | "cuda"."""
+    """A build stopped. `stage`: "read" | "check" | "sketch" | "translate" | "overwrite" | "compile" | "cuda"."""
 
     def __init__(
         self,
@@ -95,6 +95,16 @@ def translate_text(text: str, tl_path: Path) -> Translated:
             path=tl_path,
             message=f"{len(errors)} error(s) in {tl_path.name}",
             diagnostics=errors,
+            text=text,
+        )
+    if analysis.model.is_sketch:
+        holes = [d for d in analysis.diagnostics if d.code in ("TL450", "TL451")]
+        raise BuildError(
+            stage="sketch",
+            path=tl_path,
+            message=f"{tl_path.name} is a sketch ({len(holes)} hole(s)): not built; "
+            f"fill it with `tl complete {tl_path} --write` (planner) or `tl complete --llm`",
+            diagnostics=holes,
             text=text,
         )
     try:

@@ -79,6 +79,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         try:
             t = prepare(path, force=args.force)
         except BuildError as exc:
+            if exc.stage == "sketch":  # holes are information, not errors: say what to do and go on
+                _out(f"{path}: skipped: {exc.message}")
+                continue
             _err(format_build_error(exc))
             status = max(status, EXIT_USAGE if exc.stage in ("read", "overwrite") else EXIT_FAILED)
             continue

@@ -55,12 +55,14 @@ def _check(args: argparse.Namespace) -> int:
     status = 0
     records: list[dict[str, object]] = []
     counts = {Severity.ERROR: 0, Severity.WARNING: 0}
+    unreadable = 0
     for path in args.files:
         try:
             text = read_tl(path)
         except Unreadable as err:
             print(f"tl: {err}", file=sys.stderr)
             status = 2
+            unreadable += 1
             continue
         analysis = analyze(text)
         for d in analysis.diagnostics:
@@ -77,7 +79,9 @@ def _check(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2, ensure_ascii=False))
     else:
         errors, warnings = counts[Severity.ERROR], counts[Severity.WARNING]
-        print(f"{errors} error(s), {warnings} warning(s) in {len(args.files)} file(s)", file=sys.stderr)
+        checked = len(args.files) - unreadable
+        tail = f", {unreadable} unreadable" if unreadable else ""
+        print(f"{errors} error(s), {warnings} warning(s) in {checked} file(s){tail}", file=sys.stderr)
     return status
 
 

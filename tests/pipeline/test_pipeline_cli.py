@@ -149,3 +149,12 @@ def test_launch_json_is_valid_json(tl_file):
     t = prepare(tl_file)
     data = json.loads((tl_file.parent / "mha_fwd.launch.json").read_text())
     assert data["source_sha256"] == t.spec.source_sha256
+
+
+def test_build_skips_a_sketch_and_says_how_to_fill_it(tmp_path, capsys):
+    path = tmp_path / "sketch_fwd.tl"
+    shutil.copy(ROOT / "examples" / "sketch_fwd.tl", path)
+    assert run_cli("build", str(path)) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "skipped" in out and "sketch" in out and "tl complete" in out
+    assert not path.with_suffix(".cu").exists()
