@@ -132,13 +132,14 @@ def match_attention(model: Model) -> Match:
                 unsupported(
                     (extra or loop).range,
                     (
-                        f"found {len(gemms)} GEMMs; {PATTERN_HELP} (one `get` GEMM and one `accumulate` GEMM in the loop)"
+                        f"found {len(gemms)} GEMMs; {PATTERN_HELP} (one `get` GEMM and one "
+                        f"`accumulate` GEMM in the loop)"
                     ),
                 )
             ]
         )
-    q, k = (_name(a) for a in (qk[0].args + [None, None])[:2])
-    s, v = (_name(a) for a in (pv[0].args + [None, None])[:2])
+    q, k = (_name(a) for a in ([*qk[0].args, None, None])[:2])
+    s, v = (_name(a) for a in ([*pv[0].args, None, None])[:2])
     s_qk = qk[0].result.name if qk[0].result else None
     acc = pv[0].result.name if pv[0].result else None
     if not (q and k and s and v and acc) or s != s_qk:
@@ -147,7 +148,8 @@ def match_attention(model: Model) -> Match:
                 unsupported(
                     pv[0].range,
                     (
-                        f"the accumulating GEMM must read the scores the first GEMM produced (`{s_qk}`); {PATTERN_HELP}"
+                        f"the accumulating GEMM must read the scores the first GEMM produced "
+                        f"(`{s_qk}`); {PATTERN_HELP}"
                     ),
                 )
             ]
@@ -246,7 +248,8 @@ def _check_steps(m: Match, loop: ast.ForStmt, errors: list[Diagnostic]) -> None:
                 unsupported(
                     stmt.range,
                     (
-                        f"a second `{kind}` step (first on line {seen[kind].range.start.line + 1}); each step of the "
+                        f"a second `{kind}` step (first on line {seen[kind].range.start.line + 1}); "
+                        f"each step of the "
                         "attention pattern appears once"
                     ),
                 )
@@ -266,7 +269,8 @@ def _check_steps(m: Match, loop: ast.ForStmt, errors: list[Diagnostic]) -> None:
                 unsupported(
                     seen[b].range,
                     (
-                        f"this `{b}` step comes before its `{a}` step (line {seen[a].range.start.line + 1}); data "
+                        f"this `{b}` step comes before its `{a}` step (line "
+                        f"{seen[a].range.start.line + 1}); data "
                         "must arrive before it is used"
                     ),
                 )
@@ -306,7 +310,8 @@ def _check_loop(model: Model, loop: ast.ForStmt, errors: list[Diagnostic]) -> No
                 loop.range,
                 (
                     f"`for {loop.var.name if loop.var else '?'} = {ast.expr_text(loop.start)}: "
-                    f"{ast.expr_text(loop.stop)}`: the key loop must run from 0 to seqlen_k / BN (every key block; "
+                    f"{ast.expr_text(loop.stop)}`: the key loop must run from 0 to seqlen_k / BN "
+                    f"(every key block; "
                     "causal and window masks skip blocks themselves)"
                 ),
             )

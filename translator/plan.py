@@ -142,7 +142,8 @@ def _value(model: Model, e: ast.Expr | None, stmt: ast.Stmt, what: str) -> int:
                 unsupported(
                     stmt.range,
                     (
-                        f"this Copy has no tile shape, so {what} is unknown; write the tile, e.g. `(BM, d)` (a sketch: "
+                        f"this Copy has no tile shape, so {what} is unknown; write the tile, e.g. "
+                        f"`(BM, d)` (a sketch: "
                         "`tl complete` fills it)"
                     ),
                 )
@@ -205,7 +206,8 @@ def _check_supported(plan: KernelPlan, model: Model, m: Match) -> None:
             unsupported(
                 _dtype_range(model, load_q),
                 (
-                    f"Dtype {plan.dtype} has no {plan.arch} mma.sync kernel here; fp16 and bf16 (bf16 from sm_80) are "
+                    f"Dtype {plan.dtype} has no {plan.arch} mma.sync kernel here; fp16 and bf16 "
+                    f"(bf16 from sm_80) are "
                     "supported"
                 ),
             )
@@ -228,7 +230,8 @@ def _check_supported(plan: KernelPlan, model: Model, m: Match) -> None:
             unsupported(
                 load_q.range,
                 (
-                    f"BM = {plan.block_m} does not give each of the {plan.warps} warps whole 16-row MMA tiles; "
+                    f"BM = {plan.block_m} does not give each of the {plan.warps} warps whole 16-row "
+                    f"MMA tiles; "
                     f"use a multiple of {16 * plan.warps}"
                 ),
             )
@@ -243,7 +246,8 @@ def _check_supported(plan: KernelPlan, model: Model, m: Match) -> None:
                 unsupported(
                     stmt.range,
                     (
-                        f"{what} = {d}: head dimensions must be multiples of 32 up to 256 (64, 96, 128, 192, 256 …) "
+                        f"{what} = {d}: head dimensions must be multiples of 32 up to 256 (64, 96, "
+                        f"128, 192, 256 …) "
                         f"for the {mma_k}-wide MMA and 128-byte swizzled rows"
                     ),
                 )
@@ -272,8 +276,10 @@ def _check_supported(plan: KernelPlan, model: Model, m: Match) -> None:
                     unsupported(
                         stmt.range,
                         (
-                            f"a ({rows}, {d}) tile cannot be split evenly among {plan.threads} threads copying 16 "
-                            f"bytes each ({rows_per_pass} rows per pass); use a multiple of {rows_per_pass} rows "
+                            f"a ({rows}, {d}) tile cannot be split evenly among {plan.threads} "
+                            f"threads copying 16 "
+                            f"bytes each ({rows_per_pass} rows per pass); use a multiple of "
+                            f"{rows_per_pass} rows "
                             "or fewer warps"
                         ),
                     )

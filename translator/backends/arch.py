@@ -21,6 +21,7 @@ class ArchFacts:
     gmem_copy_op: str
     ldsm: str  # ldmatrix for Q and K (row-major operands)
     ldsm_t: str  # transposing ldmatrix for Vᵀ
+    tile_k: int  # the TiledMMA's K tile: one atom, so each k-slice of a fragment is one ldmatrix slice
 
 
 def arch_facts(plan: KernelPlan) -> ArchFacts:
@@ -29,13 +30,14 @@ def arch_facts(plan: KernelPlan) -> ArchFacts:
         return ArchFacts(
             mma_atom="SM75_16x8x8_F32F16F16F32_TN", mma_k=8, cp_async=False,
             gmem_copy_op="UniversalCopy<cute::uint128_t>",
-            ldsm="SM75_U32x4_LDSM_N", ldsm_t="SM75_U16x8_LDSM_T",
+            # A k8 slice of a warp's operands is two 8×8 matrices: ldmatrix .x2 (and .x2.trans for Vᵀ).
+            ldsm="SM75_U32x2_LDSM_N", ldsm_t="SM75_U16x4_LDSM_T", tile_k=8,
         )
     ab = "BF16BF16" if plan.dtype == "bf16" else "F16F16"
     return ArchFacts(
         mma_atom=f"SM80_16x8x16_F32{ab}F32_TN", mma_k=16, cp_async=True,
         gmem_copy_op="SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>",
-        ldsm="SM75_U32x4_LDSM_N", ldsm_t="SM75_U16x8_LDSM_T",
+        ldsm="SM75_U32x4_LDSM_N", ldsm_t="SM75_U16x8_LDSM_T", tile_k=16,
     )
 
 
@@ -65,6 +67,6 @@ def smem_bytes(plan: KernelPlan) -> dict[str, int]:
     e = 2
     q = plan.block_m * plan.head_dim_qk * e
     k = plan.stages * plan.block_n * plan.head_dim_qk * e
-    v = plan.block_n * plan.head_dim_v * e
+    v = plan.stages * plan.block_n * plan.head_dim_v * e
     o = 0 if plan.head_dim_v <= plan.head_dim_qk else plan.block_m * plan.head_dim_v * e
     return {"q": q, "k": k, "v": v, "o": o, "total": q + k + v + o}

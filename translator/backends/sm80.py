@@ -64,14 +64,15 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, facts: ArchFacts) -> None:
         w.line(f"static constexpr int kHeadDimV = {plan.head_dim_v};{_src(hl, 'd_v', 'd')}")
         w.line(f"static constexpr int kNWarps = {plan.warps};{_src(hl, 'warps')}")
         w.line("static constexpr int kNThreads = kNWarps * 32;")
-        w.line(f"static constexpr int kStages = {plan.stages};  // K buffers{_src(hl, 'stages', sep=';')}")
+        stages_src = _src(hl, "stages", sep=";")
+        w.line(f"static constexpr int kStages = {plan.stages};  // K and V buffers{stages_src}")
         w.line("static constexpr int kRowsPerThread = 2 * kBlockM / (16 * kNWarps);  "
                "// accumulator rows each thread owns")
         w.line()
         w.comment(f"{facts.mma_atom.split('_')[1]} MMA atoms tiled kNWarps × 1 × 1: each warp owns "
                   "kBlockM / kNWarps query rows.")
         w.line(f"using TiledMma = TiledMMA<MMA_Atom<{facts.mma_atom}>, Layout<Shape<Int<kNWarps>, _1, _1>>,")
-        w.line("                          Tile<Int<16 * kNWarps>, _16, _16>>;")
+        w.line(f"                          Tile<Int<16 * kNWarps>, _16, _{facts.tile_k}>>;")
         w.line()
         w.comment("Shared memory: 8-row swizzled atoms, tiled to each buffer; Vᵀ is a view of V's buffer.")
         _smem_atom(w, "SmemLayoutAtomQK", qk)
@@ -83,9 +84,10 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, facts: ArchFacts) -> None:
         w.line("using SmemLayoutK = decltype(tile_to_shape(SmemLayoutAtomQK{}, "
                "Shape<Int<kBlockN>, Int<kHeadDimQK>, Int<kStages>>{}));")
         w.line(f"using SmemLayoutV = decltype(tile_to_shape({atom_v}{{}}, "
-               "Shape<Int<kBlockN>, Int<kHeadDimV>>{}));")
-        w.line("using SmemLayoutVt = decltype(composition(SmemLayoutV{}, "
-               "make_layout(Shape<Int<kHeadDimV>, Int<kBlockN>>{}, GenRowMajor{})));")
+               "Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));")
+        w.line("using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_layout(")
+        w.line("    Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, "
+               "Stride<Int<kBlockN>, _1, Int<kBlockN * kHeadDimV>>{})));  // Vᵀ(j, i, s) = V(i, j, s)")
         w.line("using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));")
         w.line(f"using SmemLayoutO = decltype(tile_to_shape({atom_v}{{}}, "
                "Shape<Int<kBlockM>, Int<kHeadDimV>>{}));")
@@ -113,8 +115,10 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, facts: ArchFacts) -> None:
            '"P·V contracts over kBlockN in k16 steps (two n8 accumulator tiles each)");')
     w.line(f"static_assert({name}::kHeadDimQK % 32 == 0 && {name}::kHeadDimV % 32 == 0, "
            '"head dims fill whole swizzle atoms");')
-    w.line(f"static_assert(cosize({name}::SmemLayoutQ{{}}) * sizeof({name}::Element) == {name}::kSmemBytesQ);")
-    w.line(f"static_assert(cosize({name}::SmemLayoutK{{}}) * sizeof({name}::Element) == {name}::kSmemBytesK);")
+    w.line(f"static_assert(cosize({name}::SmemLayoutQ{{}}) * sizeof({name}::Element) == "
+           f"{name}::kSmemBytesQ);")
+    w.line(f"static_assert(cosize({name}::SmemLayoutK{{}}) * sizeof({name}::Element) == "
+           f"{name}::kSmemBytesK);")
     w.line(f"static_assert({name}::kSmemBytesO > 0 || {name}::kHeadDimV <= {name}::kHeadDimQK, "
            '"O reuses Q\'s buffer only when it fits");')
     w.line()
@@ -144,7 +148,8 @@ def _emit_kernel(e: Emit) -> None:
     w, plan = e.w, e.plan
     params = ",\n    ".join(f"{ctype} {name}" for name, ctype, _ in ATTENTION_PARAMS)
     traits = f"{plan.kernel_name}_traits"
-    sig = f'extern "C" __global__ void __launch_bounds__({plan.threads}, 1) {plan.kernel_name}(\n    {params})'
+    sig = (f'extern "C" __global__ void __launch_bounds__({plan.threads}, 1) {plan.kernel_name}(\n    '
+           f"{params})")
     head, *rest = sig.split("\n")
     for part in [head, *rest[:-1]]:
         w.line(part)

@@ -46,7 +46,8 @@ def emit_helpers(w: CodeWriter, mma_k: int) -> None:
             w.line("x += __shfl_xor_sync(0xffffffff, x, 2);")
             w.line("return x + __shfl_xor_sync(0xffffffff, x, 1);")
         w.line()
-        w.comment("2^x in one MUFU instruction, whatever the compile flags (exp2f is exact without fast math).")
+        w.comment("2^x in one MUFU instruction, whatever the compile flags (exp2f is exact without "
+                  "fast math).")
         with w.block("CUTE_DEVICE float exp2_approx(float x)"):
             w.line("float y;")
             w.line('asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));')

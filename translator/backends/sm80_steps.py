@@ -21,6 +21,7 @@ class Emit:
     w: CodeWriter
     plan: KernelPlan
     facts: ArchFacts
+    masked: bool = True  # while writing the loop body: the copy for blocks that need the mask
 
     def line_of(self, kind: str) -> int | None:
         return self.plan.line_of(kind)
@@ -62,7 +63,8 @@ def _globals(e: Emit, phase: str) -> None:
         w.line("const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head")
     for kind, m, ptr, ty, rows, dim, head in specs:
         with e.tag(kind):
-            w.line(f"Tensor {m} = make_tensor(make_gmem_ptr(static_cast<{ty}*>({ptr}) + bidb * {ptr}_batch_stride "
+            w.line(f"Tensor {m} = make_tensor(make_gmem_ptr(static_cast<{ty}*>({ptr}) + bidb * "
+                   f"{ptr}_batch_stride "
                    f"+ {head} * {ptr}_head_stride),")
             w.line(f"                        make_shape({rows}, Int<{dim}>{{}}), "
                    f"make_stride({ptr}_row_stride, _1{{}}));  // ({rows}, {dim})")
@@ -81,11 +83,13 @@ def _key_range(e: Emit, phase: str) -> None:
         right = "" if p.mask == "causal" else " + window_right"
         if p.mask == "window":
             w.line("if (window_right >= 0) {")
-            w.line("  n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q"
+            w.line("  n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + "
+                   "seqlen_k - seqlen_q"
                    f"{right}, kBlockN));")
             w.line("}")
             w.line("if (window_left >= 0) {")
-            w.line("  n_block_min = max(0, (m_block * kBlockM + seqlen_k - seqlen_q - window_left) / kBlockN);")
+            w.line("  n_block_min = max(0, (m_block * kBlockM + seqlen_k - seqlen_q - window_left) "
+                   "/ kBlockN);")
             w.line("}")
         else:
             w.line("n_block_max = min(n_block_max, "
@@ -98,13 +102,15 @@ def _load_q(e: Emit, phase: str) -> None:
     with e.tag("load_q", "tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed"):
         w.line("Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDimQK>>{}, make_coord(m_block, 0));"
                "  // (kBlockM, kHeadDimQK)")
-        w.line("Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), Traits::SmemLayoutQ{});"
+        w.line("Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), "
+               "Traits::SmemLayoutQ{});"
                "  // (kBlockM, kHeadDimQK)")
         w.line("typename Traits::GmemTiledCopyQK gmem_tiled_copy_QK;")
         w.line("auto gmem_thr_copy_QK = gmem_tiled_copy_QK.get_thread_slice(tidx);")
         w.line("Tensor tQgQ = gmem_thr_copy_QK.partition_S(gQ);  // (QCPY, QCPY_M, QCPY_K)")
         w.line("Tensor tQsQ = gmem_thr_copy_QK.partition_D(sQ);  // (QCPY, QCPY_M, QCPY_K)")
-        w.line("Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimQK>>{}));"
+        w.line("Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, "
+               "Int<kHeadDimQK>>{}));"
                "  // (row, col) of each copied vector")
         w.line("const int q_rows = seqlen_q - m_block * kBlockM;  // valid rows in this tile")
         w.line("CUTE_UNROLL")
@@ -157,8 +163,8 @@ def _load_k(e: Emit, phase: str) -> None:
     elif phase == f"prefetch{p.stages}":
         note = ("prefetch the next key block into the other buffer; it overlaps this block's whole compute"
                 if p.stages == 2 else "prefetch the next key block; it overlaps softmax and P·V")
-        with e.tag("load_k", note + " (a full block: only the highest can be partial)"):
-            with w.block("if (n_block > n_block_min)"):
+        with e.tag("load_k", note + " (a full block: only the highest can be partial)"), \
+                w.block("if (n_block > n_block_min)"):
                 w.line(f"load_K(n_block - 1, {'stage ^ 1' if p.stages == 2 else '0'}, cute::false_type{{}});")
                 e.fence()
 
@@ -167,21 +173,36 @@ def _load_v(e: Emit, phase: str) -> None:
     w = e.w
     if phase == "setup":
         w.line()
-        with e.tag("load_v", "one V buffer after the K buffers"):
+        with e.tag("load_v", "V buffers after the K buffers"):
             w.line("Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(_, 0));"
                    "  // (kBlockN, kHeadDimV, n_blocks)")
             w.line("Tensor sV = make_tensor(sK.data() + size(sK), Traits::SmemLayoutV{});"
-                   "  // (kBlockN, kHeadDimV)")
+                   "  // (kBlockN, kHeadDimV, kStages)")
             w.line("typename Traits::GmemTiledCopyV gmem_tiled_copy_V;")
             w.line("auto gmem_thr_copy_V = gmem_tiled_copy_V.get_thread_slice(tidx);")
             w.line("Tensor tVgV = gmem_thr_copy_V.partition_S(gV);  // (VCPY, VCPY_N, VCPY_K, n_blocks)")
-            w.line("Tensor tVsV = gmem_thr_copy_V.partition_D(sV);  // (VCPY, VCPY_N, VCPY_K)")
+            w.line("Tensor tVsV = gmem_thr_copy_V.partition_D(sV);  // (VCPY, VCPY_N, VCPY_K, kStages)")
             w.line("Tensor tVcV = gmem_thr_copy_V.partition_S("
                    "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));")
-            _load_tile(e, "V", "gmem_tiled_copy_V", staged=False)
+            _load_tile(e, "V", "gmem_tiled_copy_V", staged=True)
+    elif phase == "prologue":
+        if e.plan.stages == 1:
+            return  # FA2's scheme: V is issued inside the loop, before Q·Kᵀ
+        with e.tag("load_v", "the first (highest) key block, behind its K"):
+            with w.block("if (n_block_max > n_block_min)"):
+                w.line("load_V(n_block_max - 1, 0, cute::true_type{});")
+            e.fence()
+    elif phase == "prefetch2":
+        with e.tag("load_v", "prefetch the next key block's V into the other buffer, behind its K"), \
+                w.block("if (n_block > n_block_min)"):
+                w.line("load_V(n_block - 1, stage ^ 1, cute::false_type{});")
+                e.fence()
     else:
         with e.tag("load_v", "issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)"):
-            w.line("load_V(n_block, masked);  // a masked block may be the partial last one")
+            if e.masked:
+                w.line("load_V(n_block, 0, cute::true_type{});  // may be the partial last block")
+            else:
+                w.line("load_V(n_block, 0, cute::false_type{});")
             e.fence()
 
 
@@ -213,12 +234,15 @@ def _v_to_reg(e: Emit, phase: str) -> None:
     if phase != "setup":
         return
     with e.tag("v_to_reg", "ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)"):
-        w.line("Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN)")
+        w.line("Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, "
+               "kBlockN, kStages)")
         w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
-        w.line("Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);  // (MMA, MMA_N_V, MMA_K_V)")
-        w.line("auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);")
+        w.line("Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, "
+               "MMA_N_V, MMA_K_V)")
+        w.line("auto smem_tiled_copy_V = make_tiled_copy_B(typename "
+               "Traits::SmemCopyAtomTransposed{}, tiled_mma);")
         w.line("auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);")
-        w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V)")
+        w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)")
         w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
 
 
@@ -270,9 +294,13 @@ def _softmax(e: Emit, phase: str) -> None:
             w.line("row_max(r) = tl::quad_max(m);")
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
-            w.line("// in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0")
-            w.line("const float m_scaled = (decltype(masked)::value && row_max(r) == -__int_as_float(0x7f800000))")
-            w.line("    ? 0.f : row_max(r) * scale_log2;")
+            if e.masked:
+                w.line("// in a masked block a row may have seen no key yet (max = -inf): "
+                       "exponentiate against 0")
+                w.line("const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f "
+                       ": row_max(r) * scale_log2;")
+            else:
+                w.line("const float m_scaled = row_max(r) * scale_log2;")
             w.line("const float correction = tl::exp2_approx(row_max_prev(r) * scale_log2 - m_scaled);")
             w.line("row_sum(r) *= correction;")
             w.line("CUTE_UNROLL")
@@ -286,19 +314,22 @@ def _softmax(e: Emit, phase: str) -> None:
 def _reshape(e: Emit, phase: str) -> None:
     with e.tag("reshape", "P in the input dtype, its registers re-viewed as the A operand"):
         e.w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
-        e.w.line("Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)")
+        e.w.line("Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, "
+                 "MMA_M, MMA_K_V)")
 
 
 def _gemm(e: Emit, phase: str, kind: str) -> None:
     w = e.w
     if kind == "gemm_qk":
+        stage = "stage" if e.plan.stages == 2 else "0"
         a, a_src, a_view, b, b_src, b_view, acc = ("tSrQ", "tSsQ(_, _, {k})", "tSrQ_view", "tSrK",
-                                                   "tSsK(_, _, {k}, %s)" % ("stage" if e.plan.stages == 2 else "0"), "tSrK_view", "acc_s")
+                                                   f"tSsK(_, _, {{k}}, {stage})", "tSrK_view", "acc_s")
         copies = (("smem_tiled_copy_Q", a_src, a_view), ("smem_tiled_copy_K", b_src, b_view))
         note = "S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k"
     else:
         a, b, acc = "tOrP", "tOrVt", "acc_o"
-        copies = (("smem_tiled_copy_V", "tOsVt(_, _, {k})", "tOrVt_view"),)
+        copies = (("smem_tiled_copy_V", "tOsVt(_, _, {k}, %s)" % ("stage" if e.plan.stages == 2 else "0"),
+                    "tOrVt_view"),)
         note = "acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead"
     with e.tag(kind, note):
         for tc, src, view in copies:
@@ -317,7 +348,8 @@ def _mask(e: Emit, phase: str) -> None:
     tag = "loop" if p.mask == "none" else "mask"
     if phase == "setup":
         with e.tag(tag, "(row, col) of each score, and which key blocks need the mask"):
-            w.line("Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
+            w.line("Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, "
+                   "Int<kBlockN>>{}));"
                    "  // (MMA, MMA_M, MMA_N) -> (row, col)")
             if p.mask == "window":
                 w.line("// a window has a left edge too: every block is masked")
@@ -337,61 +369,77 @@ def _mask(e: Emit, phase: str) -> None:
     note = {"none": "key columns past seqlen_k (last block only)",
             "causal": "bottom-right causal mask and the seqlen_k tail",
             "window": "sliding window (bottom-right aligned) and the seqlen_k tail"}[p.mask]
+    if not e.masked:
+        return
     with e.tag(tag, note):
-        with w.block("if constexpr (decltype(masked)::value)"):
-            w.line("CUTE_UNROLL")
-            with w.block("for (int i = 0; i < size(acc_s); ++i)"):
-                w.line("const int row = m_block * kBlockM + get<0>(tScS(i));")
-                w.line("const int col = n_block * kBlockN + get<1>(tScS(i));")
-                w.line(f"if ({' || '.join(conds)}) acc_s(i) = -__int_as_float(0x7f800000);")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int i = 0; i < size(acc_s); ++i)"):
+            w.line("const int row = m_block * kBlockM + get<0>(tScS(i));")
+            w.line("const int col = n_block * kBlockN + get<1>(tScS(i));")
+            w.line(f"if ({' || '.join(conds)}) acc_s(i) = -__int_as_float(0x7f800000);")
 
 
 def _loop(e: Emit, phase: str) -> None:
+    """The key loop, written twice like FA2's: first the blocks that need the mask (the seqlen_k tail, the
+    causal diagonal; every block for a window), then the rest with no mask code and no copy predicates."""
     w, p = e.w, e.plan
-    staged = p.stages == 2
     w.line()
-    with e.tag("loop", "one key block per call; `masked` (compile time) adds the mask and tail guards"):
-        if staged:
-            w.line("int stage = 0;  // K buffer holding this block")
-        w.line("auto iteration = [&](const int n_block, auto masked) {")
+    with e.tag("loop", "key blocks from the highest down (FA2): blocks needing the mask come first"):
+        w.line("int n_block = n_block_max - 1;")
+        if p.stages == 2:
+            w.line("int stage = 0;  // the K/V buffers holding this block")
+        w.line("CUTE_NO_UNROLL")
+        cond = "" if p.mask == "window" else " && needs_mask(n_block)"
+        w.line(f"for (; n_block >= n_block_min{cond}; --n_block) {{")
     with w.indent():
-        e.run("alloc_s", "loop")
-        with e.tag("loop", "K(n_block) has landed; every warp is done with sV and the other K buffer"):
+        _body(e, masked=True)
+    with e.tag("loop"):
+        w.line("}")
+    if p.mask == "window":
+        return
+    with e.tag("loop", "the remaining blocks are fully visible: no mask, no predicates"):
+        w.line("CUTE_NO_UNROLL")
+        w.line("for (; n_block >= n_block_min; --n_block) {")
+    with w.indent():
+        _body(e, masked=False)
+    with e.tag("loop"):
+        w.line("}")
+
+
+def _body(e: Emit, *, masked: bool) -> None:
+    w, staged = e.w, e.plan.stages == 2
+    e.masked = masked
+    e.run("alloc_s", "loop")
+    if staged:
+        with e.tag("loop", "K(n_block) has landed (its V may still fly); every warp is done with the "
+                           "other buffers"):
+            e.wait(1)
+            w.line("__syncthreads();")
+        e.run("load_k", "prefetch2")
+        e.run("load_v", "prefetch2")
+    else:
+        with e.tag("loop", "K(n_block) has landed; every warp is done with sV"):
             e.wait(0)
             w.line("__syncthreads();")
         e.run("load_v", "issue")
-        if staged:
-            e.run("load_k", "prefetch2")
-        e.run("gemm_qk", "loop")
-        e.run("mask", "loop")
-        with e.tag("loop", "V(n_block) has landed; every warp is done reading this K buffer"):
-            if staged and e.facts.cp_async:
-                w.line("if (n_block > n_block_min) { cute::cp_async_wait<1>(); } "
-                       "else { cute::cp_async_wait<0>(); }")
-            else:
-                e.wait(0)
-            w.line("__syncthreads();")
-        if not staged:
-            e.run("load_k", "prefetch1")
-        e.run("scale", "loop")
-        e.run("softmax", "loop")
-        e.run("reshape", "loop")
-        e.run("gemm_pv", "loop")
-        if staged:
-            with e.tag("loop"):
-                w.line("stage ^= 1;")
-    with e.tag("loop", "key blocks from the highest down (FA2): blocks needing the mask come first"):
-        w.line("};")
-        w.line("int n_block = n_block_max - 1;")
-        if p.mask == "window":
-            w.line("CUTE_NO_UNROLL")
-            w.line("for (; n_block >= n_block_min; --n_block) iteration(n_block, cute::true_type{});")
+    e.run("gemm_qk", "loop")
+    e.run("mask", "loop")
+    with e.tag("loop", "V(n_block) has landed; every warp is done reading this K buffer"):
+        if staged and e.facts.cp_async:
+            w.line("if (n_block > n_block_min) { cute::cp_async_wait<2>(); } "
+                   "else { cute::cp_async_wait<0>(); }")
         else:
-            w.line("CUTE_NO_UNROLL")
-            w.line("for (; n_block >= n_block_min && needs_mask(n_block); --n_block) "
-                   "iteration(n_block, cute::true_type{});")
-            w.line("CUTE_NO_UNROLL")
-            w.line("for (; n_block >= n_block_min; --n_block) iteration(n_block, cute::false_type{});")
+            e.wait(0)
+        w.line("__syncthreads();")
+    if not staged:
+        e.run("load_k", "prefetch1")
+    e.run("scale", "loop")
+    e.run("softmax", "loop")
+    e.run("reshape", "loop")
+    e.run("gemm_pv", "loop")
+    if staged:
+        with e.tag("loop"):
+            w.line("stage ^= 1;")
 
 
 def _normalize(e: Emit, phase: str) -> None:
@@ -405,7 +453,8 @@ def _normalize(e: Emit, phase: str) -> None:
             w.line("const float sum = tl::quad_sum(row_sum(r));")
             w.line("const bool empty = sum == 0.f || sum != sum;")
             w.line("const float inv_sum = empty ? 1.f : 1.f / sum;")
-            w.line("row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * softmax_scale + __logf(sum);")
+            w.line("row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * softmax_scale + "
+                   "__logf(sum);")
             w.line("CUTE_UNROLL")
             w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
 
@@ -417,16 +466,20 @@ def _store_o(e: Emit, phase: str) -> None:
     with e.tag("store_o", "registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped"):
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if reuse:
-            w.line("Tensor sO = make_tensor(sQ.data(), Traits::SmemLayoutO{});  // reuses Q's buffer: Q·Kᵀ is done"
+            w.line("Tensor sO = make_tensor(sQ.data(), Traits::SmemLayoutO{});  // reuses Q's "
+                   "buffer: Q·Kᵀ is done"
                    "  // (kBlockM, kHeadDimV)")
         else:
-            w.line("Tensor sO = make_tensor(sV.data() + size(sV), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)")
+            w.line("Tensor sO = make_tensor(sV.data() + size(sV), Traits::SmemLayoutO{});  // "
+                   "(kBlockM, kHeadDimV)")
         w.line("auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);")
         w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);")
-        w.line("cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));")
+        w.line("cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), "
+               "smem_thr_copy_O.partition_D(sO));")
         w.line()
         w.comment("LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.")
-        w.line("Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));")
+        w.line("Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, "
+               "Int<kHeadDimV>>{}));")
         w.line("Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));")
         with w.block("if (get<1>(tOcO_rowcol(0, 0)) == 0)"):
             w.line("float* lse_row = lse + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
@@ -444,10 +497,11 @@ def _store_o(e: Emit, phase: str) -> None:
         w.line("Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (OCPY, OCPY_M, OCPY_K)")
         w.line("Tensor tOrO = make_tensor<Element>(shape(tOgO));")
         w.line("cute::copy(gmem_tiled_copy_O, tOsO, tOrO);")
-        w.line("Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));")
+        w.line("Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, "
+               "Int<kHeadDimV>>{}));")
         w.line("CUTE_UNROLL")
-        with w.block("for (int m = 0; m < size<1>(tOgO); ++m)"):
-            with w.block("if (get<0>(tOcOg(0, m, 0)) < q_rows)"):
+        with w.block("for (int m = 0; m < size<1>(tOgO); ++m)"), \
+                w.block("if (get<0>(tOcOg(0, m, 0)) < q_rows)"):
                 w.line("cute::copy(gmem_tiled_copy_O, tOrO(_, m, _), tOgO(_, m, _));")
 
 
@@ -481,6 +535,7 @@ SCHEDULE: tuple[tuple[str, str], ...] = (
     ("load_k", "setup"),
     ("load_v", "setup"),
     ("load_k", "prologue"),
+    ("load_v", "prologue"),
     ("q_to_reg", "setup"),
     ("k_to_reg", "setup"),
     ("v_to_reg", "setup"),
