@@ -23,7 +23,7 @@ from tl_language.diagnostics import Diagnostic, Severity
 
 
 class BuildError(Exception):
-    """A build stopped. `stage`: "read" | "check" | "sketch" | "translate" | "overwrite" | "compile" | "cuda"."""
+    """A build stopped. `stage`: read | check | sketch | translate | overwrite | compile | cuda."""
 
     def __init__(
         self,

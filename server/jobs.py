@@ -128,6 +128,18 @@ def apply_outcome(ls: TLServer, doc: Doc, kind: str, version: int, outcome: JobO
             **(outcome.result or {}),
         }
         ls.refresh_code_lens()
+        # The extension's status bar shows the last result of any job, on-save ones included.
+        from server.features.code_lens import result_text
+
+        ls.protocol.notify(
+            "tl/result",
+            {
+                "uri": doc.uri,
+                "kind": kind,
+                "ok": outcome.status == "ok",
+                "summary": result_text(doc.result),
+            },
+        )
     if ls.docs.get(doc.uri) is doc and doc.version == version:
         ls.publish(doc)
 

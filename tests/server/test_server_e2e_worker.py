@@ -25,6 +25,12 @@ async def test_save_runs_the_job_with_progress_and_updates_the_lens(
     fake_client: LanguageClient, workspace: Path
 ) -> None:
     client = fake_client
+    results: list[object] = []
+
+    @client.feature("tl/result")  # the extension's status bar listens for these
+    def on_result(ls: LanguageClient, params: object) -> None:
+        results.append(params)
+
     rec = await start(client, workspace, {"onSave": "verify"})
     uri = open_doc(client, workspace / "mha_fwd.tl")
     await rec.wait_for(uri, version=1)
@@ -36,6 +42,8 @@ async def test_save_runs_the_job_with_progress_and_updates_the_lens(
     assert kinds[0] == "WorkDoneProgressBegin" and kinds[-1] == "WorkDoneProgressEnd"
     assert "WorkDoneProgressReport" in kinds and values[0].cancellable  # type: ignore[union-attr]
     assert await lens_title(client, uri) == "✓ rel-L2 2.1e-03 · 583 TFLOPS (fake device)"
+    (result,) = results
+    assert result.uri == uri and result.ok and result.summary == "✓ rel-L2 2.1e-03 · 583 TFLOPS (fake device)"
 
 
 async def test_nvrtc_errors_arrive_as_tl502_on_the_tl_line(
