@@ -14,7 +14,8 @@ export PYTHONUNBUFFERED=1
 
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-OUT="${OUT:-$ROOT/.device-out}"
+FINAL_OUT="${OUT:-$ROOT/.device-out}"
+OUT="$FINAL_OUT/work"  # everything lands here; the end keeps a few files and a tarball (8 files come back)
 mkdir -p "$OUT"
 MODE="${1:-all}"
 shift || true
@@ -79,9 +80,18 @@ if [ "$MODE" = all ] || [ "$MODE" = tests ]; then
     log "GPU tests: $TEST_STATUS"
 fi
 
+SASS_STATUS="not run"
+if [ "$MODE" = all ] && [ "$(left)" -gt 200 ]; then
+    log "SASS and resource report (cache hits)"
+    timeout --kill-after=5 90 python3 benchmarks/sass_report.py --out "$OUT/sass" >"$OUT/sass.log" 2>&1
+    SASS_STATUS="exit $?"
+    log "SASS report: $SASS_STATUS"
+fi
+
 BENCH_STATUS="not run"
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
-    T=$(( $(left) - 15 ))
+    RESERVE=$([ "$MODE" = all ] && echo 100 || echo 15)  # leave time for the planner sweep
+    T=$(( $(left) - RESERVE ))
     if [ "$T" -lt 60 ]; then
         BENCH_STATUS="skipped: only ${T}s left"
     else
@@ -98,6 +108,16 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
     log "benchmark: $BENCH_STATUS"
 fi
 
+PLANNER_STATUS="not run"
+if [ "$MODE" = all ] && [ "$(left)" -gt 60 ]; then
+    T=$(( $(left) - 10 ))
+    log "planner ranking vs measured (timeout ${T}s)"
+    timeout --kill-after=5 "$T" python3 benchmarks/planner_vs_measured.py --part H200 --top 4 --bottom 2 \
+        --json "$OUT/planner.json" >"$OUT/planner.log" 2>&1
+    PLANNER_STATUS="exit $?"
+    log "planner: $PLANNER_STATUS"
+fi
+
 echo
 echo "===== summary ($(head -n1 "$OUT/env.txt")) ====="
 grep -E "^compiled [0-9]+/" "$OUT/gpu-tests.log" 2>/dev/null | tail -n1
@@ -107,4 +127,12 @@ echo "benchmark: $BENCH_STATUS"
 if [ -f "$OUT/bench.log" ]; then
     sed -n '/^TFLOPS on/,$p' "$OUT/bench.log" | head -n 60
 fi
-echo "logs: $OUT (run.log env.txt gpu-tests.log gpu-junit.xml bench.log bench.json)"
+echo "SASS report: $SASS_STATUS"
+tail -n 4 "$OUT/sass.log" 2>/dev/null
+echo "planner: $PLANNER_STATUS"
+tail -n 14 "$OUT/planner.log" 2>/dev/null
+for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log; do
+    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL_OUT/"
+done
+tar -czf "$FINAL_OUT/all-logs.tar.gz" -C "$OUT" . 2>/dev/null && rm -rf "$OUT"
+echo "logs: $FINAL_OUT (run.log gpu-tests.log bench.log bench.json planner.json sass.log all-logs.tar.gz)"
