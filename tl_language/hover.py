@@ -24,6 +24,7 @@ from tl_language.resources import (
     element_bytes,
     is_accumulator,
     register_estimate,
+    register_limit,
     shared_memory_bytes,
     stages,
     threads,
@@ -155,11 +156,11 @@ def _param_markdown(model: Model, name: str) -> str:
         smem = shared_memory_bytes(model)
         if smem is not None:
             text += f"\n\nshared memory per block: {smem:,} of {model.target.smem_per_block:,} bytes"
-    if name in ("warps", "BN", "BM"):
+    if name in ("warps", "BN", "BM", "consumers"):
         est = register_estimate(model)
         if est is not None:
             text += (f"\n\nregisters per thread ≈ {est.total} (accumulators {est.accumulators} + "
-                     f"fragments {est.fragments}) of {model.target.regs_per_thread}")
+                     f"fragments {est.fragments}) of {register_limit(model)}")
     if name in BUILTINS:
         text += f"\n\n(overrides the builtin: {BUILTINS[name]})"
     return text

@@ -15,7 +15,7 @@ from tl_language.facts import enclosing_loops
 from tl_language.model import Model
 from tl_language.ops import op as lookup_op
 
-DEFAULT_WARPS = 4
+DEFAULT_WARPS = 4  # FlashAttention 2's warps up to head dim 128 (see `default_warps`)
 WARP_CHOICES = (1, 2, 4, 8, 16)
 
 # Parameters with a meaning the toolchain knows (hover shows these; the checker validates them).
@@ -25,11 +25,117 @@ SPECIAL_PARAMS: dict[str, str] = {
     "d": "head dimension of Q, K and V (when QK and V head dims are equal)",
     "d_qk": "head dimension of Q and K (the reduction dimension of Q·Kᵀ)",
     "d_v": "head dimension of V and O (the N dimension of P·V)",
-    "warps": f"warps per thread block; each warp owns BM / warps query rows (default {DEFAULT_WARPS})",
-    "stages": "shared-memory buffers for the K/V pipeline (default 2 with cp.async, 1 without)",
+    "warps": (
+        "warps per thread block; each warp owns BM / warps query rows (default 4, 8 above head dim 128 "
+        "with BM ≥ 128). On sm_90 the wgmma kernel ignores it: see `consumers`"
+    ),
+    "stages": (
+        "shared-memory buffers for the K/V pipeline (default: 2 on sm_90 and with cp.async up to head "
+        "dim 64 or causal up to 128, else 1). On sm_90: the depth of the TMA ring of K and V buffers "
+        "(1–4), each guarded by full/empty mbarriers"
+    ),
     "group": "query heads per key/value head (GQA); heads / heads_kv",
     "heads_kv": "number of key/value heads (1 for MQA)",
+    "consumers": (
+        "sm_90: consumer warp groups, each owning BM / consumers query rows (a multiple of 64) and "
+        "running the wgmma GEMMs and the softmax; one more producer warp group issues the TMA loads "
+        "(default BM / 64, at most 3)"
+    ),
+    "overlap": (
+        "sm_90, 0 or 1: intra-warp-group pipelining — Q·Kᵀ of the next key block is issued together "
+        "with P·V of this one, so the softmax runs while the tensor cores work (default 1)"
+    ),
+    "pingpong": (
+        "sm_90, 0 or 1: two consumer warp groups take turns issuing their GEMMs (FlashAttention 3's "
+        "ping-pong), so one group's softmax hides under the other's GEMMs; needs consumers = 2 and "
+        "overlap (default 1 with two consumers up to head dim 128)"
+    ),
 }
+
+
+# ---- defaults: the one table the checker, the translator and the planner read ---------------------------
+# Each applies when a TL file leaves the Param out; the examples set every Param, so these only decide
+# for hand-written files and for sketches.
+
+
+def _target(target: gpu.Target | str) -> gpu.Target:
+    if isinstance(target, gpu.Target):
+        return target
+    return gpu.target(target) or gpu.TARGETS[gpu.DEFAULT_TARGET]
+
+
+def default_warps(target: gpu.Target | str, block_m: int | None, head_dim: int | None) -> int:
+    """FlashAttention 2's choice (`flash_fwd_launch_template.h`): 8 warps above head dim 128 when
+    BM ≥ 128, else 4. (The sm_90 wgmma kernel ignores warps; the value keeps estimates defined.)"""
+    _target(target)
+    if head_dim is not None and head_dim > 128 and block_m is not None and block_m >= 128:
+        return 8
+    return DEFAULT_WARPS
+
+
+def default_stages(target: gpu.Target | str, head_dim: int | None = None, mask: str = "none") -> int:
+    """K/V buffers: 2 on sm_90 (FlashAttention 3's TMA ring); with cp.async 2 up to head dim 64 and for
+    causal masks up to 128 (measured on the H200, docs/translation.md), else 1; without cp.async 1."""
+    t = _target(target)
+    if t.tma:
+        return 2
+    if not t.cp_async:
+        return 1
+    if head_dim is None or head_dim <= 64 or (head_dim <= 128 and mask == "causal"):
+        return 2
+    return 1
+
+
+# ---- sm_90 (the warp-specialised wgmma kernel): its facts, shared by the checker and the sm_90 backend --
+
+HOPPER_WGMMA_M = 64  # rows of one wgmma; a consumer warp group owns a multiple of this
+HOPPER_MAX_CONSUMERS = 3
+HOPPER_SMEM_ALIGN = 1024  # the kernel rounds its dynamic shared-memory base up to 1 KB (128-byte swizzle)
+# The compiled kernel also holds 1 KB of static shared memory (cuobjdump: SHARED:1024 on the H200 build),
+# which counts against the same per-block limit.
+HOPPER_STATIC_SMEM = 1024
+# setmaxnreg split (producer, consumer) per number of consumer warp groups: at launch every thread gets
+# 65536 / threads registers; the producer gives back what the consumers take (docs/hopper.md).
+HOPPER_REGISTERS = {1: (24, 240), 2: (24, 240), 3: (24, 160)}
+
+
+def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
+    """Default sm_90 tile and schedule per head dim, from the H200 measurements in docs/translation.md:
+    d ≤ 64: 192×128, 3 consumers (128×128, 2 consumers, ping-pong when causal); d ≤ 128: 128×176
+    (128×128 causal), 2 consumers, ping-pong; above: 128×80, 2 consumers. 2 stages, overlap on."""
+    causal = mask == "causal"
+    if head_dim <= 64:
+        tile = {"BM": 128, "BN": 128, "consumers": 2} if causal else {"BM": 192, "BN": 128, "consumers": 3}
+    elif head_dim <= 128:
+        tile = {"BM": 128, "BN": 128 if causal else 176, "consumers": 2}
+    else:
+        tile = {"BM": 128, "BN": 80, "consumers": 2}
+    tile["stages"], tile["overlap"] = 2, 1
+    tile["pingpong"] = default_pingpong(tile["consumers"], 1, head_dim)
+    return tile
+
+
+def default_consumers(block_m: int | None) -> int:
+    """One consumer warp group per 64 query rows (FlashAttention 3's split), at most 3."""
+    if block_m is None or block_m <= 0:
+        return 2
+    return max(1, min(HOPPER_MAX_CONSUMERS, block_m // HOPPER_WGMMA_M))
+
+
+def default_pingpong(consumers: int, overlap: int, head_dim: int | None) -> int:
+    """Ping-pong pays off with two consumer groups up to head dim 128 (measured); at 256 it does not."""
+    return int(consumers == 2 and bool(overlap) and (head_dim is None or head_dim <= 128))
+
+
+def hopper_shared_bytes(
+    block_m: int, block_n: int, d_qk: int, d_v: int, stages: int, element_bytes: int = 2
+) -> int:
+    """Dynamic shared memory of the sm_90 kernel: Q, `stages` K and V buffers, O (only when it does not
+    fit in Q's buffer), the mbarriers (Q full; K and V full/empty per stage) and the 1 KB alignment pad."""
+    q = block_m * d_qk * element_bytes
+    kv = stages * block_n * (d_qk + d_v) * element_bytes
+    o = 0 if d_v <= d_qk else block_m * d_v * element_bytes
+    return q + kv + o + 8 * (1 + 4 * stages) + HOPPER_SMEM_ALIGN
 
 
 def param_value(model: Model, name: str) -> int | None:
@@ -39,14 +145,26 @@ def param_value(model: Model, name: str) -> int | None:
 
 def warps(model: Model) -> int:
     v = param_value(model, "warps")
-    return v if v in WARP_CHOICES else DEFAULT_WARPS
+    if v in WARP_CHOICES:
+        return v
+    d_qk, d_v = head_dims(model)
+    dims = [d for d in (d_qk, d_v) if d is not None]
+    return default_warps(model.target, param_value(model, "BM"), max(dims) if dims else None)
 
 
 def stages(model: Model) -> int:
     v = param_value(model, "stages")
     if v is not None and v >= 1:
         return v
-    return 2 if model.target.cp_async else 1
+    d_qk, d_v = head_dims(model)
+    dims = [d for d in (d_qk, d_v) if d is not None]
+    return default_stages(model.target, max(dims) if dims else None, model.mask)
+
+
+def consumers(model: Model) -> int:
+    """sm_90: consumer warp groups (`Param consumers`, else one per 64 query rows)."""
+    v = param_value(model, "consumers")
+    return v if v is not None and v >= 1 else default_consumers(param_value(model, "BM"))
 
 
 def threads(model: Model) -> int:
@@ -139,7 +257,15 @@ def shared_memory_bytes(model: Model) -> int | None:
     if parts is None:
         return None
     s = stages(model)
-    return sum(b.bytes * (s if b.staged else 1) for b in parts)
+    return sum(b.bytes * (s if b.staged else 1) for b in parts) + shared_memory_overhead(model)
+
+
+def shared_memory_overhead(model: Model) -> int:
+    """Bytes beyond the tiles: on sm_90 the wgmma kernel's mbarriers, its 1 KB alignment pad and its 1 KB of
+    static shared memory (as `hopper_shared_bytes` + `HOPPER_STATIC_SMEM`); none on the mma.sync path."""
+    if not model.target.wgmma:
+        return 0
+    return 8 * (1 + 4 * stages(model)) + HOPPER_SMEM_ALIGN + HOPPER_STATIC_SMEM
 
 
 # ---- registers -------------------------------------------------------------------------------------------
@@ -168,8 +294,10 @@ def register_estimate(model: Model) -> RegisterEstimate | None:
     holds (BM / warps)·k A elements and N·k B elements per warp; the widest GEMM counts. Address
     arithmetic and softmax statistics are not counted: treat the number as a lower bound.
     """
-    n_threads = threads(model)
+    hopper = model.target.wgmma
+    n_threads = 128 * consumers(model) if hopper else threads(model)
     acc_elems = 0
+    p_elems = 0  # the score tile, reused as the 16-bit A operand of P·V on sm_90
     for t in model.tensors.values():
         if not is_accumulator(model, t.name):
             continue
@@ -180,6 +308,13 @@ def register_estimate(model: Model) -> RegisterEstimate | None:
         if n is None:
             return None  # an allocated accumulator of unknown size (a sketch)
         acc_elems += n
+        if p_elems == 0 and _feeds_gemm_as_a(model, t.name):
+            p_elems = n
+    if hopper:
+        # wgmma reads Q and K (and V) straight from shared memory: the only operand in registers is P,
+        # two 16-bit elements per register.
+        frag = _ceil_div(p_elems * gpu.DTYPE_BYTES.get(model.dtype, 2), 4 * n_threads)
+        return RegisterEstimate(_ceil_div(acc_elems, n_threads), frag, n_threads)
     mma = model.target.mma.get(model.dtype)
     in_bytes = gpu.DTYPE_BYTES.get(model.dtype, 2)
     w = warps(model)
@@ -199,6 +334,23 @@ def register_estimate(model: Model) -> RegisterEstimate | None:
             per_warp_bytes = (rows + n_dim) * mma.k * in_bytes
             frag_regs = max(frag_regs, _ceil_div(per_warp_bytes, 4 * model.target.warp_size))
     return RegisterEstimate(_ceil_div(acc_elems, n_threads), frag_regs, n_threads)
+
+
+def _feeds_gemm_as_a(model: Model, name: str) -> bool:
+    """`name` is the first operand of a GEMM (the S → P tile of P·V)."""
+    for stmt in model.statements:
+        if (isinstance(stmt, ast.ComputeStmt) and stmt.op and (spec := lookup_op(stmt.op.name))
+                and spec.name == "GEMM" and stmt.args and isinstance(stmt.args[0], ast.Name)
+                and stmt.args[0].name == name):
+            return True
+    return False
+
+
+def register_limit(model: Model) -> int:
+    """Registers a thread may use: the target's limit, or on sm_90 what `setmaxnreg` gives a consumer."""
+    if model.target.wgmma:
+        return HOPPER_REGISTERS.get(consumers(model), HOPPER_REGISTERS[HOPPER_MAX_CONSUMERS])[1]
+    return model.target.regs_per_thread
 
 
 def _register_tile(model: Model, e: ast.Expr) -> list[int | None] | None:

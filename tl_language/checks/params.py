@@ -1,4 +1,5 @@
-"""TL307: parameter values are in range: positive tiles, warps a power of two up to 16, stages ≥ 1."""
+"""TL307: parameter values are in range: positive tiles, warps a power of two up to 16, stages ≥ 1,
+consumers 1–3, overlap and pingpong 0 or 1."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from collections.abc import Iterator
 from tl_language import syntax as ast
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.model import Model
-from tl_language.resources import WARP_CHOICES
+from tl_language.resources import HOPPER_MAX_CONSUMERS, WARP_CHOICES
 
 _POSITIVE = ("BM", "BN", "d", "d_qk", "d_v", "group", "heads_kv", "stages")
+_FLAGS = ("overlap", "pingpong")  # sm_90 switches
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
@@ -26,6 +28,11 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
         if p.name == "warps" and p.value not in WARP_CHOICES:
             choices = ", ".join(map(str, WARP_CHOICES))
             yield make("TL307", rng, f"warps = {p.value}; expected one of {choices}")
+        elif p.name in _FLAGS and p.value not in (0, 1):
+            yield make("TL307", rng, f"{p.name} = {p.value}; expected 0 (off) or 1 (on)")
+        elif p.name == "consumers" and not 1 <= p.value <= HOPPER_MAX_CONSUMERS:
+            yield make("TL307", rng, f"consumers = {p.value}; sm_90 kernels use 1 to {HOPPER_MAX_CONSUMERS} "
+                       "consumer warp groups")
         elif p.name in _POSITIVE and p.value <= 0:
             yield make("TL307", rng, f"{p.name} = {p.value}; it must be at least 1")
 

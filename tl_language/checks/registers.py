@@ -12,19 +12,24 @@ from tl_language import syntax as ast
 from tl_language.checks._location import header_range, param_range
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.model import Model
-from tl_language.resources import register_estimate, warps
+from tl_language.resources import consumers, register_estimate, register_limit, warps
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
     est = register_estimate(model)
-    limit = model.target.regs_per_thread
+    limit = register_limit(model)
     if est is None or est.total <= limit:
         return
-    rng = param_range(model, "warps", "BN", "BM") or header_range(document)
+    rng = param_range(model, "consumers", "warps", "BN", "BM") or header_range(document)
     if rng is None:
         return
     yield make("TL304", rng,
                f"about {est.total} registers per thread ({est.accumulators} for fp32 accumulators over "
                f"{est.threads} threads + {est.fragments} for operand fragments) exceeds {limit} on "
-               f"{model.target.arch}; the kernel would spill: use more warps (now {warps(model)}) "
-               "or a smaller BN")
+               f"{model.target.arch}; the kernel would spill: {_remedy(model)} or a smaller BN")
+
+
+def _remedy(model: Model) -> str:
+    if model.target.wgmma:
+        return f"use more consumer warp groups (now {consumers(model)}, at most 3)"
+    return f"use more warps (now {warps(model)})"

@@ -12,7 +12,7 @@ from tl_language import syntax as ast
 from tl_language.checks._location import header_range, param_range
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.model import Model
-from tl_language.resources import shared_memory_breakdown, stages
+from tl_language.resources import shared_memory_breakdown, shared_memory_overhead, stages
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
@@ -20,13 +20,16 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
     if not parts:
         return
     s = stages(model)
-    total = sum(b.bytes * (s if b.staged else 1) for b in parts)
+    extra = shared_memory_overhead(model)  # sm_90: mbarriers, alignment pad, static shared memory
+    total = sum(b.bytes * (s if b.staged else 1) for b in parts) + extra
     limit = model.target.smem_per_block
     if total <= limit:
         return
     once = " + ".join(f"{b.tensor} {b.bytes:,}" for b in parts if not b.staged)
     staged = " + ".join(f"{b.tensor} {b.bytes:,}" for b in parts if b.staged)
     terms = [t for t in (once, f"{s} stages × ({staged})" if staged else "") if t]
+    if extra:
+        terms.append(f"{extra:,} for barriers and alignment")
     rng = param_range(model, "stages", "BN", "BM") or header_range(document)
     if rng is None:
         return
