@@ -43,6 +43,10 @@ ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("window_right", "int", "int32"),
 )
 
+# After ATTENTION_PARAMS, a TMA kernel (sm_90) takes one `CUtensorMap` per tensor, 128 bytes by value
+# (`const __grid_constant__ cute::TmaDescriptor`), describing Q, K, V and O to the Tensor Memory Accelerator.
+TMA_PARAMS: tuple[str, ...] = ("tma_q", "tma_k", "tma_v", "tma_o")
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -59,11 +63,20 @@ class LaunchSpec:
     arch: str  # e.g. "sm_80"; the runner compiles for this (PTX for an older arch than the device)
     window: tuple[int, int] = (-1, -1)  # default (left, right) from the TL `Mask window(...)`
     group: int = 0  # GQA group fixed by the TL (0: taken from the launch shape)
+    # The kernel's parameters in order: ATTENTION_PARAMS, then TMA_PARAMS for a kernel that reads its
+    # tensors through TMA descriptors (the sm_90 path; runner/tma.py encodes and passes them).
     params: tuple[str, ...] = field(default=tuple(p[0] for p in ATTENTION_PARAMS))
     tl_file: str | None = None
     # sha256 of the .cu as `tl build` wrote it: a .cu that no longer matches was edited by hand, and a
     # rebuild will not overwrite it (pipeline/build.py). None for specs that never went through a build.
     source_sha256: str | None = None
+    block_n: int = 0  # key rows per block (the K/V TMA box height on sm_90); 0 in specs written before
+    heads_kv: int = 0  # K/V heads fixed by the TL (`Param heads_kv`, 1 for MQA); 0: from the launch shape
+
+    @property
+    def uses_tma(self) -> bool:
+        """The kernel takes TMA descriptors after the attention ABI's parameters."""
+        return self.params[len(ATTENTION_PARAMS) :] == TMA_PARAMS
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

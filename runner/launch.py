@@ -3,6 +3,7 @@
 The kernel runs on the tensors' device and on PyTorch's current stream (wrapped, not synchronised), so it
 orders with the surrounding torch work exactly like a torch op. Arguments follow `ATTENTION_PARAMS`.
 Bad tensors raise `LaunchError` naming the tensor and what is wrong, before anything is launched.
+Kernels whose spec lists TMA descriptors (the sm_90 path) launch through `runner.tma` instead.
 """
 
 from __future__ import annotations
@@ -181,6 +182,11 @@ def check_inputs(spec: LaunchSpec, q: Any, k: Any, v: Any) -> tuple[int, int, in
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     if heads_kv == 0 or heads % heads_kv:
         raise LaunchError(f"query heads ({heads}) must be a multiple of key/value heads ({heads_kv})")
+    if spec.heads_kv and heads_kv != spec.heads_kv:
+        raise LaunchError(
+            f"the kernel was built for {spec.heads_kv} key/value head(s) (Param heads_kv), but k and v "
+            f"have {heads_kv}"
+        )
     if spec.group and heads // heads_kv != spec.group:
         raise LaunchError(
             f"the kernel was built for GQA group {spec.group}, but heads/heads_kv = {heads}/{heads_kv}"
@@ -241,11 +247,13 @@ def launch(
     *,
     softmax_scale: float | None = None,
     window: tuple[int, int] | None = None,
+    tensor_maps: Any = None,
 ) -> None:
-    """Launch into preallocated `o` (batch, seqlen_q, heads, d_v) and `lse` (batch, heads, seqlen_q) fp32."""
+    """Launch into preallocated `o` (batch, seqlen_q, heads, d_v) and `lse` (batch, heads, seqlen_q) fp32.
+
+    A kernel whose spec lists `TMA_PARAMS` (sm_90) also gets TMA descriptors of q, k, v, o: `tensor_maps`
+    if given (`runner.tma.attention_tensor_maps`), else built (and cached) here."""
     import torch
-    from cuda.core import LaunchConfig
-    from cuda.core import launch as cu_launch
 
     spec = loaded.spec
     batch, seqlen_q, _, heads, _ = check_inputs(spec, q, k, v)
@@ -265,10 +273,47 @@ def launch(
     args = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
+    if spec.uses_tma:
+        _launch_tma(loaded, args, (q, k, v, o), grid(spec, batch, seqlen_q, heads), tensor_maps)
+        return
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as cu_launch
+
     config = LaunchConfig(
         grid=grid(spec, batch, seqlen_q, heads), block=spec.threads, shmem_size=spec.shared_bytes
     )
     cu_launch(_torch_stream(q.device), config, loaded.kernel, *args)
+
+
+def _launch_tma(
+    loaded: LoadedKernel, args: list[Any], tensors: tuple[Any, ...], grid_xyz: tuple[int, int, int], maps: Any
+) -> None:
+    """The sm_90 launch: scalars as `ATTENTION_PARAMS`, then the four descriptors, through cuLaunchKernel."""
+    import torch
+
+    from runner import tma
+
+    spec = loaded.spec
+    if spec.block_n <= 0:
+        raise LaunchError(
+            f"{spec.kernel_name}: the launch spec lists TMA descriptors but no block_n (the K/V box "
+            "height); rebuild the kernel with `tl build`"
+        )
+    q = tensors[0]
+    try:
+        if maps is None:
+            maps = tma.cached_tensor_maps(*tensors, block_m=spec.block_m, block_n=spec.block_n)
+        tma.launch_with_tensor_maps(
+            loaded.kernel,
+            grid=grid_xyz,
+            block=spec.threads,
+            shared_bytes=spec.shared_bytes,
+            stream_handle=torch.cuda.current_stream(q.device).cuda_stream,
+            args=[(kind, value) for (_, _, kind), value in zip(ATTENTION_PARAMS, args, strict=True)],
+            tensor_maps=maps,
+        )
+    except tma.TmaError as exc:
+        raise LaunchError(str(exc)) from exc
 
 
 def _torch_stream(device: Any) -> Any:

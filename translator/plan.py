@@ -11,24 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tl_language import resources as defaults
 from tl_language import syntax as ast
 from tl_language.model import Model
 from translator.errors import TranslateError, unsupported
 from translator.pattern import Match, match_attention
 
-# Tile and pipeline defaults when the TL leaves a Param out: FlashAttention 2's choices
-# (`flash_fwd_launch_template.h`): 4 warps up to head dim 128, 8 warps above; one K/V buffer.
-DEFAULT_STAGES = 1
+# Tile and pipeline defaults when the TL leaves a Param out live in one place, `tl_language.resources`
+# (`default_warps`, `default_stages`, `default_consumers`, `default_pingpong`), which the checker and the
+# planner read too.
 
 
 def copy_threads_per_row(head_dim: int) -> int:
     """Threads that copy one row of a shared-memory atom: 64-element (128-byte) atoms when the head
     dimension allows, else 32-element ones; each thread moves 8 elements (16 bytes)."""
     return 8 if head_dim % 64 == 0 else 4
-
-
-def default_warps(block_m: int, head_dim: int) -> int:
-    return 8 if head_dim > 128 and block_m >= 128 else 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +40,7 @@ class Step:
 @dataclass(frozen=True, slots=True)
 class KernelPlan:
     kernel_name: str
-    arch: str  # "sm_80"
+    arch: str  # "sm_80", "sm_90" (the Hopper backend)
     compute_capability: tuple[int, int]
     dtype: str  # "fp16" | "bf16"
     block_m: int
@@ -51,7 +48,7 @@ class KernelPlan:
     head_dim_qk: int
     head_dim_v: int
     warps: int
-    stages: int  # K buffers in shared memory: 1 (FA2's scheme) or 2 (K double-buffered)
+    stages: int  # sm_80: K buffers (1: FA2's scheme, 2: K double-buffered); sm_90: depth of the TMA ring
     mask: str  # "none" | "causal" | "window"
     window: tuple[int, int]  # TL default (left, right); -1: unbounded. The launch may override it.
     group: int  # query heads per K/V head fixed by the TL; 0: from the launch shape
@@ -59,6 +56,11 @@ class KernelPlan:
     names: dict[str, str]  # pattern role → TL tensor name: q, k, v, o, s, acc_o
     steps: tuple[Step, ...]  # source order
     header_lines: dict[str, int]  # "kernel" | "target" | "dtype" | "mask" | param name → TL line
+    # sm_90 only (the mma.sync backend ignores them): consumer warp groups, intra-warp-group overlap of
+    # Q·Kᵀ(n) with P·V(n+1), ping-pong between two consumer groups.
+    consumers: int = 2
+    overlap: bool = True
+    pingpong: bool = False
 
     @property
     def threads(self) -> int:
@@ -98,8 +100,12 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         _agree(model, o_tile[0], block_m, m.stmt("store_o"), "O's tile rows must equal Q's (BM)")
         _agree(model, o_tile[1], d_v, m.stmt("store_o"), "O's head dimension must equal V's")
 
-    warps = _param(model, "warps", default_warps(block_m, max(d_qk, d_v)))
-    stages = _param(model, "stages", DEFAULT_STAGES)
+    target = model.target
+    warps = _param(model, "warps", defaults.default_warps(target, block_m, max(d_qk, d_v)))
+    stages = _param(model, "stages", defaults.default_stages(target, max(d_qk, d_v), model.mask))
+    consumers = _param(model, "consumers", defaults.default_consumers(block_m))
+    overlap = _param(model, "overlap", 1)
+    pingpong = _param(model, "pingpong", defaults.default_pingpong(consumers, overlap, max(d_qk, d_v)))
     group = _param(model, "group", 0)
     heads_kv = _param(model, "heads_kv", 0)
     window = (-1, -1)
@@ -125,8 +131,14 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         names=dict(m.names),
         steps=steps,
         header_lines=header,
+        consumers=consumers,
+        overlap=bool(overlap),
+        pingpong=bool(pingpong),
     )
-    _check_supported(plan, model, m)
+    if target.wgmma:
+        _check_hopper(plan, model, m)
+    else:
+        _check_supported(plan, model, m)
     return plan
 
 
@@ -284,6 +296,26 @@ def _check_supported(plan: KernelPlan, model: Model, m: Match) -> None:
                         ),
                     )
                 )
+    if problems:
+        raise TranslateError(problems)
+
+
+def _check_hopper(plan: KernelPlan, model: Model, m: Match) -> None:
+    """sm_90: the mma.sync limits (warps' copy split, stages ≤ 2) do not apply; the Hopper backend's own
+    limits (`translator/backends/sm90/config.py`) are checked when it builds the kernel. Here only what
+    no backend takes: both GQA forms at once, and switches that are not 0 or 1."""
+    problems = []
+    if plan.group and plan.heads_kv:
+        problems.append(
+            unsupported(
+                _param_range(model, "heads_kv", m.stmt("load_k")),
+                "give either Param group or Param heads_kv, not both",
+            )
+        )
+    for name in ("overlap", "pingpong"):
+        p = model.params.get(name)
+        if p is not None and p.value not in (0, 1):
+            problems.append(unsupported(p.stmt.range, f"{name} = {p.value}: expected 0 (off) or 1 (on)"))
     if problems:
         raise TranslateError(problems)
 

@@ -1,7 +1,7 @@
 """Backends: one per architecture family, each `generate(plan, *, tl_file, line_directives)`.
 
-Every sm_7x/sm_8x target and, for now, sm_90 use the mma.sync backend (`sm80`); a Hopper backend (TMA,
-wgmma, warp specialisation) plugs in here for sm_90 and reads the same `KernelPlan`.
+sm_7x/sm_8x targets use the mma.sync + cp.async backend (`sm80`); `Target sm_90` uses the Hopper backend
+(`sm90`: TMA, wgmma, warp specialisation, compiled for `sm_90a`). Both read the same `KernelPlan`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ Generate = Callable[..., tuple[str, dict[int, int], LaunchSpec]]
 
 
 def backend_for(plan: KernelPlan) -> Generate:
+    if plan.compute_capability >= (9, 0):
+        from translator.backends import sm90
+
+        return sm90.generate
     from translator.backends import sm80
 
     return sm80.generate

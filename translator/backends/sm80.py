@@ -32,7 +32,7 @@ def generate(plan: KernelPlan, *, tl_file: str | None, line_directives: bool = T
         kernel_name=plan.kernel_name, block_m=plan.block_m, threads=plan.threads,
         shared_bytes=smem_bytes(plan)["total"], dtype=plan.dtype, head_dim_qk=plan.head_dim_qk,
         head_dim_v=plan.head_dim_v, mask=plan.mask, arch=plan.arch, window=plan.window,
-        group=plan.group, tl_file=tl_file,
+        group=plan.group, tl_file=tl_file, block_n=plan.block_n, heads_kv=plan.heads_kv,
     )
     return source, smap, launch
 

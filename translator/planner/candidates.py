@@ -20,7 +20,7 @@ from tl_language import resources as core_resources
 from tl_language.model import Model
 from translator.plan import copy_threads_per_row
 from translator.planner.cost import DEFAULT_SHAPE, Shape, estimate
-from translator.planner.resources import Resources, Tiling, resources
+from translator.planner.resources import Resources, Tiling, register_budget, resources
 from translator.planner.roles import Roles, find_roles
 
 BLOCK_M = (64, 128, 192, 256)
@@ -31,13 +31,15 @@ STAGES = (1, 2)
 DEFAULT_HEAD_DIM = 128
 
 
+# A role the file does not declare takes the default the checker and the translator assume without the
+# Param (`tl_language.resources.default_warps` / `default_stages`), which depends on the tile: marked
+# here and resolved per tiling.
+_FROM_TILE = 0
+
+
 def _defaults(target: gpu.Target) -> dict[str, int]:
-    """Values of roles a file does not declare: what the checker and translator assume without the Param."""
-    return {
-        "warps": core_resources.DEFAULT_WARPS,
-        "stages": 2 if target.cp_async else 1,
-        "d_qk": DEFAULT_HEAD_DIM,
-    }
+    """Values of roles a file does not declare (warps and stages: `_FROM_TILE`, resolved per tiling)."""
+    return {"warps": _FROM_TILE, "stages": _FROM_TILE, "d_qk": DEFAULT_HEAD_DIM}
 
 
 @dataclass(slots=True)
@@ -75,6 +77,8 @@ def granularity_ok(t: Tiling, target: gpu.Target) -> str | None:
     mma = target.mma.get(t.dtype)
     if mma is None:
         return "dtype"
+    if target.wgmma:
+        return _hopper_granularity(t)
     if t.block_m % (mma.m * t.warps) != 0:
         return "MMA granularity (BM)"
     n_unit = math.lcm(16, mma.n, mma.k)
@@ -95,11 +99,24 @@ def granularity_ok(t: Tiling, target: gpu.Target) -> str | None:
     return None
 
 
+def _hopper_granularity(t: Tiling) -> str | None:
+    """The sm_90 kernel's limits (translator/backends/sm90/config.py): 64 query rows per consumer warp
+    group, BN a multiple of 16 up to 256 (wgmma N), head dims in whole 64-column TMA boxes, d_v ≤ d_qk."""
+    consumers = core_resources.default_consumers(t.block_m)
+    if t.block_m % consumers or (t.block_m // consumers) % core_resources.HOPPER_WGMMA_M:
+        return "wgmma granularity (BM)"
+    if t.block_n % 16 or not 16 <= t.block_n <= 256:
+        return "wgmma granularity (BN)"
+    if t.d_qk % 64 or t.d_v % 64 or t.d_qk > 256 or t.d_v > t.d_qk:
+        return "head dimension"
+    return None
+
+
 def fits(t: Tiling, target: gpu.Target) -> tuple[Resources, str | None]:
     res = resources(t, target)
     if res.shared_bytes > target.smem_per_block:
         return res, "shared memory"
-    if res.registers > target.regs_per_thread:
+    if res.registers > register_budget(t, target):
         return res, "registers"
     if res.threads > target.max_threads_per_block:
         return res, "threads per block"
@@ -154,14 +171,19 @@ def plan(
 
     out: list[Candidate] = []
     rejected: dict[str, int] = {}
-    for bm, bn, w, st, dqk in itertools.product(
+    # sm_90: the wgmma kernel has no warps knob (consumer warp groups follow BM), so warps is not searched.
+    warps_options = (core_resources.DEFAULT_WARPS,) if target.wgmma else WARPS
+    for bm, bn, w0, st0, dqk in itertools.product(
         space("block_m", BLOCK_M),
         space("block_n", BLOCK_N),
-        space("warps", WARPS),
+        space("warps", warps_options),
         space("stages", STAGES),
         d_qk_space,
     ):
         for dv in d_v_space or (dqk,):
+            d = max(dqk, dv)
+            w = w0 if w0 != _FROM_TILE else core_resources.default_warps(target, bm, d)
+            st = st0 if st0 != _FROM_TILE else core_resources.default_stages(target, d, model.mask)
             t = Tiling(bm, bn, w, st, dqk, dv, dtype)
             why = granularity_ok(t, target)
             res: Resources | None = None

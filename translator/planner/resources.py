@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tl_language import gpu
+from tl_language.resources import (
+    HOPPER_REGISTERS,
+    HOPPER_STATIC_SMEM,
+    default_consumers,
+    hopper_shared_bytes,
+)
 
 # Addresses, loop counters and predicates a FlashAttention-2 style main loop keeps live (an estimate).
 REGISTER_OVERHEAD = 12
@@ -51,12 +57,35 @@ class Resources:
     limited_by: str  # "shared memory" | "registers" | "block limit"
 
 
-def shared_memory_bytes(t: Tiling) -> int:
+def shared_memory_bytes(t: Tiling, target: gpu.Target | None = None) -> int:
     elem = gpu.DTYPE_BYTES[t.dtype]
+    if target is not None and target.wgmma:
+        # the sm_90 kernel's own accounting (mbarriers, alignment pad, static shared memory), as TL303's
+        return hopper_shared_bytes(t.block_m, t.block_n, t.d_qk, t.d_v, t.stages, elem) + HOPPER_STATIC_SMEM
     return elem * (t.block_m * t.d_qk + t.stages * t.block_n * (t.d_qk + t.d_v))
 
 
+def hopper_consumers(t: Tiling) -> int:
+    """Consumer warp groups of the sm_90 kernel for this tiling (the plan's default split)."""
+    return default_consumers(t.block_m)
+
+
+def hopper_registers(t: Tiling) -> tuple[int, int]:
+    """(registers per consumer thread, the `setmaxnreg` budget it gets) on sm_90: the fp32 accumulators
+    over the consumer warp groups' threads, P as the 16-bit A operand of P·V (Q, K and V stay in shared
+    memory for wgmma), the row statistics and the same allowance as the mma.sync estimate."""
+    consumers = hopper_consumers(t)
+    threads = 128 * consumers
+    elem = gpu.DTYPE_BYTES[t.dtype]
+    acc = -(-(t.block_m * t.block_n + t.block_m * t.d_v) // threads)
+    p_frag = -(-(t.block_m * t.block_n * elem) // (4 * threads))
+    stats = 2 * 2 * (t.block_m // consumers // 64) * 2  # row max and sum, two rows per 8-row quad slice
+    return acc + p_frag + stats + REGISTER_OVERHEAD, HOPPER_REGISTERS.get(consumers, HOPPER_REGISTERS[3])[1]
+
+
 def registers_per_thread(t: Tiling, target: gpu.Target) -> int:
+    if target.wgmma:
+        return hopper_registers(t)[0]
     mma = target.mma.get(t.dtype) or next(iter(target.mma.values()))
     elem = gpu.DTYPE_BYTES[t.dtype]
     threads = t.threads
@@ -70,8 +99,18 @@ def registers_per_thread(t: Tiling, target: gpu.Target) -> int:
     return acc_s + acc_o + a_frag + b_frag + stats + REGISTER_OVERHEAD
 
 
+def register_budget(t: Tiling, target: gpu.Target) -> int:
+    return hopper_registers(t)[1] if target.wgmma else target.regs_per_thread
+
+
 def resources(t: Tiling, target: gpu.Target) -> Resources:
-    smem, regs = shared_memory_bytes(t), registers_per_thread(t, target)
+    smem, regs = shared_memory_bytes(t, target), registers_per_thread(t, target)
+    if target.wgmma:
+        # One block per SM: the kernel is built with __launch_bounds__(threads, 1) and setmaxnreg hands
+        # the whole register file to the producer and consumer warp groups.
+        threads = 128 * (hopper_consumers(t) + 1)
+        fits = smem <= target.smem_per_block and regs <= register_budget(t, target)
+        return Resources(smem, regs, threads, 1 if fits else 0, "registers" if fits else "does not fit")
     threads = t.threads
     too_big = smem > target.smem_per_block or regs > target.regs_per_thread
     if too_big or threads > target.max_threads_per_block:

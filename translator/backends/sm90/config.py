@@ -11,6 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tl_language.diagnostics import Diagnostic
+from tl_language.resources import (
+    HOPPER_MAX_CONSUMERS,
+    HOPPER_REGISTERS,
+    HOPPER_SMEM_ALIGN,
+    HOPPER_STATIC_SMEM,
+    HOPPER_WGMMA_M,
+)
 from tl_language.source import Position, Range
 from translator.errors import TranslateError, unsupported
 from translator.plan import KernelPlan
@@ -18,19 +25,13 @@ from translator.plan import KernelPlan
 ELEMENT = {"fp16": "cute::half_t", "bf16": "cute::bfloat16_t"}
 ELEMENT_BYTES = 2
 BOX_COLS = 64  # one TMA box and one GMMA swizzle atom row: 64 16-bit elements = 128 bytes (SWIZZLE_128B)
-WGMMA_M = 64  # rows of one wgmma instruction; a consumer warp group owns a multiple of this
 SMEM_LIMIT = 227 * 1024  # opt-in shared memory per block on sm_90
-# The compiled kernel also holds 1 KB of static shared memory (cuobjdump: SHARED:1024 on the H200 build),
-# which counts against the same 227 KB.
-STATIC_SMEM = 1024
-SMEM_ALIGN = 1024  # the 128-byte swizzle repeats every 8 rows = 1024 bytes; buffers start on that boundary
-MAX_CONSUMERS = 3
-
-# setmaxnreg split (producer, consumer) per number of consumer warp groups. At launch every thread gets
-# 65536 / threads registers (rounded down to 8); the producer gives back what the consumers take:
-# 1 → 256 threads; 2 → 384 (168 at launch: 24 + 2 × 240 = 3 × 168 per warp group);
-# 3 → 512 (128 at launch: 24 + 3 × 160 ≤ 4 × 128).
-REGISTERS = {1: (24, 240), 2: (24, 240), 3: (24, 160)}
+# The numbers the checker's TL303/TL304 estimates use too live in the language core (one source):
+WGMMA_M = HOPPER_WGMMA_M  # rows of one wgmma instruction; a consumer warp group owns a multiple of this
+STATIC_SMEM = HOPPER_STATIC_SMEM  # 1 KB of static shared memory in the compiled kernel, same 227 KB limit
+SMEM_ALIGN = HOPPER_SMEM_ALIGN  # the 128-byte swizzle repeats every 8 rows = 1024 bytes
+MAX_CONSUMERS = HOPPER_MAX_CONSUMERS
+REGISTERS = HOPPER_REGISTERS  # setmaxnreg (producer, consumer) per number of consumer warp groups
 
 
 @dataclass(frozen=True, slots=True)

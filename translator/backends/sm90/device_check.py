@@ -126,10 +126,10 @@ def _verify(loaded: Any, block_n: int, window: tuple[int, int]) -> list[dict[str
 
     import torch
 
-    from runner.launch import torch_dtype
+    from runner.launch import launch, torch_dtype
     from runner.reference import attention_reference
+    from runner.tma import attention_tensor_maps
     from runner.verify import INPUT_SCALES, TOLERANCES, Shape, compare, make_inputs
-    from translator.backends.sm90.tma_host import launch_attention
 
     spec = loaded.spec
     dtype = torch_dtype(spec.dtype)
@@ -151,7 +151,8 @@ def _verify(loaded: Any, block_n: int, window: tuple[int, int]) -> list[dict[str
                     q, k = (q * factor).to(dtype), (k * factor).to(dtype)
             o = torch.full((b, sq, h, spec.head_dim_v), math.nan, dtype=dtype, device=dev)
             lse = torch.full((b, h, sq), math.nan, dtype=torch.float32, device=dev)
-            launch_attention(loaded, q, k, v, o, lse, block_n=block_n, window=window)
+            maps = attention_tensor_maps(q, k, v, o, block_m=spec.block_m, block_n=block_n)
+            launch(loaded, q, k, v, o, lse, window=window, tensor_maps=maps)
             torch.cuda.synchronize()
             ref_o, ref_lse = attention_reference(q, k, v, mask=spec.mask, window=window)
             c = compare(o, lse, ref_o, ref_lse, TOLERANCES[spec.dtype], label)
@@ -173,8 +174,9 @@ def _verify(loaded: Any, block_n: int, window: tuple[int, int]) -> list[dict[str
 def _bench(loaded: Any, block_n: int, seqlen: int, baselines: bool) -> dict[str, float | None]:
     from runner.baselines import BASELINES, default_scale
     from runner.bench import BenchCase, bench_callable, make_bench_inputs
+    from runner.launch import launch
+    from runner.tma import attention_tensor_maps
     from runner.verify import Shape
-    from translator.backends.sm90.tma_host import attention_tensor_maps, launch_attention
 
     spec = loaded.spec
     heads = 2048 // spec.head_dim_qk
@@ -194,7 +196,7 @@ def _bench(loaded: Any, block_n: int, seqlen: int, baselines: bool) -> dict[str,
 
     def ours(i: int) -> None:
         q, k, v, o, lse = inputs[i]
-        launch_attention(loaded, q, k, v, o, lse, block_n=block_n, tensor_maps=maps[i % len(maps)])
+        launch(loaded, q, k, v, o, lse, tensor_maps=maps[i % len(maps)])
 
     timing = {"warmup_s": 0.1, "target_s": 0.3, "min_runs": 10}
     out: dict[str, float | None] = {"ours": bench_callable(case, "ours", ours, **timing).tflops}

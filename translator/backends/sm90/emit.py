@@ -21,16 +21,15 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from runner.abi import ATTENTION_PARAMS, LaunchSpec
+from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
 from translator.backends.sm90.helpers import emit_helpers
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
 # The sm_90 kernel takes the attention ABI's parameters and, after them, one TMA descriptor per tensor
-# (`CUtensorMap`, 128 bytes, passed by value as `__grid_constant__`), encoded on the host by
-# `translator.backends.sm90.tma_host` from the same tensors.
-TMA_PARAMS: tuple[str, ...] = ("tma_q", "tma_k", "tma_v", "tma_o")
+# (`CUtensorMap`, 128 bytes, passed by value as `__grid_constant__`; `runner.abi.TMA_PARAMS`), encoded on
+# the host by `runner.tma` from the same tensors.
 NVRTC_ARCH = "sm_90a"  # wgmma and setmaxnreg exist only on the arch-specific target
 
 
@@ -54,11 +53,18 @@ def emit_sm90(
     tl_file: str | None = None,
     line_directives: bool = True,
     consumers: int | None = None,
-    overlap: bool = True,
-    pingpong: bool = False,
+    overlap: bool | None = None,
+    pingpong: bool | None = None,
 ) -> tuple[str, LaunchSpec, dict[int, int]]:
-    """(source, launch spec, source map CUDA line → TL line) of the Hopper kernel for `plan`."""
-    cfg = hopper_config(plan, consumers=consumers, overlap=overlap, pingpong=pingpong)
+    """(source, launch spec, source map CUDA line → TL line) of the Hopper kernel for `plan`.
+
+    `consumers`, `overlap` and `pingpong` default to the plan's (the TL Params or their defaults); an
+    explicit value overrides it (experiments). Ping-pong left to the plan is dropped when the overrides
+    leave no two overlapped consumer groups for it."""
+    n = plan.consumers if consumers is None else consumers
+    ov = plan.overlap if overlap is None else overlap
+    pp = pingpong if pingpong is not None else plan.pingpong and n == 2 and ov
+    cfg = hopper_config(plan, consumers=n, overlap=ov, pingpong=pp)
     w = CodeWriter()
     e = _Emit(w, cfg)
     _header(e, tl_file)
@@ -83,6 +89,8 @@ def emit_sm90(
         group=plan.group,
         params=tuple(p[0] for p in ATTENTION_PARAMS) + TMA_PARAMS,
         tl_file=tl_file,
+        block_n=plan.block_n,
+        heads_kv=plan.heads_kv,
     )
     return source, launch, smap
 

@@ -20,8 +20,8 @@ class Variant:
     d_v: int = 128
     mask: str = "none"  # "none" | "causal" | "window(L, R)"
     stages: int = 2
-    overlap: bool = True  # intra-warp-group pipelining (emit_sm90's `overlap`)
-    pingpong: bool = False  # two consumer warp groups alternate their GEMMs (emit_sm90's `pingpong`)
+    overlap: bool = True  # intra-warp-group pipelining (`Param overlap`)
+    pingpong: bool = False  # two consumer warp groups alternate their GEMMs (`Param pingpong`)
     # Read only by the plan's sm_80 checks (a cp.async split of the tiles); the sm_90 kernel ignores it.
     warps: int | None = None
 
@@ -45,6 +45,8 @@ def tl_text(v: Variant) -> str:
             f"Param BN = {v.block_n}",
             *dims,
             f"Param stages = {v.stages}",
+            f"Param overlap = {int(v.overlap)}",
+            f"Param pingpong = {int(v.pingpong)}",
             *([f"Param warps = {v.warps}"] if v.warps else []),
             f"Mask {v.mask}",
             "",
