@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tl_language.resources import hopper_tile
+
 _HEADER = re.compile(r"^(?P<indent>\s*)(?P<kw>Kernel|Target|Dtype|Mask)\b[^#\n]*?(?P<comment>\s*#.*)?$")
 _PARAM = re.compile(r"^(?P<indent>\s*)Param\s+(?P<name>\w+)\s*=\s*[^#\n]*?(?P<comment>\s*#.*)?$")
 
@@ -82,22 +84,39 @@ def head_dim_params(text: str, d_qk: int, d_v: int | None = None) -> dict[str, i
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-# Tiles per head dim, FlashAttention 2's choices for sm_80 (`flash_fwd_launch_template.h`): 4 warps up to
-# head dim 128, 8 above; K/V double-buffered when shared memory allows. sm_75 has 64 KB of shared memory
-# per block, so smaller query tiles and one buffer.
+# sm_80-path tiles per head dim: FlashAttention 2's choices (`flash_fwd_launch_template.h`), revised by the
+# H200 measurements in docs/translation.md: head dim 128 keeps one K/V buffer without a mask and two with the
+# causal mask; head dim 256 runs best on 64 × 64 tiles with 4 warps. sm_75 has 64 KB of shared memory per
+# block, so smaller query tiles and one buffer. `MASK_TILES` overrides an entry for one mask.
 TILES: dict[str, dict[int, dict[str, int]]] = {
     "sm_80": {
         64: {"BM": 128, "BN": 128, "warps": 4, "stages": 2},
         96: {"BM": 128, "BN": 64, "warps": 4, "stages": 2},
-        128: {"BM": 128, "BN": 64, "warps": 4, "stages": 2},
+        128: {"BM": 128, "BN": 64, "warps": 4, "stages": 1},
         192: {"BM": 128, "BN": 64, "warps": 8, "stages": 1},
-        256: {"BM": 128, "BN": 64, "warps": 8, "stages": 1},
+        256: {"BM": 64, "BN": 64, "warps": 4, "stages": 1},
     },
     "sm_75": {
         64: {"BM": 64, "BN": 64, "warps": 4, "stages": 1},
         128: {"BM": 64, "BN": 64, "warps": 4, "stages": 1},
     },
 }
+MASK_TILES: dict[tuple[str, int, str], dict[str, int]] = {
+    ("sm_80", 128, "causal"): {"stages": 2},
+}
+# Head dims the sm_90 (TMA + wgmma) kernel takes: whole 64-column TMA boxes.
+SM90_HEAD_DIMS = (64, 128, 192, 256)
+
+
+def tiles(target: str, d_qk: int, mask: str = "none") -> dict[str, int]:
+    """The tile Params of the standard kernel for `target`, head dim `d_qk` and `mask`. sm_90: the Hopper
+    defaults (`tl_language.resources.hopper_tile`: tile, consumer warp groups, ping-pong, stages)."""
+    kind = mask.split("(", 1)[0]
+    if target == "sm_90":
+        return hopper_tile(d_qk, kind)
+    table = TILES.get(target, TILES["sm_80"])
+    d = d_qk if d_qk in table else min((x for x in table if x >= d_qk), default=max(table))
+    return {**table[d], **MASK_TILES.get((target if target in TILES else "sm_80", d, kind), {})}
 
 
 @dataclass(frozen=True)
@@ -123,11 +142,45 @@ class KernelConfig:
     def tl_text(self) -> str:
         mla = self.head_dim_v != self.d_qk
         base = (EXAMPLES / ("mla_fwd.tl" if mla else "mha_fwd.tl")).read_text()
-        targets = TILES.get(self.target, TILES["sm_80"])
-        tiles = targets.get(self.d_qk) or targets[max(targets)]
-        params = {**tiles, **head_dim_params(base, self.d_qk, self.head_dim_v)}
+        params = {
+            **tiles(self.target, self.d_qk, self.mask),
+            **head_dim_params(base, self.d_qk, self.head_dim_v),
+        }
         if self.group:
             params["group"] = self.group
         return variant(
             base, kernel=self.name, target=self.target, dtype=self.dtype, mask=self.mask, params=params
         )
+
+
+# ---- the kernels the GPU suite verifies and the benchmark times ----------------------------------------
+
+# Benchmark label → target: every configuration is timed on the sm_80 code path (mma.sync + cp.async,
+# run on newer GPUs as PTX) and, on an sm_90 device, on the Hopper path (TMA + wgmma, an sm_90a cubin).
+BENCH_TARGETS: dict[str, str] = {"tl-sm80": "sm_80", "tl-sm90": "sm_90"}
+
+
+def bench_kernels(d: int, dtype: str, mask: str, device_arch: str | None) -> list[tuple[str, KernelConfig]]:
+    """(label, config) of the standard kernels for one benchmark configuration on `device_arch`: sm_90
+    kernels only on an sm_90 device and for the head dims the Hopper kernel takes."""
+    out = []
+    for label, target in BENCH_TARGETS.items():
+        if target == "sm_90" and (device_arch != "sm_90" or d not in SM90_HEAD_DIMS):
+            continue
+        out.append((label, KernelConfig(d, dtype, mask, target=target)))
+    return out
+
+
+# The sm_90 part of the GPU test matrix: head dims 64/128/256 × fp16/bf16 × no mask/causal, a window, MLA
+# 192/128, a fixed GQA group and MQA-shaped launches (the shapes come from tests/gpu).
+SM90_TEST_CONFIGS: tuple[KernelConfig, ...] = (
+    *(
+        KernelConfig(d, dt, m, target="sm_90")
+        for d in (64, 128, 256)
+        for dt in ("fp16", "bf16")
+        for m in ("none", "causal")
+    ),
+    KernelConfig(128, "bf16", "window(64, 16)", target="sm_90"),
+    *(KernelConfig(192, "bf16", m, d_v=128, target="sm_90") for m in ("none", "causal")),
+    KernelConfig(128, "bf16", "none", group=8, target="sm_90"),
+)

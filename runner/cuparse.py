@@ -2,11 +2,12 @@
 
 Engineers edit a generated `.cu` and run it again (`tl run kernel.cu`). Before spending 30 s in NVRTC we
 find the entry point with tree-sitter (`tree_sitter_cuda`) and compare its parameters with
-`ATTENTION_PARAMS`: the count and each parameter's ABI class must match (a pointer of any pointee type;
-a 32-bit int; a 64-bit int; a float). Names are not checked: they do not reach the binary, so renaming is
-harmless. tree-sitter's grammar flags some CuTe template syntax as errors; those are ignored (NVRTC is the
-judge of syntax). If tree-sitter's error recovery swallows the entry point, a small text scan of the
-`extern "C"` declaration is the fallback.
+`ATTENTION_PARAMS`: the count and each parameter's ABI class must match (a pointer of any pointee type; a
+32-bit int; a 64-bit int; a float). A kernel whose launch description lists `TMA_PARAMS` (the sm_90 path)
+takes four TMA descriptors after them (`cute::TmaDescriptor` or `CUtensorMap`, by value). Names are not
+checked: they do not reach the binary, so renaming is harmless. tree-sitter's grammar flags some CuTe
+template syntax as errors; those are ignored (NVRTC is the judge of syntax). If tree-sitter's error recovery
+swallows the entry point, a small text scan of the `extern "C"` declaration is the fallback.
 
 The launch description of a `.cu` file is the JSON `LaunchSpec` that `tl build` writes beside it as
 `FILE.launch.json` (one place, machine-written; no comment inside the source to drift out of sync).
@@ -18,12 +19,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.abi import ATTENTION_PARAMS, LaunchSpec
+from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
 
 # ABI classes of the C types the kernel ABI uses, with the spellings a hand edit may use for each.
 _INT32 = {"int", "int32_t", "signed int", "signed"}
 _INT64 = {"long long", "long long int", "signed long long", "int64_t", "long", "long int", "ptrdiff_t"}
 _FLOAT = {"float"}
+# A 128-byte TMA descriptor passed by value (`const __grid_constant__` is a qualifier, stripped first).
+_TENSOR_MAP = {"cute::TmaDescriptor", "TmaDescriptor", "CUtensorMap", "CUtensorMap_st"}
 _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__)\b")
 
 
@@ -73,10 +76,25 @@ def abi_class(ctype: str) -> str:
         return "int64"
     if base in _FLOAT:
         return "float32"
+    if base in _TENSOR_MAP:
+        return "tensormap"
     return "unknown"
 
 
-_ABI_CLASS_OF_NUMPY = {"uintp": "pointer", "int32": "int32", "int64": "int64", "float32": "float32"}
+_ABI_CLASS_OF_NUMPY = {
+    "uintp": "pointer",
+    "int32": "int32",
+    "int64": "int64",
+    "float32": "float32",
+    "tensormap": "tensormap",
+}
+
+
+def expected_params(spec: LaunchSpec | None = None) -> tuple[tuple[str, str, str], ...]:
+    """(name, C type, class) of the entry point's parameters: the attention ABI, then the TMA descriptors
+    when `spec` lists them."""
+    tma = tuple((n, "const __grid_constant__ cute::TmaDescriptor", "tensormap") for n in TMA_PARAMS)
+    return ATTENTION_PARAMS + (tma if spec is not None and spec.uses_tma else ())
 
 
 def find_entry_points(source: str) -> list[EntryPoint]:
@@ -112,12 +130,14 @@ def find_entry_point(source: str, kernel_name: str | None = None, *, path: str =
     return entries[0]
 
 
-def check_abi(entry: EntryPoint, *, path: str = "") -> None:
-    """Raise `CuParseError` naming the first parameter whose ABI class differs from `ATTENTION_PARAMS`."""
-    want = len(ATTENTION_PARAMS)
-    for i, (abi_name, abi_type, np_type) in enumerate(ATTENTION_PARAMS):
+def check_abi(entry: EntryPoint, *, path: str = "", spec: LaunchSpec | None = None) -> None:
+    """Raise `CuParseError` naming the first parameter whose ABI class differs from `ATTENTION_PARAMS`
+    (+ `TMA_PARAMS` when `spec` lists them)."""
+    expected = expected_params(spec)
+    want = len(expected)
+    for i, (abi_name, abi_type, np_type) in enumerate(expected):
         if i >= len(entry.params):
-            missing = ", ".join(p[0] for p in ATTENTION_PARAMS[i:])
+            missing = ", ".join(p[0] for p in expected[i:])
             raise CuParseError(
                 message=f"`{entry.name}` has {len(entry.params)} parameters, the attention ABI has {want}: "
                 f"missing `{abi_type} {abi_name}` (and after it: {missing})",
@@ -168,7 +188,7 @@ def load_cuda_file(cu_path: Path) -> tuple[str, LaunchSpec, EntryPoint]:
             message=f"{spec_path.name} is not a valid launch description: {exc}", path=str(cu_path)
         ) from None
     entry = find_entry_point(source, spec.kernel_name, path=str(cu_path))
-    check_abi(entry, path=str(cu_path))
+    check_abi(entry, path=str(cu_path), spec=spec)
     return source, spec, entry
 
 

@@ -151,14 +151,18 @@ def compile_target(arch: str, device_arch: str | None) -> tuple[str, str]:
     No device (a build-only run): a cubin for the kernel's own arch, which also runs ptxas, so the
     build is complete. The device's own arch: a cubin. An older arch: PTX for `compute_XX`, which the
     driver JIT-compiles for the device; `__CUDA_ARCH__` stays the kernel's arch, so the code path
-    verified is the one that arch would run. A newer arch than the device cannot run there.
+    verified is the one that arch would run. A newer arch than the device cannot run there, nor can an
+    arch-specific target (`sm_90a`) on any other arch.
     """
     want = arch_number(arch)
     if device_arch is None:
         return arch, "cubin"
     have = arch_number(device_arch)
     if want == have:
-        return arch, "cubin"
+        return arch, "cubin"  # `sm_90a` on an sm_90 device: the arch-specific cubin (wgmma, setmaxnreg)
+    if _ARCH.match(arch).group(3):  # type: ignore[union-attr]  # arch_number matched it
+        # `sm_90a` / `sm_100f` code uses arch-specific instructions: no PTX runs on another arch.
+        raise ToolchainError(f"a kernel for {arch} runs only on an sm_{want} device, not on {device_arch}")
     if want < have:
         return f"compute_{want}", "ptx"
     raise ToolchainError(f"a kernel for {arch} cannot run on this {device_arch} device")
