@@ -8,7 +8,8 @@ Shapes follow FlashAttention's benchmark: 16k tokens per configuration (batch = 
 2048-wide model (heads = 2048 / head_dim). Every kernel is compiled first (in parallel), then verified
 on each configuration's own shape before it is timed: a wrong kernel is reported FAIL, never timed.
 Without --kernels, the kernels are the standard TL variants (`pipeline.variants.KernelConfig`) of
-examples/mha_fwd.tl, one per (dtype, head dim, mask). Prints one table and writes JSON.
+examples/mha_fwd.tl per (dtype, head dim, mask): `tl-sm80` (the mma.sync path) and, on an sm_90 device,
+`tl-sm90` (the TMA + wgmma path). Prints one table and writes JSON.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def configs(args: argparse.Namespace) -> list[Config]:
 def build_kernels(args: argparse.Namespace, cfgs: list[Config], device_arch: str) -> dict[tuple, list[Any]]:
     """(dtype, head dim, mask) → [(label, Built | BuildError)], all compiled in one parallel batch."""
     from pipeline.build import BuildError, compile_all, prepare, translate_text
-    from pipeline.variants import KernelConfig
+    from pipeline.variants import bench_kernels
 
     groups = sorted({(c.dtype, c.head_dim, c.mask) for c in cfgs})
     items, keys, failed = [], [], []
@@ -93,12 +94,13 @@ def build_kernels(args: argparse.Namespace, cfgs: list[Config], device_arch: str
                 keys.append((key, path.stem))
     else:
         for dtype, d, mask in groups:
-            kc = KernelConfig(d, dtype, mask)
-            try:  # a bare NAME.tl path: the same source (and compile cache entry) as the GPU tests'
-                items.append(translate_text(kc.tl_text(), Path(f"{kc.name}.tl")))
-                keys.append(((dtype, d, mask), "tl"))
-            except BuildError as exc:
-                failed.append(("tl", exc))
+            # tl-sm80 (mma.sync path) always; tl-sm90 (TMA + wgmma) on an sm_90 device
+            for label, kc in bench_kernels(d, dtype, mask, device_arch):
+                try:  # a bare NAME.tl path: the same source (and compile cache entry) as the GPU tests'
+                    items.append(translate_text(kc.tl_text(), Path(f"{kc.name}.tl")))
+                    keys.append(((dtype, d, mask), label))
+                except BuildError as exc:
+                    failed.append((label, exc))
     start = time.perf_counter()
     results = compile_all(items, device_arch=device_arch, max_workers=args.jobs)
     cached = sum(getattr(getattr(r, "compiled", None), "cached", False) for r in results)

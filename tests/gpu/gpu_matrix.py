@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.variants import KernelConfig
+from pipeline.variants import SM90_TEST_CONFIGS, KernelConfig
 from runner.verify import Shape
 
 NAIVE_PATH = Path(__file__).resolve().parents[1] / "runner" / "data" / "naive_attention.cu"
 
-# ---- the TL matrix (sm_80 path; sm_75 through PTX for compute_75) --------------------------------------
+# ---- the TL matrix (sm_80 path; sm_75 through PTX for compute_75; sm_90: the Hopper path) ------------
 
 TL_CONFIGS: list[KernelConfig] = [
     *(
@@ -25,6 +25,7 @@ TL_CONFIGS: list[KernelConfig] = [
     KernelConfig(128, "fp16", "none", group=8),
     KernelConfig(64, "bf16", "causal", group=4),
     *(KernelConfig(d, "fp16", m, target="sm_75") for d in (64, 128) for m in ("none", "causal")),
+    *SM90_TEST_CONFIGS,  # the Hopper path (sm_90a cubins): needs an sm_90 device
 ]
 
 
