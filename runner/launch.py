@@ -289,8 +289,6 @@ def _launch_tma(
     loaded: LoadedKernel, args: list[Any], tensors: tuple[Any, ...], grid_xyz: tuple[int, int, int], maps: Any
 ) -> None:
     """The sm_90 launch: scalars as `ATTENTION_PARAMS`, then the four descriptors, through cuLaunchKernel."""
-    import torch
-
     from runner import tma
 
     spec = loaded.spec
@@ -308,12 +306,19 @@ def _launch_tma(
             grid=grid_xyz,
             block=spec.threads,
             shared_bytes=spec.shared_bytes,
-            stream_handle=torch.cuda.current_stream(q.device).cuda_stream,
+            stream_handle=_torch_stream_handle(q.device),
             args=[(kind, value) for (_, _, kind), value in zip(ATTENTION_PARAMS, args, strict=True)],
             tensor_maps=maps,
         )
     except tma.TmaError as exc:
         raise LaunchError(str(exc)) from exc
+
+
+def _torch_stream_handle(device: Any) -> int:
+    """The handle of PyTorch's current stream on `device` (0: the legacy default stream)."""
+    import torch
+
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def _torch_stream(device: Any) -> Any:

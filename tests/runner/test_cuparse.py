@@ -132,3 +132,50 @@ def test_load_cuda_file_reads_launch_json(tmp_path):
     (tmp_path / "k.launch.json").write_text(spec.to_json())
     source, loaded, entry = load_cuda_file(cu)
     assert loaded == spec and entry.name == "naive_attention" and source == NAIVE
+
+
+# ---- the sm_90 path: four TMA descriptors after the attention ABI ---------------------------------------
+
+
+def tma_spec(**kw: object) -> LaunchSpec:
+    from runner.abi import TMA_PARAMS
+
+    base = dict(
+        kernel_name="mha_fwd", block_m=128, threads=384, shared_bytes=200_000, dtype="bf16", head_dim_qk=128,
+        head_dim_v=128, mask="none", arch="sm_90a", block_n=128,
+        params=tuple(p[0] for p in ATTENTION_PARAMS) + TMA_PARAMS,
+    )
+    return LaunchSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "ctype", ["const __grid_constant__ cute::TmaDescriptor", "const __grid_constant__ CUtensorMap"]
+)
+def test_tma_descriptors_are_accepted_when_the_spec_lists_them(ctype: str) -> None:
+    params = [f"{c} {n}" for n, c, _ in ATTENTION_PARAMS] + [f"{ctype} tma_{x}" for x in "qkvo"]
+    src = GENERATED.replace("{SIG}", abi_signature(params=params))
+    for entry in (find_entry_point(src), _scan_entries(src)[0]):
+        check_abi(entry, spec=tma_spec())
+        with pytest.raises(CuParseError, match="remove `const __grid_constant__"):
+            check_abi(entry)  # an sm_80 spec: the descriptors are extra parameters
+    short = GENERATED.replace("{SIG}", abi_signature(params=params[:-1]))
+    with pytest.raises(CuParseError, match="missing `const __grid_constant__ cute::TmaDescriptor tma_o`"):
+        check_abi(find_entry_point(short), spec=tma_spec())
+    wrong = GENERATED.replace("{SIG}", abi_signature(params=[*params[:-1], "const void* tma_o"]))
+    with pytest.raises(CuParseError, match="tensormap, got pointer"):
+        check_abi(find_entry_point(wrong), spec=tma_spec())
+
+
+def test_generated_sm90_kernel_and_its_spec_load(tmp_path: Path) -> None:
+    from tl_language import analyze
+    from translator.backends import backend_for
+    from translator.plan import make_plan
+
+    text = (Path(__file__).parents[2] / "examples" / "mha_fwd.tl").read_text().replace("sm_80", "sm_90")
+    plan = make_plan(analyze(text).model, text)
+    source, _, spec = backend_for(plan)(plan, tl_file="mha_fwd.tl")
+    (tmp_path / "mha_fwd.cu").write_text(source)
+    (tmp_path / "mha_fwd.launch.json").write_text(spec.to_json())
+    _, loaded_spec, entry = load_cuda_file(tmp_path / "mha_fwd.cu")
+    assert loaded_spec == spec and loaded_spec.uses_tma
+    assert len(entry.params) == len(ATTENTION_PARAMS) + 4
