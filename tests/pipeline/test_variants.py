@@ -35,3 +35,19 @@ def test_variants_stay_valid_tl():
 def test_head_dim_params():
     assert head_dim_params(MHA, 96) == {"d": 96}
     assert head_dim_params(MLA, 192, 128) == {"d_qk": 192, "d_v": 128}
+
+
+def test_benchmark_times_the_sm80_and_sm90_paths_with_their_tiles() -> None:
+    from pipeline.variants import bench_kernels, tiles
+
+    on_hopper = bench_kernels(128, "bf16", "causal", "sm_90")
+    assert [(label, kc.target) for label, kc in on_hopper] == [("tl-sm80", "sm_80"), ("tl-sm90", "sm_90")]
+    assert [label for label, _ in bench_kernels(128, "bf16", "none", "sm_80")] == ["tl-sm80"]
+    assert [label for label, _ in bench_kernels(96, "bf16", "none", "sm_90")] == ["tl-sm80"]  # no TMA boxes
+    # sm_80 tiles per mask (measured on the H200); sm_90 from the Hopper defaults
+    assert tiles("sm_80", 128, "none")["stages"] == 1 and tiles("sm_80", 128, "causal")["stages"] == 2
+    assert tiles("sm_80", 256) == {"BM": 64, "BN": 64, "warps": 4, "stages": 1}
+    assert tiles("sm_90", 128) == {"BM": 128, "BN": 176, "consumers": 2, "stages": 2, "overlap": 1,
+                                    "pingpong": 1}
+    text = on_hopper[1][1].tl_text()
+    assert "Target sm_90" in text and "Param BN = 128" in text and "Param pingpong = 1" in text
