@@ -48,6 +48,14 @@ for pair in "pluggy pluggy-*.whl" "iniconfig iniconfig-*.whl" "packaging packagi
     # shellcheck disable=SC2086
     install_if_missing $pair
 done
+# The language server's worker (tested on the GPU too) needs lsprotocol; the image's attrs may be older than
+# cattrs wants, so these pure-Python wheels always go in (into .cache/site, ahead of the image's packages).
+for whl in "$ROOT"/.whl/typing_extensions-*.whl "$ROOT"/.whl/attrs-*.whl "$ROOT"/.whl/cattrs-*.whl \
+    "$ROOT"/.whl/lsprotocol-*.whl "$ROOT"/.whl/pygls-*.whl; do
+    [ -f "$whl" ] || { log "missing wheel: $whl"; continue; }
+    timeout 120 python3 -m pip install --no-deps --no-index --upgrade --target "$SITE" "$whl" >>"$OUT/pip.log" 2>&1 \
+        || log "pip install $whl failed (see pip.log)"
+done
 if [ -n "${TL_FA4_SITE:-}" ] && [ -d "$TL_FA4_SITE" ]; then
     # flash-attn-4's CuTe DSL registers itself through a .pth file, which only site.addsitedir reads.
     printf 'import site\nsite.addsitedir(%s)\n' "'$TL_FA4_SITE'" >"$SITE/sitecustomize.py"
@@ -72,7 +80,8 @@ if [ "$MODE" = all ] || [ "$MODE" = tests ]; then
     T=$(( $(left) - 60 ))
     [ "$MODE" = all ] && [ "$T" -gt 330 ] && T=330
     log "GPU tests (timeout ${T}s)"
-    timeout --kill-after=10 "$T" python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -rfE \
+    # shellcheck disable=SC2086
+    timeout --kill-after=10 "$T" python3 -m pytest ${TL_GPU_TESTS:-tests/gpu} -m gpu -p no:cacheprovider -rfE \
         --junitxml="$OUT/gpu-junit.xml" 2>&1 | tee "$OUT/gpu-tests.log"
     rc=${PIPESTATUS[0]}
     TEST_STATUS="exit $rc: $(grep -E '[0-9]+ (passed|failed|skipped|errors?)' "$OUT/gpu-tests.log" | tail -n1)"

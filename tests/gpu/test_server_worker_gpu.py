@@ -1,5 +1,5 @@
 """The language server's on-save worker on a real GPU: the same job the editor runs on save with
-`tl.onSave = verify`, in-process, on a kernel the session already compiled (so the compile is a cache hit)."""
+`tl.onSave = benchmark`, in-process: translate, NVRTC compile, verify, time against cuDNN and FA2."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from gpu_matrix import TL_CONFIGS
 pytestmark = pytest.mark.gpu
 
 
-def test_worker_verifies_and_benchmarks_against_cudnn_and_fa2(kernels):
+def test_worker_verifies_and_benchmarks_against_cudnn_and_fa2():
     from server.worker.jobs import run_job
 
     cfg = next(c for c in TL_CONFIGS if (c.d_qk, c.dtype, c.mask, c.target) == (128, "bf16", "none", "sm_80"))
-    assert not isinstance(kernels.built[cfg.name], Exception)  # built by the session, so this hits the cache
     progress: list[str] = []
     reply = run_job(
         {
@@ -29,7 +28,6 @@ def test_worker_verifies_and_benchmarks_against_cudnn_and_fa2(kernels):
     result = reply["result"]
     assert reply["status"] == "ok", reply
     assert result["verified"] and result["rel_l2"] < 1e-2
-    assert result["cached"]
     assert result["tflops"] > 0 and result["vs_cudnn"] > 0 and result["vs_fa2"] > 0
     assert any("verifying" in m for m in progress) and any("benchmarking" in m for m in progress)
     print(f"\nworker result: {result}")
