@@ -17,6 +17,12 @@ from tl_language.source import LineText, Range, split_lines
 STATEMENT_KEYWORDS = (
     "kernel", "target", "dtype", "param", "mask", "allocate", "copy", "compute", "reshape", "for", "end",
 )  # fmt: skip
+# Words inside statements (`in`, `from … to`, `and get new`): with the statement keywords, TL's keywords.
+CLAUSE_KEYWORDS = (
+    "in", "with", "offset", "coordinate", "from", "to", "as", "and", "get", "new", "accumulate",
+)  # fmt: skip
+KEYWORDS = STATEMENT_KEYWORDS + CLAUSE_KEYWORDS
+LEVELS = ("global", "shared", "register")
 
 
 class _Error(Exception):

@@ -12,39 +12,14 @@ from server import convert, names
 from server.safe import safe
 from tl_language import Analysis
 from tl_language.model import BUILTINS
+from tl_language.parser import KEYWORDS, LEVELS
 
 if TYPE_CHECKING:
     from server.app import TLServer
 
 RENAMABLE = ("tensor", "param", "loopvar")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-RESERVED = {
-    "kernel",
-    "target",
-    "dtype",
-    "param",
-    "mask",
-    "allocate",
-    "copy",
-    "compute",
-    "reshape",
-    "for",
-    "end",
-    "in",
-    "with",
-    "offset",
-    "coordinate",
-    "from",
-    "to",
-    "as",
-    "and",
-    "get",
-    "new",
-    "accumulate",
-    "global",
-    "shared",
-    "register",
-}
+RESERVED = {*KEYWORDS, *LEVELS}
 
 
 def definition(analysis: Analysis, pos: lsp.Position) -> lsp.Range | None:

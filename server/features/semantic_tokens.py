@@ -12,6 +12,7 @@ from server.safe import safe
 from tl_language import Analysis, gpu
 from tl_language import syntax as ast
 from tl_language.lexer import lex_line
+from tl_language.parser import KEYWORDS as TL_KEYWORDS
 from tl_language.source import LineText, split_lines
 
 if TYPE_CHECKING:
@@ -34,30 +35,7 @@ LEGEND = lsp.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN
 _T = {t: i for i, t in enumerate(TOKEN_TYPES)}
 _DECL, _READONLY, _LIB = 1, 2, 4
 
-KEYWORDS = {
-    "kernel",
-    "target",
-    "dtype",
-    "param",
-    "mask",
-    "allocate",
-    "copy",
-    "compute",
-    "reshape",
-    "for",
-    "end",
-    "in",
-    "with",
-    "offset",
-    "coordinate",
-    "from",
-    "to",
-    "as",
-    "and",
-    "get",
-    "new",
-    "accumulate",
-}
+KEYWORDS = set(TL_KEYWORDS)
 ENUM_WORDS = {"global", "shared", "register", "none", "causal", "window", *gpu.DTYPES, *gpu.TARGETS}
 _NAME_KIND = {
     "tensor": ("variable", 0),

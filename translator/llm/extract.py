@@ -7,21 +7,11 @@ from __future__ import annotations
 
 import re
 
+from tl_language.parser import STATEMENT_KEYWORDS
+
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 # Words a TL line may start with (statements, loops, comments); prose lines start with anything else.
-_STARTS = {
-    "kernel",
-    "target",
-    "dtype",
-    "param",
-    "mask",
-    "allocate",
-    "copy",
-    "compute",
-    "reshape",
-    "for",
-    "end",
-}
+_STARTS = set(STATEMENT_KEYWORDS)
 
 
 def _is_tl_line(line: str) -> bool:
