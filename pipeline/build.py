@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.abi import LaunchSpec
+from runner.cache import atomic_write
 from runner.compile import CompiledKernel, CompileError, CompileJob, compile_many
 from runner.cuparse import CuParseError, launch_json_path, load_cuda_file
 from tl_language.diagnostics import Diagnostic, Severity
@@ -164,19 +163,8 @@ def write_outputs(t: Translated, *, force: bool = False) -> None:
                 f"or `tl build --force {t.path}` to regenerate)",
             )
     t.spec = dataclasses.replace(t.spec, source_sha256=sha256(t.source))
-    _atomic_write(t.cu_path, t.source)
-    _atomic_write(launch_json_path(t.cu_path), t.spec.to_json() + "\n")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(t.cu_path, t.source.encode())
+    atomic_write(launch_json_path(t.cu_path), (t.spec.to_json() + "\n").encode())
 
 
 def read_cuda(cu_path: Path) -> Translated:

@@ -40,7 +40,8 @@ class CacheEntry:
     meta: dict[str, Any]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` so readers see the old file or the new one, never a half-written one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -74,5 +75,5 @@ class KernelCache:
     def put(self, key: str, code: bytes, meta: dict[str, Any]) -> None:
         code_path, meta_path = self._paths(key)
         # Code first, metadata last: an entry exists only once its metadata (with the code's hash) does.
-        _atomic_write(code_path, code)
-        _atomic_write(meta_path, json.dumps({**meta, "sha256": hashlib.sha256(code).hexdigest()}).encode())
+        atomic_write(code_path, code)
+        atomic_write(meta_path, json.dumps({**meta, "sha256": hashlib.sha256(code).hexdigest()}).encode())

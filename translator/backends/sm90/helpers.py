@@ -7,6 +7,7 @@ one warp-group GEMM that issues a whole K loop of wgmma instructions as one comm
 
 from __future__ import annotations
 
+from translator.backends.row_helpers import emit_row_helpers
 from translator.writer import CodeWriter
 
 
@@ -34,33 +35,7 @@ def emit_helpers(w: CodeWriter) -> None:
             w.line("                   get<1>(acc),")
             w.line("                   coalesce(make_layout(get<0, 1>(groups), get<2>(acc))));")
         w.line()
-        w.comment("The four threads of a quad hold one accumulator row between them.")
-        with w.block("CUTE_DEVICE float quad_max(float x)"):
-            w.line("x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));")
-            w.line("return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));")
-        w.line()
-        with w.block("CUTE_DEVICE float quad_sum(float x)"):
-            w.line("x += __shfl_xor_sync(0xffffffff, x, 2);")
-            w.line("return x + __shfl_xor_sync(0xffffffff, x, 1);")
-        w.line()
-        w.comment("2^x in one MUFU instruction, whatever the compile flags.")
-        with w.block("CUTE_DEVICE float exp2_approx(float x)"):
-            w.line("float y;")
-            w.line('asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));')
-            w.line("return y;")
-        w.line()
-        w.comment("Converts a float fragment to the input type in pairs (cvt.rn.{f16,bf16}x2.f32).")
-        w.line("template <class To, class Engine, class Layout>")
-        with w.block("CUTE_DEVICE auto convert_fragment(Tensor<Engine, Layout> const& src)"):
-            w.line("using From = typename Engine::value_type;")
-            w.line("constexpr int N = decltype(size(src))::value;")
-            w.line("Tensor dst = make_tensor<To>(src.layout());")
-            w.line("auto const& in = *reinterpret_cast<cutlass::Array<From, N> const*>(src.data());")
-            w.line(
-                "*reinterpret_cast<cutlass::Array<To, N>*>(dst.data()) = "
-                "cutlass::NumericArrayConverter<To, From, N>{}(in);"
-            )
-            w.line("return dst;")
+        emit_row_helpers(w)
         w.line()
         w.comment("One warp-group GEMM: every k16 slice as a wgmma, one commit group; the caller waits with")
         w.comment(
