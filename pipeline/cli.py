@@ -215,13 +215,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _out(str(entry.verified))
         if not entry.verified.passed:
             status = EXIT_FAILED
-        case = BenchCase(
-            shape=shape,
-            head_dim_qk=spec.head_dim_qk,
-            head_dim_v=spec.head_dim_v,
-            dtype=spec.dtype,
-            mask=spec.mask,
-        )
+        case = BenchCase.for_spec(spec, shape)
         cases.append(run_case(case, [entry]))
     gpu = torch.cuda.get_device_name()
     _out(format_table(cases, [spec.kernel_name], [b.name for b in BASELINES], gpu))

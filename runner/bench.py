@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.abi import LaunchSpec
 from runner.flops import attention_flops, tflops
 from runner.launch import LoadedKernel, launch, torch_dtype
 from runner.verify import Shape
@@ -132,6 +133,17 @@ class BenchCase:
     dtype: str
     mask: str
     results: dict[str, BenchResult] = field(default_factory=dict)
+
+    @classmethod
+    def for_spec(cls, spec: LaunchSpec, shape: Shape) -> BenchCase:
+        """The case a kernel's launch description runs on `shape` (its head dims, dtype and mask)."""
+        return cls(
+            shape=shape,
+            head_dim_qk=spec.head_dim_qk,
+            head_dim_v=spec.head_dim_v,
+            dtype=spec.dtype,
+            mask=spec.mask,
+        )
 
     @property
     def flops(self) -> float:

@@ -107,13 +107,7 @@ def _benchmark(translated: Any, loaded: Any, verified: Any, shape: Any, result: 
     from runner.bench import BenchCase
 
     spec = translated.spec
-    case = BenchCase(
-        shape=shape,
-        head_dim_qk=spec.head_dim_qk,
-        head_dim_v=spec.head_dim_v,
-        dtype=spec.dtype,
-        mask=spec.mask,
-    )
+    case = BenchCase.for_spec(spec, shape)
     baselines = [b for b in BASELINES if b.name in LENS_BASELINES]
     run_case(
         case, [KernelEntry(name=spec.kernel_name, loaded=loaded, verified=verified)], baselines=baselines

@@ -109,13 +109,7 @@ def measure(
                     "verification failed: " + "; ".join(f for c in result.cases for f in c.failures)[:200]
                 )
                 continue
-        case = BenchCase(
-            shape=run_shape,
-            head_dim_qk=spec.head_dim_qk,
-            head_dim_v=spec.head_dim_v,
-            dtype=spec.dtype,
-            mask=spec.mask,
-        )
+        case = BenchCase.for_spec(spec, run_shape)
         inputs = make_bench_inputs(run_shape, spec.head_dim_qk, spec.head_dim_v, spec.dtype)
         r = bench_kernel(case, loaded, inputs)
         m.tflops = r.tflops

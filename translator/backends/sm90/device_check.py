@@ -182,13 +182,7 @@ def _bench(loaded: Any, block_n: int, seqlen: int, baselines: bool) -> dict[str,
     heads = 2048 // spec.head_dim_qk
     shape = Shape(batch=TOKENS // seqlen, heads=heads, heads_kv=heads, seqlen_q=seqlen, seqlen_k=seqlen)
     inputs = make_bench_inputs(shape, spec.head_dim_qk, spec.head_dim_v, spec.dtype)
-    case = BenchCase(
-        shape=shape,
-        head_dim_qk=spec.head_dim_qk,
-        head_dim_v=spec.head_dim_v,
-        dtype=spec.dtype,
-        mask=spec.mask,
-    )
+    case = BenchCase.for_spec(spec, shape)
     maps = [
         attention_tensor_maps(q, k, v, o, block_m=spec.block_m, block_n=block_n)
         for q, k, v, o, _ in inputs.sets
