@@ -1,7 +1,8 @@
-"""Device helpers both backends emit inside `namespace tl`: row reductions, exp2 and the dtype conversion.
+"""What both backends emit for the rows of an accumulator: the helpers inside `namespace tl` (row
+reductions, exp2, the dtype conversion) and the final division by the row sum with the row LSE.
 
-The m16n8 (mma.sync) and wgmma accumulators both spread one row over the four threads of a quad, so the
-softmax's row max and sum are the same shuffles on every architecture.
+The m16n8 (mma.sync) and wgmma accumulators both spread one row over the four threads of a quad, and each
+backend's `tl::acc_rowcol` gives the same (rows, cols) view, so this code is the same on every architecture.
 """
 
 from __future__ import annotations
@@ -37,3 +38,17 @@ def emit_row_helpers(w: CodeWriter) -> None:
             "cutlass::NumericArrayConverter<To, From, N>{}(in);"
         )
         w.line("return dst;")
+
+
+def emit_normalize_rows(w: CodeWriter) -> None:
+    """TL `Compute Divide O, rowsum`: O /= row sum, and the row LSE; a row that saw no key keeps O = 0."""
+    w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
+    w.line("Tensor row_lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
+        w.line("const float sum = tl::quad_sum(row_sum(r));")
+        w.line("const bool empty = sum == 0.f || sum != sum;")
+        w.line("const float inv_sum = empty ? 1.f : 1.f / sum;")
+        w.line("row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * softmax_scale + __logf(sum);")
+        w.line("CUTE_UNROLL")
+        w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 
 from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
+from translator.backends.row_helpers import emit_normalize_rows
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
 from translator.backends.sm90.helpers import emit_helpers
 from translator.plan import KernelPlan
@@ -693,18 +694,7 @@ def _normalize(e: _Emit) -> None:
     w = e.w
     w.line()
     with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
-        w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
-        w.line("Tensor row_lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
-        w.line("CUTE_UNROLL")
-        with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
-            w.line("const float sum = tl::quad_sum(row_sum(r));")
-            w.line("const bool empty = sum == 0.f || sum != sum;")
-            w.line("const float inv_sum = empty ? 1.f : 1.f / sum;")
-            w.line(
-                "row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * softmax_scale + __logf(sum);"
-            )
-            w.line("CUTE_UNROLL")
-            w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
+        emit_normalize_rows(w)
 
 
 def _store_o(e: _Emit) -> None:
