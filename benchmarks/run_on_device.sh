@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # Run on the lent GPU machine, unattended: the GPU test suite, then the benchmark; logs go to $OUT.
 #
-#   bash benchmarks/run_on_device.sh [all|tests|bench] [extra args for benchmarks/attention.py]
+#   bash benchmarks/run_on_device.sh [all|tests|bench|stage] [extra args for benchmarks/attention.py]
 #
 # Needs the wheels in .whl/ (carry it): nvidia-cutlass (the CuTe headers), and pytest with its
 # dependencies for images without pytest. Everything lands in .cache/ (git-ignored, kept while the machine
 # stays warm): installed wheels in .cache/site, compiled kernels in .cache/kernels, so a second call
 # starts from a warm compile cache. The whole run keeps inside TL_DEVICE_BUDGET_S seconds (default 570:
 # one device command may run 600 s); each step has its own timeout, so nothing hangs.
-# Optional: TL_FA4_SITE=/dir with flash-attn-4 installed (`pip install --target`) enables the FA4 baseline.
+# FA4 baseline: in every mode, benchmarks/fa4_install.sh runs first: a carried .fa4/part1 is staged (call 1),
+# a carried .fa4/part2 completes the install into /tmp/tl-fa4/site (call 2, on the same warm machine), which
+# then sets TL_FA4_SITE; `stage` does only that. Without .fa4 folders it changes nothing. Or set
+# TL_FA4_SITE=/dir with flash-attn-4 installed (`pip install --target`) yourself.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT="$PWD"
 FINAL_OUT="${OUT:-$ROOT/.device-out}"
 OUT="$FINAL_OUT/work"  # everything lands here; the end keeps a few files and a tarball (8 files come back)
 mkdir -p "$OUT"
 MODE="${1:-all}"
 shift || true
+case "$MODE" in
+    all | tests | bench | stage) ;;
+    *) echo "run_on_device: unknown mode '$MODE' (all, tests, bench or stage)"; exit 2 ;;
+esac
 BUDGET="${TL_DEVICE_BUDGET_S:-570}"
 START=$(date +%s)
 left() { echo $((BUDGET - ($(date +%s) - START))); }
@@ -33,6 +40,7 @@ export TL_CACHE_DIR="$ROOT/.cache/kernels"
 install_if_missing() {  # module wheel-glob
     if ! python3 -c "import $1" >/dev/null 2>&1; then
         local whl
+        # shellcheck disable=SC2012,SC2086  # $2 is a glob; wheel names have no odd characters
         whl=$(ls "$ROOT"/.whl/$2 2>/dev/null | head -n1)
         if [ -z "$whl" ]; then
             log "missing: python module $1 and no wheel .whl/$2"
@@ -56,6 +64,16 @@ for whl in "$ROOT"/.whl/typing_extensions-*.whl "$ROOT"/.whl/attrs-*.whl "$ROOT"
     timeout 120 python3 -m pip install --no-deps --no-index --upgrade --target "$SITE" "$whl" >>"$OUT/pip.log" 2>&1 \
         || log "pip install $whl failed (see pip.log)"
 done
+# FA4 first (call 1 stages its piece even when its tests then run out of time); its output goes to run.log.
+FA4_STATUS="not carried"
+fa4_log=$(timeout --kill-after=5 400 bash benchmarks/fa4_install.sh 2>&1)
+case $? in
+    0) FA4_STATUS="installed"; [ -z "${TL_FA4_SITE:-}" ] && TL_FA4_SITE="${TL_FA4_DIR:-/tmp/tl-fa4}/site" ;;
+    3) FA4_STATUS="part 1 staged: send call 2 (carry .fa4/part2) now" ;;
+    4) ;;
+    *) FA4_STATUS="install FAILED (see below and run.log)" ;;
+esac
+log "FA4: $FA4_STATUS"; printf '%s\n' "$fa4_log" | sed 's/^/  /' | tee -a "$OUT/run.log"
 if [ -n "${TL_FA4_SITE:-}" ] && [ -d "$TL_FA4_SITE" ]; then
     # flash-attn-4's CuTe DSL registers itself through a .pth file, which only site.addsitedir reads.
     printf 'import site\nsite.addsitedir(%s)\n' "'$TL_FA4_SITE'" >"$SITE/sitecustomize.py"
@@ -73,7 +91,7 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda.core",
 print(toolchain())
 EOF
 } >"$OUT/env.txt" 2>&1
-log "environment:"; cat "$OUT/env.txt" | tee -a "$OUT/run.log"
+log "environment:"; tee -a "$OUT/run.log" <"$OUT/env.txt"
 
 TEST_STATUS="not run"
 if [ "$MODE" = all ] || [ "$MODE" = tests ]; then
@@ -130,6 +148,7 @@ fi
 echo
 echo "===== summary ($(head -n1 "$OUT/env.txt")) ====="
 grep -E "^compiled [0-9]+/" "$OUT/gpu-tests.log" 2>/dev/null | tail -n1
+echo "FA4: $FA4_STATUS${TL_FA4_SITE:+ (TL_FA4_SITE=$TL_FA4_SITE)}"
 echo "GPU tests: $TEST_STATUS"
 grep -E "^(FAILED|ERROR) " "$OUT/gpu-tests.log" 2>/dev/null | head -n 15
 echo "benchmark: $BENCH_STATUS"
