@@ -28,9 +28,49 @@ def test_table_has_tflops_ratios_and_na_reasons():
     table = format_table([case()], ["tl"], ["sdpa-flash", "fa4"], "NVIDIA H200")
     lines = table.splitlines()
     assert lines[0].startswith("TFLOPS on NVIDIA H200")
-    assert lines[1].split() == ["config", "tl", "sdpa-flash", "fa4", "tl/sdpa-flash", "tl/fa4"]
+    # fa4 was not timed in any row: no ratio column of n/a, its reason is listed instead
+    assert lines[1].split() == ["config", "tl", "sdpa-flash", "fa4", "tl/FA2"]
     row = lines[3].split()
-    assert row[-5:] == ["350", "340", "n/a", "1.03", "n/a"]
+    assert row[-4:] == ["350", "340", "n/a", "1.03"]
+    assert any("fa4: ModuleNotFoundError" in line for line in lines)
+
+
+def variants_case(seqlen: int, *, fa4: float | None) -> BenchCase:
+    """The standard variants (tl-sm80, tl-sm90) with every baseline; fa4 timed or missing."""
+    c = BenchCase(shape=sweep_shape(seqlen, 128), head_dim_qk=128, head_dim_v=128, dtype="bf16", mask="none")
+    for name, tflops in [
+        ("tl-sm80", 342.0),
+        ("tl-sm90", 630.0),
+        ("sdpa-flash", 340.0),
+        ("sdpa-cudnn", 600.0),
+        ("sdpa-efficient", 170.0),
+        ("flex", None),
+        ("fa4", fa4),
+    ]:
+        err = None if tflops else "not run at this seqlen"
+        c.results[name] = BenchResult(name=name, tflops=tflops, error=err)
+    return c
+
+
+BASELINE_NAMES = ["sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "flex", "fa4"]
+
+
+def test_variants_get_their_reference_ratios_and_sm90_over_fa4():
+    cases = [variants_case(4096, fa4=700.0), variants_case(8192, fa4=None)]
+    lines = format_table(cases, ["tl-sm80", "tl-sm90"], BASELINE_NAMES, "NVIDIA H200").splitlines()
+    assert lines[1].split()[-4:] == ["sm80/FA2", "sm90/cuDNN", "sm90/FA2", "sm90/FA4"]
+    assert lines[3].split()[-4:] == ["1.01", "1.05", "1.85", "0.90"]  # 342/340, 630/600, 630/340, 630/700
+    assert lines[4].split()[-4:] == ["1.01", "1.05", "1.85", "n/a"]  # fa4 missing in this row only
+    assert not any(h.startswith("sm80/") and h != "sm80/FA2" for h in lines[1].split())
+
+
+def test_sm90_over_fa4_only_when_fa4_was_timed():
+    cases = [variants_case(4096, fa4=None)]
+    missing = "ModuleNotFoundError: No module named 'flash_attn'"
+    cases[0].results["fa4"] = BenchResult(name="fa4", error=missing)
+    lines = format_table(cases, ["tl-sm80", "tl-sm90"], BASELINE_NAMES, "GPU").splitlines()
+    assert lines[1].split()[-3:] == ["sm80/FA2", "sm90/cuDNN", "sm90/FA2"]
+    assert "fa4" in lines[1].split()  # its TFLOPS column stays, n/a, with the reason below
     assert any("fa4: ModuleNotFoundError" in line for line in lines)
 
 
