@@ -56,11 +56,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--target-s", type=float, default=0.4, help="measured time per candidate and configuration"
     )
     p.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
+    p.add_argument(
+        "--sm90-params",
+        action="append",
+        default=[],
+        metavar="NAME=V,...",
+        help="also time the sm_90 kernel with these Params set (repeatable), e.g. persistent=1 or BN=128",
+    )
     return p.parse_args(argv)
 
 
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _sm90_params(args: argparse.Namespace) -> tuple[dict[str, int], ...]:
+    out = []
+    for spec in args.sm90_params:
+        pairs = (item.split("=", 1) for item in spec.split(",") if item.strip())
+        out.append({k.strip(): int(v) for k, v in pairs})
+    return tuple(out)
 
 
 def configs(args: argparse.Namespace) -> list[Config]:
@@ -95,7 +110,7 @@ def build_kernels(args: argparse.Namespace, cfgs: list[Config], device_arch: str
     else:
         for dtype, d, mask in groups:
             # tl-sm80 (mma.sync path) always; tl-sm90 (TMA + wgmma) on an sm_90 device
-            for label, kc in bench_kernels(d, dtype, mask, device_arch):
+            for label, kc in bench_kernels(d, dtype, mask, device_arch, _sm90_params(args)):
                 try:  # a bare NAME.tl path: the same source (and compile cache entry) as the GPU tests'
                     items.append(translate_text(kc.tl_text(), Path(f"{kc.name}.tl")))
                     keys.append(((dtype, d, mask), label))

@@ -127,6 +127,8 @@ class KernelConfig:
     target: str = "sm_80"
     d_v: int | None = None  # MLA-style when different from d_qk
     group: int = 0  # a GQA group fixed in the TL (0: from the launch shape)
+    # Params set over the standard tiles, e.g. (("persistent", 1),): schedule experiments on one config.
+    params: tuple[tuple[str, int], ...] = ()
 
     @property
     def head_dim_v(self) -> int:
@@ -137,7 +139,8 @@ class KernelConfig:
         d = f"d{self.d_qk}" + (f"x{self.d_v}" if self.d_v not in (None, self.d_qk) else "")
         mask = re.sub(r"[^0-9a-z]+", "_", self.mask).strip("_")
         g = f"_g{self.group}" if self.group else ""
-        return f"tl_{self.target}_{self.dtype}_{d}_{mask}{g}"
+        extra = "".join(f"_{k}{v}" for k, v in self.params)
+        return f"tl_{self.target}_{self.dtype}_{d}_{mask}{g}{extra}"
 
     def tl_text(self) -> str:
         mla = self.head_dim_v != self.d_qk
@@ -148,6 +151,7 @@ class KernelConfig:
         }
         if self.group:
             params["group"] = self.group
+        params.update(self.params)
         return variant(
             base, kernel=self.name, target=self.target, dtype=self.dtype, mask=self.mask, params=params
         )
@@ -160,14 +164,26 @@ class KernelConfig:
 BENCH_TARGETS: dict[str, str] = {"tl-sm80": "sm_80", "tl-sm90": "sm_90"}
 
 
-def bench_kernels(d: int, dtype: str, mask: str, device_arch: str | None) -> list[tuple[str, KernelConfig]]:
+def bench_kernels(
+    d: int,
+    dtype: str,
+    mask: str,
+    device_arch: str | None,
+    sm90_params: tuple[dict[str, int], ...] = (),
+) -> list[tuple[str, KernelConfig]]:
     """(label, config) of the standard kernels for one benchmark configuration on `device_arch`: sm_90
-    kernels only on an sm_90 device and for the head dims the Hopper kernel takes."""
+    kernels only on an sm_90 device and for the head dims the Hopper kernel takes. Each `sm90_params`
+    entry adds an sm_90 kernel with those Params set, labelled `tl-sm90[name=value,…]`."""
     out = []
     for label, target in BENCH_TARGETS.items():
         if target == "sm_90" and (device_arch != "sm_90" or d not in SM90_HEAD_DIMS):
             continue
         out.append((label, KernelConfig(d, dtype, mask, target=target)))
+        if target == "sm_90":
+            for params in sm90_params:
+                tag = ",".join(f"{k}={v}" for k, v in params.items())
+                kc = KernelConfig(d, dtype, mask, target=target, params=tuple(params.items()))
+                out.append((f"{label}[{tag}]", kc))
     return out
 
 
@@ -183,4 +199,17 @@ SM90_TEST_CONFIGS: tuple[KernelConfig, ...] = (
     KernelConfig(128, "bf16", "window(64, 16)", target="sm_90"),
     *(KernelConfig(192, "bf16", m, d_v=128, target="sm_90") for m in ("none", "causal")),
     KernelConfig(128, "bf16", "none", group=8, target="sm_90"),
+    # The persistent grid: O in Q's buffer (128 × 176) and in its own (BN 128; head dim 64 on 3 consumer
+    # groups), a mask (longest tiles first), a window whose tiles can have no key block at all, GQA.
+    *(
+        KernelConfig(d, dt, m, target="sm_90", group=g, params=(("persistent", 1), *extra))
+        for d, dt, m, g, extra in (
+            (128, "bf16", "none", 0, ()),
+            (128, "fp16", "none", 0, (("BN", 128),)),
+            (64, "bf16", "none", 0, ()),
+            (128, "bf16", "causal", 0, ()),
+            (128, "bf16", "window(64, 16)", 0, ()),
+            (128, "bf16", "none", 8, (("BN", 128),)),
+        )
+    ),
 )

@@ -72,6 +72,8 @@ class LaunchSpec:
     source_sha256: str | None = None
     block_n: int = 0  # key rows per block (the K/V TMA box height on sm_90); 0 in specs written before
     heads_kv: int = 0  # K/V heads fixed by the TL (`Param heads_kv`, 1 for MQA); 0: from the launch shape
+    # One block per SM walking the (m_block, head, batch) tiles: grid = (min(tiles, SMs), 1, 1).
+    persistent: bool = False
 
     @property
     def uses_tma(self) -> bool:

@@ -8,6 +8,7 @@ Kernels whose spec lists TMA descriptors (the sm_90 path) launch through `runner
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -233,8 +234,24 @@ def kernel_args(
     return [getattr(np, np_type)(values[name]) for name, _ctype, np_type in ATTENTION_PARAMS]
 
 
-def grid(spec: LaunchSpec, batch: int, seqlen_q: int, heads: int) -> tuple[int, int, int]:
-    return (math.ceil(seqlen_q / spec.block_m), batch, heads)
+def grid(
+    spec: LaunchSpec, batch: int, seqlen_q: int, heads: int, sm_count: int = 0
+) -> tuple[int, int, int]:
+    """One block per (query tile, batch, head); a persistent kernel gets one block per SM (`sm_count`)
+    and walks the tiles itself."""
+    m_blocks = math.ceil(seqlen_q / spec.block_m)
+    if spec.persistent:
+        if sm_count <= 0:
+            raise LaunchError(f"{spec.kernel_name} is persistent: its grid needs the device's SM count")
+        return (min(m_blocks * batch * heads, sm_count), 1, 1)
+    return (m_blocks, batch, heads)
+
+
+@functools.cache
+def sm_count(device_index: int) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
 def launch(
@@ -273,15 +290,14 @@ def launch(
     args = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
+    grid_xyz = grid(spec, batch, seqlen_q, heads, sm_count(q.device.index) if spec.persistent else 0)
     if spec.uses_tma:
-        _launch_tma(loaded, args, (q, k, v, o), grid(spec, batch, seqlen_q, heads), tensor_maps)
+        _launch_tma(loaded, args, (q, k, v, o), grid_xyz, tensor_maps)
         return
     from cuda.core import LaunchConfig
     from cuda.core import launch as cu_launch
 
-    config = LaunchConfig(
-        grid=grid(spec, batch, seqlen_q, heads), block=spec.threads, shmem_size=spec.shared_bytes
-    )
+    config = LaunchConfig(grid=grid_xyz, block=spec.threads, shmem_size=spec.shared_bytes)
     cu_launch(_torch_stream(q.device), config, loaded.kernel, *args)
 
 

@@ -50,6 +50,11 @@ SPECIAL_PARAMS: dict[str, str] = {
         "ping-pong), so one group's softmax hides under the other's GEMMs; needs consumers = 2 and "
         "overlap (default 1 with two consumers up to head dim 128)"
     ),
+    "persistent": (
+        "sm_90, 0 or 1: one thread block per SM walks the query tiles in turn, so the producer loads "
+        "the next tile's K, V and Q while the consumers still write this tile's O (default: see "
+        "`default_persistent`)"
+    ),
 }
 
 
@@ -115,6 +120,7 @@ def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
         tile = {"BM": 128, "BN": 80, "consumers": 2}
     tile["stages"], tile["overlap"] = 2, 1
     tile["pingpong"] = default_pingpong(tile["consumers"], 1, head_dim)
+    tile["persistent"] = default_persistent(mask)
     return tile
 
 
@@ -125,20 +131,58 @@ def default_consumers(block_m: int | None) -> int:
     return max(1, min(HOPPER_MAX_CONSUMERS, block_m // HOPPER_WGMMA_M))
 
 
+def default_persistent(mask: str | None) -> int:
+    """Off until measured otherwise: a persistent grid walks its tiles in a fixed order, which balances
+    unmasked tiles (all the same length) but not causal ones."""
+    return 0
+
+
 def default_pingpong(consumers: int, overlap: int, head_dim: int | None) -> int:
     """Ping-pong pays off with two consumer groups up to head dim 128 (measured); at 256 it does not."""
     return int(consumers == 2 and bool(overlap) and (head_dim is None or head_dim <= 128))
 
 
+def hopper_barrier_bytes(stages: int) -> int:
+    """The sm_90 kernel's mbarriers: Q full and Q empty, and K and V full/empty per stage."""
+    return 8 * (2 + 4 * stages)
+
+
+def hopper_o_own_buffer(
+    block_m: int, block_n: int, d_qk: int, d_v: int, stages: int, persistent: bool, element_bytes: int = 2
+) -> bool:
+    """Whether O is staged in its own shared buffer rather than in Q's. Q's buffer is free once the last
+    Q·Kᵀ has read it, so a one-tile kernel reuses it; a persistent kernel gives O its own buffer whenever
+    that fits, so the next tile's Q can land while this tile's O is being stored."""
+    if d_v > d_qk:
+        return True
+    if not persistent:
+        return False
+    own = _hopper_bytes(block_m, block_n, d_qk, d_v, stages, element_bytes, own_o=True)
+    return own + HOPPER_STATIC_SMEM <= gpu.TARGETS["sm_90"].smem_per_block
+
+
 def hopper_shared_bytes(
-    block_m: int, block_n: int, d_qk: int, d_v: int, stages: int, element_bytes: int = 2
+    block_m: int,
+    block_n: int,
+    d_qk: int,
+    d_v: int,
+    stages: int,
+    element_bytes: int = 2,
+    persistent: bool = False,
 ) -> int:
-    """Dynamic shared memory of the sm_90 kernel: Q, `stages` K and V buffers, O (only when it does not
-    fit in Q's buffer), the mbarriers (Q full; K and V full/empty per stage) and the 1 KB alignment pad."""
+    """Dynamic shared memory of the sm_90 kernel: Q, `stages` K and V buffers, O when it has its own
+    buffer (`hopper_o_own_buffer`), the mbarriers and the 1 KB alignment pad."""
+    own_o = hopper_o_own_buffer(block_m, block_n, d_qk, d_v, stages, persistent, element_bytes)
+    return _hopper_bytes(block_m, block_n, d_qk, d_v, stages, element_bytes, own_o=own_o)
+
+
+def _hopper_bytes(
+    block_m: int, block_n: int, d_qk: int, d_v: int, stages: int, element_bytes: int, *, own_o: bool
+) -> int:
     q = block_m * d_qk * element_bytes
     kv = stages * block_n * (d_qk + d_v) * element_bytes
-    o = 0 if d_v <= d_qk else block_m * d_v * element_bytes
-    return q + kv + o + 8 * (1 + 4 * stages) + HOPPER_SMEM_ALIGN
+    o = block_m * d_v * element_bytes if own_o else 0
+    return q + kv + o + hopper_barrier_bytes(stages) + HOPPER_SMEM_ALIGN
 
 
 def param_value(model: Model, name: str) -> int | None:
@@ -268,7 +312,18 @@ def shared_memory_overhead(model: Model) -> int:
     static shared memory (as `hopper_shared_bytes` + `HOPPER_STATIC_SMEM`); none on the mma.sync path."""
     if not model.target.wgmma:
         return 0
-    return 8 * (1 + 4 * stages(model)) + HOPPER_SMEM_ALIGN + HOPPER_STATIC_SMEM
+    extra = hopper_barrier_bytes(stages(model)) + HOPPER_SMEM_ALIGN + HOPPER_STATIC_SMEM
+    bm, bn = param_value(model, "BM"), param_value(model, "BN")
+    d_qk, d_v = head_dims(model)
+    persistent = param_value(model, "persistent")
+    if persistent is None:
+        persistent = default_persistent(model.mask)
+    if bm is None or bn is None or d_qk is None or d_v is None:
+        return extra
+    elem = gpu.DTYPE_BYTES.get(model.dtype, 2)
+    if hopper_o_own_buffer(bm, bn, d_qk, d_v, stages(model), bool(persistent), elem):
+        extra += bm * d_v * elem  # O's own staging buffer (see `hopper_o_own_buffer`)
+    return extra
 
 
 # ---- registers -------------------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ class KernelPlan:
     consumers: int = 2
     overlap: bool = True
     pingpong: bool = False
+    persistent: bool = False  # one block per SM walking the query tiles (sm_90)
 
     @property
     def threads(self) -> int:
@@ -106,6 +107,7 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
     consumers = _param(model, "consumers", defaults.default_consumers(block_m))
     overlap = _param(model, "overlap", 1)
     pingpong = _param(model, "pingpong", defaults.default_pingpong(consumers, overlap, max(d_qk, d_v)))
+    persistent = _param(model, "persistent", defaults.default_persistent(model.mask))
     group = _param(model, "group", 0)
     heads_kv = _param(model, "heads_kv", 0)
     window = (-1, -1)
@@ -134,6 +136,7 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         consumers=consumers,
         overlap=bool(overlap),
         pingpong=bool(pingpong),
+        persistent=bool(persistent),
     )
     if target.wgmma:
         _check_hopper(plan, model, m)
@@ -312,7 +315,7 @@ def _check_hopper(plan: KernelPlan, model: Model, m: Match) -> None:
                 "give either Param group or Param heads_kv, not both",
             )
         )
-    for name in ("overlap", "pingpong"):
+    for name in ("overlap", "pingpong", "persistent"):
         p = model.params.get(name)
         if p is not None and p.value not in (0, 1):
             problems.append(unsupported(p.stmt.range, f"{name} = {p.value}: expected 0 (off) or 1 (on)"))

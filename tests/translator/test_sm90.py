@@ -149,3 +149,65 @@ def test_compiles_for_sm90a_through_nvrtc(tmp_path, monkeypatch) -> None:
     assert compiled.kind == "cubin" and compiled.target == "sm_90a"
     assert compiled.code[:4] == b"\x7fELF"
     assert "C7508" not in compiled.log  # setmaxnreg was not ignored
+
+
+def test_persistent_grid_walks_the_tiles_with_the_ring_running_on() -> None:
+    source, launch, _, plan = emit(Variant("h128_pers", block_n=176, pingpong=True, persistent=True))
+    assert launch.persistent  # type: ignore[attr-defined]
+    assert "for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++tile_iter)" in source
+    assert source.count("for (int tile = blockIdx.x;") == 2  # the producer's and the consumers'
+    # The K/V ring's stage and phase are declared once per role, before the tile loop.
+    producer, consumer = source.split("warpgroup_reg_alloc", 1)
+    assert producer.index("int stage = 0;") < producer.index("for (int tile")
+    assert consumer.index("int stage = 0;") < consumer.index("for (int tile")
+    assert "FullBarrier::wait(bar_q, tile_iter & 1);" in source
+    assert "EmptyBarrier::wait(empty_q, (tile_iter & 1) ^ 1);" in source
+    # 128 × 176 leaves no room for O's own buffer: O goes through Q's, and Q is free once the store read it.
+    assert hopper_config(plan, persistent=True, pingpong=True).reuse_q_for_o
+    assert "EmptyBarrier::init(empty_q, 1);" in source
+    store_wait = source.index("tma_store_wait<0>();  // the store has read O out of Q's buffer")
+    assert source.index("EmptyBarrier::arrive(empty_q);", store_wait) > store_wait
+
+
+def test_persistent_with_room_gives_o_its_own_buffer_and_frees_q_after_the_last_qk() -> None:
+    v = Variant("h128_pers128", block_n=128, pingpong=True, persistent=True)
+    source, launch, _, plan = emit(v)
+    cfg = hopper_config(plan, persistent=True, pingpong=True)
+    assert not cfg.reuse_q_for_o and cfg.smem()["o"] == 128 * 128 * 2
+    assert launch.shared_bytes == cfg.smem()["total"] <= SMEM_LIMIT  # type: ignore[attr-defined]
+    assert "EmptyBarrier::init(empty_q, kConsumerThreads);" in source
+    assert "if (n_block == n_block_min) EmptyBarrier::arrive(empty_q);" in source
+    assert "if (n_block_max <= n_block_min) EmptyBarrier::arrive(empty_q);" in source  # no key block
+    # The previous tile's TMA store must have read sO before stmatrix overwrites it.
+    wait = source.index("if (ctid == 0) tma_store_wait<0>();  // the last tile's O store has read sO")
+    assert wait < source.index("SM90_U32x4_STSM_N")
+    # The one-tile kernel of the same tiles keeps O in Q's buffer and has no tile loop.
+    one, _, _, _ = emit(Variant("h128_one", block_n=128, pingpong=True))
+    assert "num_tiles" not in one and "empty_q" not in one.split("EmptyBarrier::init", 1)[1].split("\n")[0]
+
+
+def test_persistent_is_a_tl_switch_with_a_grid_of_one_block_per_sm() -> None:
+    from runner.launch import LaunchError, grid
+
+    text = tl_text(Variant("h128_pers", persistent=True))
+    plan = make_plan(analyze(text).model, text)
+    assert plan.persistent
+    _, launch, _ = emit_sm90(plan)
+    assert grid(launch, batch=4, seqlen_q=4096, heads=16, sm_count=132) == (132, 1, 1)
+    assert grid(launch, batch=1, seqlen_q=300, heads=2, sm_count=132) == (6, 1, 1)  # fewer tiles than SMs
+    with pytest.raises(LaunchError, match="SM count"):
+        grid(launch, batch=1, seqlen_q=300, heads=2)
+    bad = text.replace("Param persistent = 1", "Param persistent = 2")
+    assert "TL307" in {d.code for d in analyze(bad).diagnostics}
+
+
+@pytest.mark.nvrtc
+def test_persistent_kernel_with_its_own_o_buffer_compiles_for_sm90a(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cutlass_library")
+    from runner.compile import compile_source
+
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
+    source, launch, _, _ = emit(Variant("h128_pers", block_n=128, pingpong=True, persistent=True))
+    compiled = compile_source(source, arch=launch.arch, name="h128_pers.cu")  # type: ignore[attr-defined]
+    assert compiled.kind == "cubin" and compiled.code[:4] == b"\x7fELF"

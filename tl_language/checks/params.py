@@ -1,5 +1,5 @@
 """TL307: parameter values are in range: positive tiles, warps a power of two up to 16, stages ≥ 1,
-consumers 1–3, overlap and pingpong 0 or 1."""
+consumers 1–3, overlap, pingpong and persistent 0 or 1."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tl_language.model import Model
 from tl_language.resources import HOPPER_MAX_CONSUMERS, WARP_CHOICES
 
 _POSITIVE = ("BM", "BN", "d", "d_qk", "d_v", "group", "heads_kv", "stages")
-_FLAGS = ("overlap", "pingpong")  # sm_90 switches
+_FLAGS = ("overlap", "pingpong", "persistent")  # sm_90 switches
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:

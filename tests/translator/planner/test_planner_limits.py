@@ -40,7 +40,7 @@ def test_every_candidate_respects_the_limits(arch: str, d: int, dtype: str, mask
             # the sm_90 kernel: + mbarriers, 1 KB alignment pad, 1 KB static; 64 rows per consumer group
             consumers = t.block_m // 64
             assert 1 <= consumers <= 3 and c.resources.threads == 128 * (consumers + 1)
-            smem += 8 * (1 + 4 * t.stages) + 2048
+            smem += 8 * (2 + 4 * t.stages) + 2048  # Q full/empty, K/V full/empty per stage
             assert c.resources.registers <= (160 if consumers == 3 else 240)
         else:
             assert c.resources.registers <= target.regs_per_thread

@@ -17,6 +17,8 @@ from tl_language.resources import (
     HOPPER_SMEM_ALIGN,
     HOPPER_STATIC_SMEM,
     HOPPER_WGMMA_M,
+    hopper_barrier_bytes,
+    hopper_o_own_buffer,
 )
 from tl_language.source import Position, Range
 from translator.errors import TranslateError, unsupported
@@ -42,6 +44,9 @@ class HopperConfig:
     # Two consumer warp groups take turns issuing their GEMMs (named barriers), so one group's softmax runs
     # while the other's GEMMs occupy the tensor cores (FlashAttention 3's inter-warp-group ping-pong).
     pingpong: bool = False
+    # One block per SM walks the query tiles (blockIdx.x, += gridDim.x): the producer's K/V ring runs on
+    # across tiles, so the next tile's first loads overlap this tile's last blocks and its epilogue.
+    persistent: bool = False
 
     @property
     def threads(self) -> int:
@@ -73,8 +78,12 @@ class HopperConfig:
 
     @property
     def reuse_q_for_o(self) -> bool:
-        """O is staged in Q's buffer (Q·Kᵀ is done by then) whenever it fits, as in the sm_80 path."""
-        return self.plan.head_dim_v <= self.plan.head_dim_qk
+        """O is staged in Q's buffer (Q·Kᵀ is done by then), as in the sm_80 path, unless a persistent
+        kernel can give it its own (then the next tile's Q loads during this tile's store)."""
+        p = self.plan
+        return not hopper_o_own_buffer(
+            p.block_m, p.block_n, p.head_dim_qk, p.head_dim_v, p.stages, self.persistent, ELEMENT_BYTES
+        )
 
     def smem(self) -> dict[str, int]:
         """Byte offset of every buffer and of the mbarriers, and the total the launch must request."""
@@ -83,7 +92,7 @@ class HopperConfig:
         k = p.stages * p.block_n * p.head_dim_qk * ELEMENT_BYTES
         v = p.stages * p.block_n * p.head_dim_v * ELEMENT_BYTES
         o = 0 if self.reuse_q_for_o else p.block_m * p.head_dim_v * ELEMENT_BYTES
-        barriers = 8 * (1 + 4 * p.stages)  # Q full; K full/empty and V full/empty per stage
+        barriers = hopper_barrier_bytes(p.stages)  # Q full/empty; K and V full/empty per stage
         off_k = q
         off_v = off_k + k
         off_o = 0 if self.reuse_q_for_o else off_v + v
@@ -115,12 +124,17 @@ class HopperConfig:
 
 
 def hopper_config(
-    plan: KernelPlan, *, consumers: int | None = None, overlap: bool = True, pingpong: bool = False
+    plan: KernelPlan,
+    *,
+    consumers: int | None = None,
+    overlap: bool = True,
+    pingpong: bool = False,
+    persistent: bool = False,
 ) -> HopperConfig:
     """The Hopper structure for `plan`; `consumers` defaults to one warp group per 64 query rows
     (FlashAttention 3's split). Raises TranslateError (TL501) on the line that sets a value it cannot use."""
     n = consumers if consumers is not None else max(1, plan.block_m // WGMMA_M)
-    cfg = HopperConfig(plan=plan, consumers=n, overlap=overlap, pingpong=pingpong)
+    cfg = HopperConfig(plan=plan, consumers=n, overlap=overlap, pingpong=pingpong, persistent=persistent)
     problems = _check(cfg)
     if problems:
         raise TranslateError(problems)

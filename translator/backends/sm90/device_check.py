@@ -62,7 +62,9 @@ def translate(v: Variant) -> tuple[str, Any, Any]:
     text = tl_text(v)
     analysis = analyze(text)
     plan = make_plan(analysis.model, text)
-    source, launch, _ = emit_sm90(plan, tl_file=f"{v.name}.tl", overlap=v.overlap, pingpong=v.pingpong)
+    source, launch, _ = emit_sm90(
+        plan, tl_file=f"{v.name}.tl", overlap=v.overlap, pingpong=v.pingpong, persistent=v.persistent
+    )
     return source, launch, plan
 
 
@@ -381,7 +383,7 @@ def _table(report: dict[str, Any], by_name: dict[str, Variant], log: Any) -> Non
     log("")
     log(
         f"{'variant':22s} {'verify':6s} {'worst relL2':>11s} {'regs':>4s} {'seqlen':>6s} {'TFLOPS':>7s} "
-        f"{'cuDNN':>6s} {'FA2':>6s} {'FA4':>6s} {'/cuDNN':>6s} {'/FA2':>5s}"
+        f"{'cuDNN':>6s} {'FA2':>6s} {'FA4':>6s} {'/cuDNN':>6s} {'/FA2':>5s} {'/FA4':>5s}"
     )
     for name, v in by_name.items():
         ver = report["verify"].get(name, {})
@@ -401,7 +403,7 @@ def _table(report: dict[str, Any], by_name: dict[str, Variant], log: Any) -> Non
                 f"{name:22s} {ok:6s} {f(rel, '11.2e')} {comp.get('registers') or '-':>4} {s:>6s} "
                 f"{f(t, '7.0f')} "
                 f"{f(cd)} {f(fa)} {f(f4)} {f(t / cd if t and cd else None, '6.2f')} "
-                f"{f(t / fa if t and fa else None, '5.2f')}"
+                f"{f(t / fa if t and fa else None, '5.2f')} {f(t / f4 if t and f4 else None, '5.2f')}"
             )
 
 

@@ -19,7 +19,8 @@ only who runs them (producer or consumer) is the backend's decision.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
 from translator.backends.row_helpers import emit_normalize_rows
@@ -56,16 +57,18 @@ def emit_sm90(
     consumers: int | None = None,
     overlap: bool | None = None,
     pingpong: bool | None = None,
+    persistent: bool | None = None,
 ) -> tuple[str, LaunchSpec, dict[int, int]]:
     """(source, launch spec, source map CUDA line → TL line) of the Hopper kernel for `plan`.
 
-    `consumers`, `overlap` and `pingpong` default to the plan's (the TL Params or their defaults); an
-    explicit value overrides it (experiments). Ping-pong left to the plan is dropped when the overrides
-    leave no two overlapped consumer groups for it."""
+    `consumers`, `overlap`, `pingpong` and `persistent` default to the plan's (the TL Params or their
+    defaults); an explicit value overrides it (experiments). Ping-pong left to the plan is dropped when
+    the overrides leave no two overlapped consumer groups for it."""
     n = plan.consumers if consumers is None else consumers
     ov = plan.overlap if overlap is None else overlap
     pp = pingpong if pingpong is not None else plan.pingpong and n == 2 and ov
-    cfg = hopper_config(plan, consumers=n, overlap=ov, pingpong=pp)
+    ps = plan.persistent if persistent is None else persistent
+    cfg = hopper_config(plan, consumers=n, overlap=ov, pingpong=pp, persistent=ps)
     w = CodeWriter()
     e = _Emit(w, cfg)
     _header(e, tl_file)
@@ -92,6 +95,7 @@ def emit_sm90(
         tl_file=tl_file,
         block_n=plan.block_n,
         heads_kv=plan.heads_kv,
+        persistent=cfg.persistent,
     )
     return source, launch, smap
 
@@ -117,7 +121,8 @@ def _header(e: _Emit, tl_file: str | None) -> None:
     )
     w.comment(
         f"1 producer + {c.consumers} consumer warp groups, {p.stages}-stage K/V pipeline"
-        f"{', intra-warp-group overlap' if c.overlap else ''}{', ping-pong' if c.pingpong else ''}. "
+        f"{', intra-warp-group overlap' if c.overlap else ''}{', ping-pong' if c.pingpong else ''}"
+        f"{', persistent (one block per SM walks the tiles)' if c.persistent else ''}. "
         "`// TL:n` tags the TL line of each block."
     )
     w.comment("wgmma N = BN may be any multiple of 8 (e.g. 80 or 176): enable CuTe's extended GMMA shapes.")
@@ -278,7 +283,8 @@ def _kernel(e: _Emit) -> None:
             "~uintptr_t(1023));"
         )
         w.line("uint64_t* bar_q = reinterpret_cast<uint64_t*>(smem + Traits::kOffBarriers);")
-        w.line("uint64_t* full_k = bar_q + 1;")
+        w.line("uint64_t* empty_q = bar_q + 1;")
+        w.line("uint64_t* full_k = bar_q + 2;")
         w.line("uint64_t* full_v = full_k + kStages;")
         w.line("uint64_t* empty_k = full_v + kStages;")
         w.line("uint64_t* empty_v = empty_k + kStages;")
@@ -287,19 +293,15 @@ def _kernel(e: _Emit) -> None:
         w.line("Element* smem_v = reinterpret_cast<Element*>(smem + Traits::kOffV);")
         w.line("Element* smem_o = reinterpret_cast<Element*>(smem + Traits::kOffO);")
         w.line()
-        if p.mask == "none":
-            w.line("const int m_block = blockIdx.x;  // TL block_m: this block's tile of query rows")
-        else:
-            w.line(
-                "// TL block_m, longest first: with a mask the last query tiles see the most keys, so they"
-            )
-            w.line("// start first and the short ones fill the tail of the grid.")
-            w.line("const int m_block = gridDim.x - 1 - blockIdx.x;")
-        w.line("const int bidb = blockIdx.y;     // batch")
-        w.line("const int bidh = blockIdx.z;     // query head")
         w.line("const int warp_group = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);  // warp-uniform")
         _globals(e)
-        _key_range(e)
+        if e.cfg.persistent:
+            w.comment("Persistent: tile t = (m_block, head, batch) with m_block fastest, so the blocks")
+            w.comment("running at once share a few heads' K and V in L2; block b takes b, b + gridDim.x, …")
+            w.line("const int num_m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
+            w.line("const int num_tiles = num_m_blocks * heads * batch;")
+        else:
+            _tile_coords(e)
         _barrier_init(e)
         with w.block("if (warp_group == 0)"):
             _producer(e)
@@ -307,14 +309,57 @@ def _kernel(e: _Emit) -> None:
             _consumer(e)
 
 
-def _globals(e: _Emit) -> None:
+def _tile_coords(e: _Emit) -> None:
+    """This tile's query block, batch and head, its K/V head and its key-block range."""
     w, p = e.w, e.plan
-    w.line()
+    if e.cfg.persistent:
+        mb = "tile % num_m_blocks"
+        w.line("const int bidb = tile / (num_m_blocks * heads);  // batch")
+        w.line("const int bidh = tile / num_m_blocks % heads;     // query head")
+    else:
+        mb = "blockIdx.x"
+        w.line("const int bidb = blockIdx.y;     // batch")
+        w.line("const int bidh = blockIdx.z;     // query head")
+    if p.mask == "none":
+        w.line(f"const int m_block = {mb};  // TL block_m: this tile of query rows")
+    else:
+        w.comment("TL block_m, longest first: with a mask the last query tiles see the most keys, so they")
+        w.comment("start first and the short ones fill the tail.")
+        top = "num_m_blocks" if e.cfg.persistent else "gridDim.x"
+        w.line(f"const int m_block = {top} - 1 - {mb};")
+    _kv_head(e)
+    _key_range(e)
+
+
+@contextmanager
+def _tile_loop(e: _Emit, who: str) -> Iterator[None]:
+    """Persistent: `for` over this block's tiles, each opening with its coordinates; else one tile."""
+    w = e.w
+    if not e.cfg.persistent:
+        yield
+        return
+    w.line("int tile_iter = 0;  // tiles this block has done: the phase of Q's full/empty barriers")
+    w.line("CUTE_NO_UNROLL")
+    with w.block("for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++tile_iter)"):
+        w.comment(f"{who}: this tile's coordinates")
+        _tile_coords(e)
+        yield
+
+
+def _q_phase(e: _Emit) -> str:
+    return "tile_iter & 1" if e.cfg.persistent else "0"
+
+
+def _kv_head(e: _Emit) -> None:
+    w, p = e.w, e.plan
     with w.tl(
         p.line_of("group") or p.line_of("heads_kv") or p.line_of("alloc_k"),
         "GQA/MQA: consecutive query heads share one K/V head" if (p.group or p.heads_kv) else "",
     ):
         w.line("const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head")
+
+
+def _globals(e: _Emit) -> None:
     for kind, what in (
         ("alloc_q", "tma_q: (d_qk, seqlen_q, heads, batch) with the launch's strides"),
         ("alloc_k", "tma_k: (d_qk, seqlen_k, heads_kv, batch)"),
@@ -367,6 +412,13 @@ def _barrier_init(e: _Emit) -> None:
             w.line("cute::prefetch_tma_descriptor(&tma_v);")
             w.line("cute::prefetch_tma_descriptor(&tma_o);")
             w.line("FullBarrier::init(bar_q, 1);")
+            if e.cfg.persistent:
+                who = (
+                    "1);  // the thread that stored O from Q's buffer"
+                    if e.cfg.reuse_q_for_o
+                    else "kConsumerThreads);  // after each consumer's last Q·Kᵀ"
+                )
+                w.line(f"EmptyBarrier::init(empty_q, {who}")
             w.line("CUTE_UNROLL")
             with w.block("for (int s = 0; s < kStages; ++s)"):
                 w.line("FullBarrier::init(&full_k[s], 1);")
@@ -393,45 +445,60 @@ def _producer(e: _Emit) -> None:
     w.comment("Producer warp group: registers back to the pool, one thread issues every TMA load.")
     w.line("cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();")
     with w.block("if (threadIdx.x == 0)"):
-        with e.tag("load_q", "TMA, once; rows past seqlen_q arrive as zeros"):
-            w.line("FullBarrier::arrive_and_expect_tx(bar_q, Traits::kTxQ);")
-            _tma_tile(e, "tma_q", "bar_q", "smem_q", "kBlockM", c.boxes_qk, "m_block * kBlockM", "bidh")
-        with e.tag("loop", "the producer walks the same key blocks as the consumers"):
+        across = " (it runs on across tiles)" if c.persistent else ""
+        with e.tag("loop", "the K/V ring's position" + across):
             w.line("int stage = 0;")
             w.line("uint32_t phase = 0;")
-            w.line("CUTE_NO_UNROLL")
-            w.line("for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {")
-        with w.indent():
-            with e.tag("load_k", "wait until consumers freed the buffer, then TMA into it"):
-                w.line("EmptyBarrier::wait(&empty_k[stage], phase ^ 1);")
-                w.line("FullBarrier::arrive_and_expect_tx(&full_k[stage], Traits::kTxK);")
-                _tma_tile(
-                    e,
-                    "tma_k",
-                    "&full_k[stage]",
-                    "smem_k + stage * kBlockN * kHeadDimQK",
-                    "kBlockN",
-                    c.boxes_qk,
-                    "n_block * kBlockN",
-                    "bidh_kv",
-                )
-            with e.tag("load_v", "same ring, its own barriers: Q·Kᵀ may start before V lands"):
-                w.line("EmptyBarrier::wait(&empty_v[stage], phase ^ 1);")
-                w.line("FullBarrier::arrive_and_expect_tx(&full_v[stage], Traits::kTxV);")
-                _tma_tile(
-                    e,
-                    "tma_v",
-                    "&full_v[stage]",
-                    "smem_v + stage * kBlockN * kHeadDimV",
-                    "kBlockN",
-                    c.boxes_v,
-                    "n_block * kBlockN",
-                    "bidh_kv",
-                )
-            with e.tag("loop"):
-                w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
+        with _tile_loop(e, "producer"):
+            _producer_tile(e)
+
+
+def _producer_tile(e: _Emit) -> None:
+    w, c = e.w, e.cfg
+    with e.tag("load_q", "TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros"):
+        with w.block("auto load_q = [&]()", "};"):
+            if c.persistent:
+                what = "stored this tile's O from" if c.reuse_q_for_o else "read"
+                w.line(f"EmptyBarrier::wait(empty_q, ({_q_phase(e)}) ^ 1);  // the last tile {what} Q's")
+            w.line("FullBarrier::arrive_and_expect_tx(bar_q, Traits::kTxQ);")
+            _tma_tile(e, "tma_q", "bar_q", "smem_q", "kBlockM", c.boxes_qk, "m_block * kBlockM", "bidh")
+        w.line("if (n_block_max <= n_block_min) load_q();  // no key block: the consumers still wait for Q")
+    with e.tag("loop", "the producer walks the same key blocks as the consumers"):
+        w.line("CUTE_NO_UNROLL")
+        w.line("for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {")
+    with w.indent():
+        with e.tag("load_k", "wait until consumers freed the buffer, then TMA into it"):
+            w.line("EmptyBarrier::wait(&empty_k[stage], phase ^ 1);")
+            w.line("FullBarrier::arrive_and_expect_tx(&full_k[stage], Traits::kTxK);")
+            _tma_tile(
+                e,
+                "tma_k",
+                "&full_k[stage]",
+                "smem_k + stage * kBlockN * kHeadDimQK",
+                "kBlockN",
+                c.boxes_qk,
+                "n_block * kBlockN",
+                "bidh_kv",
+            )
+        with e.tag("load_q"):
+            w.line("if (n_block == n_block_max - 1) load_q();")
+        with e.tag("load_v", "same ring, its own barriers: Q·Kᵀ may start before V lands"):
+            w.line("EmptyBarrier::wait(&empty_v[stage], phase ^ 1);")
+            w.line("FullBarrier::arrive_and_expect_tx(&full_v[stage], Traits::kTxV);")
+            _tma_tile(
+                e,
+                "tma_v",
+                "&full_v[stage]",
+                "smem_v + stage * kBlockN * kHeadDimV",
+                "kBlockN",
+                c.boxes_v,
+                "n_block * kBlockN",
+                "bidh_kv",
+            )
         with e.tag("loop"):
-            w.line("}")
+            w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
+    with e.tag("loop"):
+        w.line("}")
 
 
 def _consumer(e: _Emit) -> None:
@@ -457,6 +524,30 @@ def _consumer(e: _Emit) -> None:
             "Tensor sVt = make_tensor(make_smem_ptr(smem_v), Traits::SmemLayoutVt{});  // (d_v, BN, stage)"
         )
         w.line("Tensor tOrV = thr_mma_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, kStages)")
+    with e.tag("scale", "folded into Softmax's exp2: one FFMA per score"):
+        w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
+    with e.tag("loop" if p.mask == "none" else "mask", "(row, col) of each score, for masking"):
+        w.line(
+            "Tensor tScS = thr_mma_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
+        )
+    across = " (across tiles)" if e.cfg.persistent else ""
+    with e.tag("loop", "the K/V ring's position, as the producer's" + across):
+        w.line("int stage = 0;")
+        w.line("uint32_t phase = 0;")
+    if e.cfg.pingpong:
+        with e.tag("loop", "ping-pong: consumer warp groups take turns issuing GEMMs; group 0 goes first"):
+            w.line("const int consumer_wg = ctid / 128;")
+            w.line("auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };")
+            w.line("auto your_turn = [&]() { tl::consumer_arrive(3 + (1 - consumer_wg), 256); };")
+    with _tile_loop(e, "consumers"):
+        _consumer_tile(e)
+    if e.cfg.persistent and not e.cfg.reuse_q_for_o:
+        with e.tag("store_o", "the last tile's O store has read shared memory before the block exits"):
+            w.line("if (ctid == 0) tma_store_wait<0>();")
+
+
+def _consumer_tile(e: _Emit) -> None:
+    w = e.w
     w.line()
     with e.tag("alloc_acc_o", "fp32 wgmma accumulator fragment"):
         w.line(
@@ -464,27 +555,24 @@ def _consumer(e: _Emit) -> None:
             "  // (MMA, MMA_M, MMA_N)"
         )
         w.line("clear(acc_o);")
-    with e.tag("scale", "folded into Softmax's exp2: one FFMA per score"):
-        w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
     with e.tag("softmax", "running row max and row sum (per thread, for its rows)"):
         w.line("Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
         w.line("Tensor row_sum = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
         w.line("Tensor correction = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
         w.line("fill(row_max, -__int_as_float(0x7f800000));")
         w.line("clear(row_sum);")
-    with e.tag("loop" if p.mask == "none" else "mask", "(row, col) of each score, for masking"):
-        w.line(
-            "Tensor tScS = thr_mma_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
-        )
     w.line()
     _lambdas(e)
     w.line()
-    with e.tag("load_q", "consumers wait for Q once (also before O reuses its buffer)"):
-        w.line("FullBarrier::wait(bar_q, 0);")
+    with e.tag("load_q", "consumers wait for Q once per tile (also before O reuses its buffer)"):
+        w.line(f"FullBarrier::wait(bar_q, {_q_phase(e)});")
     if e.cfg.overlap:
         _loop_overlap(e)
     else:
         _loop_plain(e)
+    if e.cfg.persistent and not e.cfg.reuse_q_for_o:
+        with e.tag("load_q", "no key block, no Q·Kᵀ: Q's buffer is free at once"):
+            w.line("if (n_block_max <= n_block_min) EmptyBarrier::arrive(empty_q);")
     _normalize(e)
     _store_o(e)
 
@@ -581,8 +669,6 @@ def _loop_plain(e: _Emit) -> None:
     w = e.w
     w.line()
     with e.tag("loop", "one iteration per key block, from the last to the first"):
-        w.line("int stage = 0;")
-        w.line("uint32_t phase = 0;")
         w.line("CUTE_NO_UNROLL")
         w.line("for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {")
     with w.indent():
@@ -592,6 +678,7 @@ def _loop_plain(e: _Emit) -> None:
             w.line("warpgroup_wait<0>();")
             w.line("warpgroup_fence_operand(acc_s);")
             w.line("EmptyBarrier::arrive(&empty_k[stage]);")
+            _release_q(e)
         with e.tag("mask" if e.plan.mask != "none" else "loop"):
             w.line("apply_mask(acc_s, n_block);")
         with e.tag("softmax"):
@@ -620,16 +707,12 @@ def _loop_overlap(e: _Emit) -> None:
     commit groups, waits for the first only, and runs the softmax of block n while P·V drains."""
     w = e.w
     w.line()
-    with e.tag("loop", "the first key block alone: its P feeds the pipelined loop"):
-        w.line("int stage = 0;")
-        w.line("uint32_t phase = 0;")
     if e.cfg.pingpong:
-        with e.tag("loop", "ping-pong: consumer warp groups take turns issuing GEMMs; group 0 goes first"):
-            w.line("const int consumer_wg = ctid / 128;")
-            w.line("auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };")
-            w.line("auto your_turn = [&]() { tl::consumer_arrive(3 + (1 - consumer_wg), 256); };")
+        with e.tag("loop", "ping-pong: group 1 lets group 0 issue first"):
             w.line("if (consumer_wg == 1 && n_block_max > n_block_min) your_turn();")
-    with w.block("if (n_block_max > n_block_min)"):
+    with e.tag("loop", "the first key block alone: its P feeds the pipelined loop"), w.block(
+        "if (n_block_max > n_block_min)"
+    ):
         w.line("int n_block = n_block_max - 1;")
         _alloc_s(e, "acc_s")
         _turn(e, "my_turn();")
@@ -639,6 +722,7 @@ def _loop_overlap(e: _Emit) -> None:
             w.line("warpgroup_wait<0>();")
             w.line("warpgroup_fence_operand(acc_s);")
             w.line("EmptyBarrier::arrive(&empty_k[stage]);")
+            _release_q(e)
         with e.tag("mask" if e.plan.mask != "none" else "loop"):
             w.line("apply_mask(acc_s, n_block);")
         with e.tag("softmax", "first block: acc_o is still zero, nothing to rescale"):
@@ -655,22 +739,23 @@ def _loop_overlap(e: _Emit) -> None:
             _alloc_s(e, "acc_s_next")
             _turn(e, "my_turn();")
             _qk(e, "acc_s_next")
+            with e.tag("softmax", "rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it"):
+                w.line("rescale_o();")
             _pv(e, "v_stage", "v_phase")
             _turn(e, "your_turn();")
             with e.tag("gemm_qk", "wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)"):
                 w.line("warpgroup_wait<1>();")
                 w.line("warpgroup_fence_operand(acc_s_next);")
                 w.line("EmptyBarrier::arrive(&empty_k[stage]);")
+                _release_q(e)
             with e.tag("mask" if e.plan.mask != "none" else "loop"):
                 w.line("apply_mask(acc_s_next, n_block);")
             with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
                 w.line("softmax_step(acc_s_next);")
-            with e.tag("gemm_pv", "P·V has drained: free V, then rescale O for the new row max"):
+            with e.tag("gemm_pv", "P·V has drained: free V"):
                 w.line("warpgroup_wait<0>();")
                 w.line("warpgroup_fence_operand(acc_o);")
                 w.line("EmptyBarrier::arrive(&empty_v[v_stage]);")
-            with e.tag("softmax"):
-                w.line("rescale_o();")
             with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
                 w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
                 w.line("CUTE_UNROLL")
@@ -682,12 +767,21 @@ def _loop_overlap(e: _Emit) -> None:
         with e.tag("loop"):
             w.line("}")
         _turn(e, "my_turn();")
+        with e.tag("softmax", "the last rescale, before the last P·V"):
+            w.line("rescale_o();")
         _pv(e, "v_stage", "v_phase")
         _turn(e, "if (consumer_wg == 0) { your_turn(); }  // group 1 gave its turn first: one arrive fewer")
         with e.tag("gemm_pv", "the last P·V"):
             w.line("warpgroup_wait<0>();")
             w.line("warpgroup_fence_operand(acc_o);")
             w.line("EmptyBarrier::arrive(&empty_v[v_stage]);")
+
+
+def _release_q(e: _Emit) -> None:
+    """Persistent with O in its own buffer: after the tile's last Q·Kᵀ, Q's buffer is the next tile's."""
+    if e.cfg.persistent and not e.cfg.reuse_q_for_o:
+        with e.tag("load_q", "this tile's last Q·Kᵀ has read Q: the producer may load the next tile's"):
+            e.w.line("if (n_block == n_block_min) EmptyBarrier::arrive(empty_q);")
 
 
 def _normalize(e: _Emit) -> None:
@@ -721,6 +815,9 @@ def _store_o(e: _Emit) -> None:
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if c.reuse_q_for_o:
             w.line("tl::consumer_sync(1, kConsumerThreads);  // every warp group's last Q·Kᵀ has read sQ")
+        elif c.persistent:
+            w.line("if (ctid == 0) tma_store_wait<0>();  // the last tile's O store has read sO")
+            w.line("tl::consumer_sync(1, kConsumerThreads);")
         w.line(
             "Tensor sO = make_tensor(make_smem_ptr(smem_o), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)"
         )
@@ -742,4 +839,8 @@ def _store_o(e: _Emit) -> None:
                     "m_block * kBlockM, bidh, bidb);"
                 )
             w.line("tma_store_arrive();")
-            w.line("tma_store_wait<0>();  // the store has read shared memory before the block exits")
+            if not c.persistent:
+                w.line("tma_store_wait<0>();  // the store has read shared memory before the block exits")
+            elif c.reuse_q_for_o:
+                w.line("tma_store_wait<0>();  // the store has read O out of Q's buffer:")
+                w.line("EmptyBarrier::arrive(empty_q);  // the next tile's Q may land there")

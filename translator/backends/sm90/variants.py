@@ -22,6 +22,7 @@ class Variant:
     stages: int = 2
     overlap: bool = True  # intra-warp-group pipelining (`Param overlap`)
     pingpong: bool = False  # two consumer warp groups alternate their GEMMs (`Param pingpong`)
+    persistent: bool = False  # one block per SM walks the tiles (`Param persistent`)
     # Read only by the plan's sm_80 checks (a cp.async split of the tiles); the sm_90 kernel ignores it.
     warps: int | None = None
 
@@ -47,6 +48,7 @@ def tl_text(v: Variant) -> str:
             f"Param stages = {v.stages}",
             f"Param overlap = {int(v.overlap)}",
             f"Param pingpong = {int(v.pingpong)}",
+            f"Param persistent = {int(v.persistent)}",
             *([f"Param warps = {v.warps}"] if v.warps else []),
             f"Mask {v.mask}",
             "",
@@ -98,4 +100,16 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16_pp_bn176", block_n=176, pingpong=True),
     Variant("h64_bf16_m128_pp", d_qk=64, d_v=64, pingpong=True),
     Variant("h64_bf16_causal_m128_pp", d_qk=64, d_v=64, mask="causal", pingpong=True),
+    # Third round: a persistent grid (one block per SM walking the tiles; O in its own buffer when it
+    # fits, else in Q's), and the rescale of O moved under Q·Kᵀ (all overlapped variants).
+    Variant("h128_bf16_pers_bn176", block_n=176, pingpong=True, persistent=True),
+    Variant("h128_bf16_pers_bn160", block_n=160, pingpong=True, persistent=True),
+    Variant("h128_bf16_pers_bn128", pingpong=True, persistent=True),
+    Variant("h128_fp16_pers_bn128", dtype="fp16", pingpong=True, persistent=True),
+    Variant("h128_bf16_causal_pers", mask="causal", pingpong=True, persistent=True),
+    Variant("h128_bf16_window_pers", mask="window(100, 30)", pingpong=True, persistent=True),
+    Variant("h64_bf16_pers", block_m=192, d_qk=64, d_v=64, persistent=True),
+    Variant("h64_bf16_m128_pp_pers", d_qk=64, d_v=64, pingpong=True, persistent=True),
+    Variant("h256_bf16_pers", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True),
+    Variant("mla_bf16_pers", block_n=128, d_qk=192, d_v=128, persistent=True),
 )
