@@ -61,7 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="NAME=V,...",
-        help="also time the sm_90 kernel with these Params set (repeatable), e.g. persistent=1 or BN=128",
+        help="also time the sm_90 kernel with these Params set (repeatable), e.g. persistent=1; a prefix "
+        "hdN: applies it to head dim N only (hd128:persistent=1,BN=128)",
     )
     return p.parse_args(argv)
 
@@ -70,9 +71,13 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def _sm90_params(args: argparse.Namespace) -> tuple[dict[str, int], ...]:
+def _sm90_params(args: argparse.Namespace, head_dim: int) -> tuple[dict[str, int], ...]:
     out = []
     for spec in args.sm90_params:
+        if spec.startswith("hd"):
+            only, spec = spec[2:].split(":", 1)
+            if int(only) != head_dim:
+                continue
         pairs = (item.split("=", 1) for item in spec.split(",") if item.strip())
         out.append({k.strip(): int(v) for k, v in pairs})
     return tuple(out)
@@ -110,7 +115,7 @@ def build_kernels(args: argparse.Namespace, cfgs: list[Config], device_arch: str
     else:
         for dtype, d, mask in groups:
             # tl-sm80 (mma.sync path) always; tl-sm90 (TMA + wgmma) on an sm_90 device
-            for label, kc in bench_kernels(d, dtype, mask, device_arch, _sm90_params(args)):
+            for label, kc in bench_kernels(d, dtype, mask, device_arch, _sm90_params(args, d)):
                 try:  # a bare NAME.tl path: the same source (and compile cache entry) as the GPU tests'
                     items.append(translate_text(kc.tl_text(), Path(f"{kc.name}.tl")))
                     keys.append(((dtype, d, mask), label))

@@ -99,7 +99,8 @@ def ratio_columns(
     timed = {b for b in baseline_names if any(b in c.results and c.results[b].ok for c in cases)}
     cols = []
     for k in kernel_names:
-        for b in REFERENCES.get(k, baseline_names):
+        # `tl-sm90[persistent=1]` (attention.py --sm90-params) is the Hopper path: the same references.
+        for b in REFERENCES.get(k.split("[", 1)[0], baseline_names):
             if b in baseline_names and b in timed:
                 cols.append((f"{k.removeprefix('tl-')}/{SHORT_NAMES.get(b, b)}", k, b))
     return cols
