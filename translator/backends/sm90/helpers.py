@@ -64,3 +64,10 @@ def emit_helpers(w: CodeWriter) -> None:
         w.comment("Signal a named barrier without waiting (the other side calls consumer_sync).")
         with w.block("CUTE_DEVICE void consumer_arrive(int id, int threads)"):
             w.line('asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");')
+        w.line()
+        w.comment("Ends the basic block here. ptxas hoists a wgmma wait to the top of its block, ahead of")
+        w.comment("register-only work written before it, so without this the softmax of block n would run")
+        w.comment("after P·V(n + 1) has drained instead of beside it. `never` is 0 (seqlen_k >> 30): the")
+        w.comment("loop does not run, but the compiler cannot prove that, so the block boundary stays.")
+        with w.block("CUTE_DEVICE void block_boundary(int never)"):
+            w.line("for (int i = 0; i < never; ++i) asm volatile(\"nanosleep.u32 1;\");")
