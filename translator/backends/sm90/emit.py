@@ -637,10 +637,15 @@ def _lambdas(e: _Emit) -> None:
             w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= correction(r);")
 
 
-def _qk(e: _Emit, acc: str) -> None:
+def _qk(e: _Emit, acc: str, *, turn: bool = False) -> None:
+    """`turn`: take the ping-pong turn between the wait for K and the issue, so a group never holds the
+    tensor cores' turn while its K is still in flight (FlashAttention 3's order)."""
     w = e.w
     with e.tag("gemm_qk", "S = Q·Kᵀ: SS wgmma once K has landed; one commit group"):
         w.line("FullBarrier::wait(&full_k[stage], phase);")
+    if turn:
+        _turn(e, "my_turn();")
+    with e.tag("gemm_qk"):
         w.line(
             f"tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), {acc});"
         )
@@ -722,8 +727,7 @@ def _loop_overlap(e: _Emit) -> None:
     ):
         w.line("int n_block = n_block_max - 1;")
         _alloc_s(e, "acc_s")
-        _turn(e, "my_turn();")
-        _qk(e, "acc_s")
+        _qk(e, "acc_s", turn=True)
         _turn(e, "your_turn();")
         with e.tag("gemm_qk"):
             w.line("warpgroup_wait<0>();")
@@ -744,8 +748,7 @@ def _loop_overlap(e: _Emit) -> None:
             w.line("for (n_block = n_block_max - 2; n_block >= n_block_min; --n_block) {")
         with w.indent():
             _alloc_s(e, "acc_s_next")
-            _turn(e, "my_turn();")
-            _qk(e, "acc_s_next")
+            _qk(e, "acc_s_next", turn=True)
             with e.tag("softmax", "rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it"):
                 w.line("rescale_o();")
             _pv(e, "v_stage", "v_phase")
