@@ -65,6 +65,10 @@ def translate(v: Variant) -> tuple[str, Any, Any]:
     source, launch, _ = emit_sm90(
         plan, tl_file=f"{v.name}.tl", overlap=v.overlap, pingpong=v.pingpong, persistent=v.persistent
     )
+    for old, new in v.patches:
+        if old not in source:
+            raise ValueError(f"{v.name}: patch does not apply: {old!r}")
+        source = source.replace(old, new)
     return source, launch, plan
 
 

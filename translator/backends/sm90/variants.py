@@ -23,6 +23,9 @@ class Variant:
     overlap: bool = True  # intra-warp-group pipelining (`Param overlap`)
     pingpong: bool = False  # two consumer warp groups alternate their GEMMs (`Param pingpong`)
     persistent: bool = False  # one block per SM walks the tiles (`Param persistent`)
+    # Text edits applied to the generated source, for A/B experiments on code the TL has no switch for
+    # (device_check only; each old text must occur in the source).
+    patches: tuple[tuple[str, str], ...] = ()
     # Read only by the plan's sm_80 checks (a cp.async split of the tiles); the sm_90 kernel ignores it.
     warps: int | None = None
 
@@ -79,6 +82,8 @@ def tl_text(v: Variant) -> str:
     )
 
 
+_NO_BOUNDARY = ("tl::block_boundary(seqlen_k >> 30);", "")
+
 # What the device run compiles, verifies and times. Names are kernel names (C identifiers).
 VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16"),
@@ -112,4 +117,14 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h64_bf16_m128_pp_pers", d_qk=64, d_v=64, pingpong=True, persistent=True),
     Variant("h256_bf16_pers", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True),
     Variant("mla_bf16_pers", block_n=128, d_qk=192, d_v=128, persistent=True),
+    # Fourth round: with ping-pong, does the softmax's own overlap with P·V (the block boundary that keeps
+    # ptxas from hoisting the wait) still pay, and does ping-pong still pay once the overlap is real?
+    Variant("h128_bf16_pers_nobb", block_n=176, pingpong=True, persistent=True, patches=(_NO_BOUNDARY,)),
+    Variant("h128_bf16_pers_nopp", block_n=176, persistent=True),
+    Variant("h128_bf16_pers_bn128_nobb", pingpong=True, persistent=True, patches=(_NO_BOUNDARY,)),
+    Variant("h128_bf16_causal_pp_nobb", mask="causal", pingpong=True, patches=(_NO_BOUNDARY,)),
+    Variant("h64_bf16_pers_nobb", block_m=192, d_qk=64, d_v=64, persistent=True, patches=(_NO_BOUNDARY,)),
+    Variant(
+        "h256_bf16_pers_nobb", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True, patches=(_NO_BOUNDARY,)
+    ),
 )
