@@ -125,6 +125,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16_causal_pp_nobb", mask="causal", pingpong=True, patches=(_NO_BOUNDARY,)),
     Variant("h64_bf16_pers_nobb", block_m=192, d_qk=64, d_v=64, persistent=True, patches=(_NO_BOUNDARY,)),
     Variant(
-        "h256_bf16_pers_nobb", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True, patches=(_NO_BOUNDARY,)
+        "h256_bf16_pers_nobb", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True,
+        patches=(_NO_BOUNDARY,),
     ),
 )
