@@ -63,12 +63,17 @@ def translate(v: Variant) -> tuple[str, Any, Any]:
     analysis = analyze(text)
     plan = make_plan(analysis.model, text)
     source, launch, _ = emit_sm90(
-        plan, tl_file=f"{v.name}.tl", overlap=v.overlap, pingpong=v.pingpong, persistent=v.persistent
+        plan,
+        tl_file=f"{v.name}.tl",
+        line_directives=not v.patches,
+        overlap=v.overlap,
+        pingpong=v.pingpong,
+        persistent=v.persistent,
     )
-    for old, new in v.patches:
-        if old not in source:
-            raise ValueError(f"{v.name}: patch does not apply: {old!r}")
-        source = source.replace(old, new)
+    for pattern, replacement in v.patches:
+        source, n = re.subn(pattern, replacement, source)
+        if not n:
+            raise ValueError(f"{v.name}: patch does not apply: {pattern!r}")
     return source, launch, plan
 
 

@@ -8,6 +8,7 @@ head dim 64 → 192 × 128 (3 consumer warp groups), 128 → 128 × 128 or 128 �
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +24,10 @@ class Variant:
     overlap: bool = True  # intra-warp-group pipelining (`Param overlap`)
     pingpong: bool = False  # two consumer warp groups alternate their GEMMs (`Param pingpong`)
     persistent: bool = False  # one block per SM walks the tiles (`Param persistent`)
-    # Text edits applied to the generated source, for A/B experiments on code the TL has no switch for
-    # (device_check only; each old text must occur in the source).
-    patches: tuple[tuple[str, str], ...] = ()
+    # Regex edits (pattern, replacement) of the generated source, for A/B experiments on code the TL has
+    # no switch for (device_check only, which emits patched variants without #line directives; each
+    # pattern must match).
+    patches: tuple[tuple[str, Any], ...] = ()
     # Read only by the plan's sm_80 checks (a cp.async split of the tiles); the sm_90 kernel ignores it.
     warps: int | None = None
 
@@ -82,7 +84,15 @@ def tl_text(v: Variant) -> str:
     )
 
 
-_NO_BOUNDARY = ("tl::block_boundary(seqlen_k >> 30);", "")
+_NO_BOUNDARY = (r"tl::block_boundary\(seqlen_k >> 30\);", "")
+# One max chain and one sum chain (the other three keep their start values, so the result is the same).
+_ONE_CHAIN = (r"mx\[j\] = fmaxf\(mx\[j\]|sum\[j\] \+=", lambda m: m.group(0).replace("[j]", "[0]"))
+# Take the ping-pong turn before waiting for K (the order before round 4).
+_TURN_BEFORE_K = (
+    r"(?P<ind>[ ]*)FullBarrier::wait\(&full_k\[stage\], phase\);\n"
+    r"(?P<tag>[ ]*// TL:\d+[^\n]*\n)[ ]*my_turn\(\);\n",
+    r"\g<ind>my_turn();\n\g<ind>FullBarrier::wait(&full_k[stage], phase);\n",
+)
 
 # What the device run compiles, verifies and times. Names are kernel names (C identifiers).
 VARIANTS: tuple[Variant, ...] = (
@@ -128,4 +138,17 @@ VARIANTS: tuple[Variant, ...] = (
         "h256_bf16_pers_nobb", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True,
         patches=(_NO_BOUNDARY,),
     ),
+    # Fifth round: which of round 4's other two changes cost hd128 with ping-pong 2–4% against round 3?
+    Variant("h128_bf16_pers_1chain", block_n=176, pingpong=True, persistent=True, patches=(_ONE_CHAIN,)),
+    Variant("h128_bf16_pers_turn", block_n=176, pingpong=True, persistent=True, patches=(_TURN_BEFORE_K,)),
+    Variant(
+        "h128_bf16_pers_round3", block_n=176, pingpong=True, persistent=True,
+        patches=(_ONE_CHAIN, _TURN_BEFORE_K, _NO_BOUNDARY),
+    ),
+    Variant("h64_bf16_pers_1chain", block_m=192, d_qk=64, d_v=64, persistent=True, patches=(_ONE_CHAIN,)),
+    Variant(
+        "h256_bf16_pers_1chain", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True,
+        patches=(_ONE_CHAIN,),
+    ),
+    Variant("h128_bf16_causal_pp_1chain", mask="causal", pingpong=True, patches=(_ONE_CHAIN,)),
 )
