@@ -106,14 +106,15 @@ HOPPER_REGISTERS = {1: (24, 240), 2: (24, 240), 3: (24, 160)}
 
 def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
     """Default sm_90 tile and schedule per head dim, from the H200 measurements in docs/translation.md:
-    d ≤ 64: 192×128, 3 consumers (128×128, 2 consumers, ping-pong when causal); d ≤ 128: 128×176
+    d ≤ 64: 192×128, 3 consumers (128×128, 2 consumers, ping-pong when causal); d ≤ 128: 128×160
     (128×128 causal), 2 consumers, ping-pong; 192 (MLA): 128×128; 256: 128×80, 2 consumers, no ping-pong.
     2 stages, overlap on."""
     causal = mask == "causal"
     if head_dim <= 64:
         tile = {"BM": 128, "BN": 128, "consumers": 2} if causal else {"BM": 192, "BN": 128, "consumers": 3}
     elif head_dim <= 128:
-        tile = {"BM": 128, "BN": 128 if causal else 176, "consumers": 2}
+        # 160 without a mask: with the persistent grid O gets its own buffer (176 leaves no room for it)
+        tile = {"BM": 128, "BN": 128 if causal else 160, "consumers": 2}
     elif head_dim <= 192:  # MLA-style 192/128: the measured 128×128 tile
         tile = {"BM": 128, "BN": 128, "consumers": 2}
     else:
