@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from runner.baselines import BASELINES, Baseline
-from runner.bench import BenchCase, BenchResult, bench_callable, bench_kernel, make_bench_inputs
+from runner.bench import BenchCase, BenchResult, kernel_run, make_bench_inputs, result_of, time_interleaved
 from runner.launch import LoadedKernel
 from runner.verify import Shape, VerifyResult
 
@@ -54,6 +54,7 @@ def run_case(
 
     timing_kw = timing_kw or {}
     inputs = make_bench_inputs(case.shape, case.head_dim_qk, case.head_dim_v, case.dtype)
+    runs: dict[str, Callable[[int], Any]] = {}
     for entry in kernels:
         if entry.loaded is None:
             case.results[entry.name] = BenchResult(name=entry.name, error=entry.error or "not built")
@@ -62,15 +63,15 @@ def run_case(
                 name=entry.name, error="FAIL: verification failed, not timed"
             )
         else:
-            case.results[entry.name] = bench_kernel(case, entry.loaded, inputs, **timing_kw)
+            runs[entry.name] = kernel_run(entry.loaded, inputs)
     scale = default_scale(case.head_dim_qk)
     for b in baselines:
         try:
-            run = b.prepare(inputs, case.mask, scale)
+            runs[b.name] = b.prepare(inputs, case.mask, scale)
         except Exception as exc:  # unsupported configuration or missing package: n/a
             case.results[b.name] = BenchResult(name=b.name, error=f"{type(exc).__name__}: {exc}"[:160])
-            continue
-        case.results[b.name] = bench_callable(case, b.name, run, **timing_kw)
+    for name, timing in time_interleaved(runs, **timing_kw).items():
+        case.results[name] = result_of(case, name, timing)
     del inputs
     torch.cuda.empty_cache()
     return case

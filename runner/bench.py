@@ -44,6 +44,46 @@ def time_runs(
     max_runs: int = 500,
 ) -> Timing:
     """Time `fn(i)` (i = run index, for rotating inputs) with CUDA events; median of many runs."""
+    kw = {"warmup_s": warmup_s, "target_s": target_s, "min_runs": min_runs, "max_runs": max_runs}
+    return summarize(timed_samples(fn, **kw))
+
+
+def summarize(times: list[float]) -> Timing:
+    times = sorted(times)
+    q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
+    return Timing(median_ms=statistics.median(times), p10_ms=q[0], p90_ms=q[-1], runs=len(times))
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[int], Any]], *, rounds: int = 3, target_s: float = 1.0, **kw: Any
+) -> dict[str, Timing | Exception]:
+    """Time every candidate in `rounds` passes, one after another within each pass, and pool each one's runs.
+
+    On the H200 the same kernel timed right after another one measured up to 5% apart from its twin timed
+    later in the same process (clocks and power drift over a configuration's seconds of timing); spreading
+    every candidate over the whole window turns that drift into spread instead of a bias."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    failed: dict[str, Exception] = {}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            if name in failed:
+                continue
+            try:
+                samples[name] += timed_samples(fn, target_s=target_s / rounds, **kw)
+            except Exception as exc:  # a candidate that cannot run is reported, the others go on
+                failed[name] = exc
+    return {name: failed.get(name) or summarize(samples[name]) for name in fns}
+
+
+def timed_samples(
+    fn: Callable[[int], Any],
+    *,
+    warmup_s: float = 0.25,
+    target_s: float = 1.0,
+    min_runs: int = 20,
+    max_runs: int = 500,
+) -> list[float]:
+    """Milliseconds of each timed run of `fn(i)` after a warm-up by time."""
     import torch
 
     # Warm-up by time, and a first estimate of one run's cost.
@@ -66,9 +106,7 @@ def time_runs(
         fn(n + i)
         b.record()
     torch.cuda.synchronize()
-    times = sorted(a.elapsed_time(b) for a, b in events)
-    q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
-    return Timing(median_ms=statistics.median(times), p10_ms=q[0], p90_ms=q[-1], runs=runs)
+    return [a.elapsed_time(b) for a, b in events]
 
 
 def buffer_sets(set_bytes: int, *, l2_bytes: int | None = None, lo: int = 2, hi: int = 8) -> int:
@@ -165,18 +203,30 @@ class BenchCase:
 
 def bench_callable(case: BenchCase, name: str, fn: Callable[[int], Any], **timing_kw: Any) -> BenchResult:
     try:
-        timing = time_runs(fn, **timing_kw)
+        timing: Timing | Exception = time_runs(fn, **timing_kw)
     except Exception as exc:  # a baseline that cannot run this config is n/a, not a crash
-        return BenchResult(name=name, error=_short(exc))
+        timing = exc
+    return result_of(case, name, timing)
+
+
+def result_of(case: BenchCase, name: str, timing: Timing | Exception) -> BenchResult:
+    if isinstance(timing, Exception):
+        return BenchResult(name=name, error=_short(timing))
     return BenchResult(name=name, tflops=tflops(case.flops, timing.median_ms / 1e3), timing=timing)
 
 
-def bench_kernel(case: BenchCase, loaded: LoadedKernel, inputs: Inputs, **timing_kw: Any) -> BenchResult:
+def kernel_run(loaded: LoadedKernel, inputs: Inputs) -> Callable[[int], None]:
+    """`run(i)`: one launch of `loaded` on the i-th rotating input set."""
+
     def run(i: int) -> None:
         q, k, v, o, lse = inputs[i]
         launch(loaded, q, k, v, o, lse)
 
-    return bench_callable(case, loaded.name, run, **timing_kw)
+    return run
+
+
+def bench_kernel(case: BenchCase, loaded: LoadedKernel, inputs: Inputs, **timing_kw: Any) -> BenchResult:
+    return bench_callable(case, loaded.name, kernel_run(loaded, inputs), **timing_kw)
 
 
 def _short(exc: BaseException) -> str:
