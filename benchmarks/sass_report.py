@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.build import compile_all, translate_text
     from pipeline.variants import KernelConfig
     from runner.launch import load, require_device
+    from runner.sass import count, disassemble
 
     device_arch = require_device()
     configs = [KernelConfig(128, "bf16", "none", target=t) for t in ("sm_80", "sm_90")]
     items = [translate_text(c.tl_text(), Path(f"{c.name}.tl")) for c in configs]
-    tool = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
     rows = []
     for cfg, t, built in zip(configs, items, compile_all(items, device_arch=device_arch), strict=True):
         compiled = built.compiled  # a BuildError has no .compiled: let it raise with its message
@@ -62,15 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             "cached": compiled.cached,
         }
         if compiled.kind == "cubin":
-            cubin = args.out / f"{cfg.name}.cubin"
-            cubin.write_bytes(compiled.code)
-            sass = subprocess.run(
-                [tool, "--dump-sass", str(cubin)], capture_output=True, text=True, timeout=120
-            )
-            cubin.unlink()
-            (args.out / f"{cfg.name}.sass").write_text(sass.stdout + sass.stderr)
-            for op in OPS:
-                row[op] = len(re.findall(rf"\b{op}(?=[\s.])", sass.stdout))
+            sass = disassemble(compiled.code)
+            (args.out / f"{cfg.name}.sass").write_text(sass)
+            row.update(count(sass, OPS))
         rows.append(row)
     (args.out / "sass.json").write_text(json.dumps(rows, indent=2))
     cols = ["kernel", "binary", "registers", "local_bytes", *OPS]

@@ -4,6 +4,7 @@ as TL501 diagnostics on the right TL line, and one NVRTC compile for sm_90a."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -202,12 +203,32 @@ def test_persistent_is_a_tl_switch_with_a_grid_of_one_block_per_sm() -> None:
 
 
 @pytest.mark.nvrtc
-def test_persistent_kernel_with_its_own_o_buffer_compiles_for_sm90a(tmp_path, monkeypatch) -> None:
+def test_default_hd128_kernel_compiles_and_its_softmax_overlaps_pv_in_the_sass(tmp_path, monkeypatch) -> None:
+    """The default hd128 kernel (persistent, O in its own buffer) compiles, and in its SASS the loop's
+    exp2s come between the wait for Q·Kᵀ and the wait for P·V: ptxas hoists a wgmma wait to the top of its
+    basic block, which without `tl::block_boundary` put every MUFU.EX2 after P·V had drained."""
     pytest.importorskip("cuda.bindings")
     pytest.importorskip("cutlass_library")
+    from pipeline.build import translate_text
+    from pipeline.variants import KernelConfig
     from runner.compile import compile_source
+    from runner.sass import SassError, disassemble
 
     monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
-    source, launch, _, _ = emit(Variant("h128_pers", block_n=128, pingpong=True, persistent=True))
-    compiled = compile_source(source, arch=launch.arch, name="h128_pers.cu")  # type: ignore[attr-defined]
+    config = KernelConfig(128, "bf16", "none", target="sm_90")
+    built = translate_text(config.tl_text(), Path(f"{config.name}.tl"))
+    assert built.spec.persistent and built.spec.block_n == 160
+    compiled = compile_source(built.source, arch=built.spec.arch, name=f"{config.name}.cu")
     assert compiled.kind == "cubin" and compiled.code[:4] == b"\x7fELF"
+    try:
+        sass = disassemble(compiled.code)
+    except SassError as exc:
+        pytest.skip(str(exc))
+    assert "HGMMA" in sass and "UTMALDG" in sass and "UTMASTG" in sass
+    lines = sass.splitlines()
+    qk_done = next(i for i, ln in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ln)
+    pv_done = next(
+        i for i, ln in enumerate(lines[qk_done:], qk_done) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in ln
+    )
+    exps = sum("MUFU.EX2" in ln for ln in lines[qk_done:pv_done])
+    assert exps >= built.spec.block_n // 2, f"only {exps} MUFU.EX2 while P·V runs"  # 2 rows × BN/4 columns

@@ -18,8 +18,6 @@ import multiprocessing as mp
 import os
 import queue
 import re
-import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -91,22 +89,16 @@ def _compile(name: str, source: str) -> tuple[str, bytes | None, str, float]:
 
 
 def _sass_report(cubin: Path, out: Path) -> dict[str, Any]:
-    tool = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    from runner.sass import SassError, count, disassemble
+
     try:
-        sass = subprocess.run(
-            [tool, "--dump-sass", str(cubin)], capture_output=True, text=True, timeout=120
-        ).stdout
-        usage = subprocess.run(
-            [tool, "--dump-resource-usage", str(cubin)], capture_output=True, text=True, timeout=60
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        sass = disassemble(cubin.read_bytes())
+        usage = disassemble(cubin.read_bytes(), resource_usage=True)
+    except SassError as exc:
         return {"error": str(exc)}
     (out / f"{cubin.stem}.sass").write_text(sass)
-    counts = {
-        op: len(re.findall(rf"\b{op}\b", sass))
-        for op in ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM", "LDL", "STL", "HMMA", "SYNCS")
-    }
-    return {"counts": counts, "resource_usage": usage.strip()}
+    ops = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM", "LDL", "STL", "HMMA", "SYNCS")
+    return {"counts": count(sass, ops), "resource_usage": usage.strip()}
 
 
 # ---- the worker: verification and timing on the GPU ------------------------------------------------------
