@@ -199,18 +199,18 @@ SM90_TEST_CONFIGS: tuple[KernelConfig, ...] = (
     KernelConfig(128, "bf16", "window(64, 16)", target="sm_90"),
     *(KernelConfig(192, "bf16", m, d_v=128, target="sm_90") for m in ("none", "causal")),
     KernelConfig(128, "bf16", "none", group=8, target="sm_90"),
-    # The other grid of each mask (unmasked: one block per tile; masked: persistent, longest tiles first,
-    # and a window whose tiles can have no key block at all), and the persistent kernel with O in its own
-    # buffer (BN 128, like the 128 × 160 default) and in Q's (BN 176), with a GQA group.
+    # The persistent grid (`Param persistent`): O in its own buffer (128 × 160, head dim 64 on 3 consumer
+    # groups, a GQA group) and in Q's (BN 176), a causal mask (longest tiles first) and a window whose
+    # tiles can have no key block at all.
     *(
-        KernelConfig(d, dt, m, target="sm_90", group=g, params=extra)
+        KernelConfig(d, dt, m, target="sm_90", group=g, params=(("persistent", 1), *extra))
         for d, dt, m, g, extra in (
-            (128, "bf16", "none", 0, (("persistent", 0),)),
-            (64, "bf16", "none", 0, (("persistent", 0),)),
+            (128, "bf16", "none", 0, ()),
+            (64, "bf16", "none", 0, ()),
             (128, "fp16", "none", 0, (("BN", 176),)),
             (128, "bf16", "none", 8, (("BN", 128),)),
-            (128, "bf16", "causal", 0, (("persistent", 1),)),
-            (128, "bf16", "window(64, 16)", 0, (("persistent", 1),)),
+            (128, "bf16", "causal", 0, ()),
+            (128, "bf16", "window(64, 16)", 0, ()),
         )
     ),
 )

@@ -113,7 +113,7 @@ def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
     if head_dim <= 64:
         tile = {"BM": 128, "BN": 128, "consumers": 2} if causal else {"BM": 192, "BN": 128, "consumers": 3}
     elif head_dim <= 128:
-        # 160 without a mask: with the persistent grid O gets its own buffer (176 leaves no room for it)
+        # 160 without a mask: the best of 128/144/160/176/192 on the H200 (docs/hopper.md)
         tile = {"BM": 128, "BN": 128 if causal else 160, "consumers": 2}
     elif head_dim <= 192:  # MLA-style 192/128: the measured 128×128 tile
         tile = {"BM": 128, "BN": 128, "consumers": 2}
@@ -133,10 +133,12 @@ def default_consumers(block_m: int | None) -> int:
 
 
 def default_persistent(mask: str | None) -> int:
-    """On without a mask (measured on the H200: 1–7% over one block per tile at 4k–16k). A persistent grid
-    walks its tiles in a fixed order, which balances unmasked tiles (all the same length) but not causal
-    ones, whose lengths vary: there the hardware's block scheduler, longest tiles first, does better."""
-    return int(mask in (None, "none"))
+    """Off. On the H200 the persistent grid won 1–3% without a mask while the softmax did not overlap P·V;
+    once it did, one block per tile measured the same or better at 8k–16k (within the benchmark's
+    run-order noise, docs/performance.md). With a mask it loses outright: it walks its tiles in a fixed
+    order, and causal tiles differ in length, which the hardware's block scheduler balances better."""
+    del mask
+    return 0
 
 
 def default_pingpong(consumers: int, overlap: int, head_dim: int | None) -> int:

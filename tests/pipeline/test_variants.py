@@ -48,6 +48,6 @@ def test_benchmark_times_the_sm80_and_sm90_paths_with_their_tiles() -> None:
     assert tiles("sm_80", 128, "none")["stages"] == 1 and tiles("sm_80", 128, "causal")["stages"] == 2
     assert tiles("sm_80", 256) == {"BM": 64, "BN": 64, "warps": 4, "stages": 1}
     assert tiles("sm_90", 128) == {"BM": 128, "BN": 160, "consumers": 2, "stages": 2, "overlap": 1,
-                                    "pingpong": 1, "persistent": 1}
+                                    "pingpong": 1, "persistent": 0}
     text = on_hopper[1][1].tl_text()
     assert "Target sm_90" in text and "Param BN = 128" in text and "Param pingpong = 1" in text
