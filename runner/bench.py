@@ -35,16 +35,9 @@ class Timing:
         return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else math.nan
 
 
-def time_runs(
-    fn: Callable[[int], Any],
-    *,
-    warmup_s: float = 0.25,
-    target_s: float = 1.0,
-    min_runs: int = 20,
-    max_runs: int = 500,
-) -> Timing:
-    """Time `fn(i)` (i = run index, for rotating inputs) with CUDA events; median of many runs."""
-    kw = {"warmup_s": warmup_s, "target_s": target_s, "min_runs": min_runs, "max_runs": max_runs}
+def time_runs(fn: Callable[[int], Any], **kw: Any) -> Timing:
+    """Time `fn(i)` (i = run index, for rotating inputs) with CUDA events; median of many runs
+    (`timed_samples` takes the keywords: warm-up and target seconds, run-count bounds)."""
     return summarize(timed_samples(fn, **kw))
 
 
