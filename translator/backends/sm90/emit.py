@@ -744,9 +744,8 @@ def _loop_overlap(e: _Emit) -> None:
         with w.indent():
             _alloc_s(e, "acc_s_next")
             _qk(e, "acc_s_next", turn=True)
-            if not e.cfg.pingpong:
-                with e.tag("softmax", "rescale O for the last row max while Q·Kᵀ runs, before P·V adds"):
-                    w.line("rescale_o();")
+            with e.tag("softmax", "rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it"):
+                w.line("rescale_o();")
             _pv(e, "v_stage", "v_phase")
             _turn(e, "your_turn();")
             with e.tag("gemm_qk", "wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)"):
@@ -763,11 +762,6 @@ def _loop_overlap(e: _Emit) -> None:
                 w.line("warpgroup_wait<0>();")
                 w.line("warpgroup_fence_operand(acc_o);")
                 w.line("EmptyBarrier::arrive(&empty_v[v_stage]);")
-            if e.cfg.pingpong:
-                # Outside the turn: the other group waits for this one's GEMM issue, so nothing but the
-                # issue belongs between my_turn and your_turn.
-                with e.tag("softmax", "rescale O for the new row max, outside the ping-pong turn"):
-                    w.line("rescale_o();")
             with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
                 w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
                 w.line("CUTE_UNROLL")
@@ -779,9 +773,8 @@ def _loop_overlap(e: _Emit) -> None:
         with e.tag("loop"):
             w.line("}")
         _turn(e, "my_turn();")
-        if not e.cfg.pingpong:
-            with e.tag("softmax", "the last rescale, before the last P·V"):
-                w.line("rescale_o();")
+        with e.tag("softmax", "the last rescale, before the last P·V"):
+            w.line("rescale_o();")
         _pv(e, "v_stage", "v_phase")
         _turn(e, "if (consumer_wg == 0) { your_turn(); }  // group 1 gave its turn first: one arrive fewer")
         with e.tag("gemm_pv", "the last P·V"):
