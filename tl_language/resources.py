@@ -52,8 +52,8 @@ SPECIAL_PARAMS: dict[str, str] = {
     ),
     "persistent": (
         "sm_90, 0 or 1: one thread block per SM walks the query tiles in turn, so the producer loads "
-        "the next tile's K, V and Q while the consumers still write this tile's O (default: see "
-        "`default_persistent`)"
+        "the next tile's K, V and Q while the consumers still write this tile's O (default 0: one block "
+        "per tile measured as fast on the H200, and faster with a causal mask)"
     ),
 }
 

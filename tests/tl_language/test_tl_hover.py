@@ -98,3 +98,14 @@ def test_hover_uses_utf16_columns() -> None:
     a = analyze(text)
     h = hover(a, Position(1, 6))
     assert h is not None and "**Param** `BM`" in h.markdown
+
+
+def test_hover_explains_the_hopper_switches() -> None:
+    text = MHA.replace("Target sm_80", "Target sm_90").replace(
+        "Param stages", "Param persistent = 1\nParam pingpong = 1\nParam stages"
+    )
+    a = analyze(text)
+    h = hover(a, at(text, "persistent", "Param persistent"))
+    assert h is not None and "one thread block per SM walks the query tiles" in h.markdown
+    h = hover(a, at(text, "pingpong", "Param pingpong"))
+    assert h is not None and "take turns issuing their GEMMs" in h.markdown
