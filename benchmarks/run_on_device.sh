@@ -2,6 +2,7 @@
 # Run on the lent GPU machine, unattended: the GPU test suite, then the benchmark; logs go to $OUT.
 #
 #   bash benchmarks/run_on_device.sh [all|tests|bench|stage] [extra args for benchmarks/attention.py]
+#   bash benchmarks/run_on_device.sh sweep --only NAME,NAME [--seqlens 4096,16384]   (sm_90 A/B variants)
 #
 # Needs the wheels in .whl/ (carry it): nvidia-cutlass (the CuTe headers), and pytest with its
 # dependencies for images without pytest. Everything lands in .cache/ (git-ignored, kept while the machine
@@ -23,8 +24,8 @@ mkdir -p "$OUT"
 MODE="${1:-all}"
 shift || true
 case "$MODE" in
-    all | tests | bench | stage) ;;
-    *) echo "run_on_device: unknown mode '$MODE' (all, tests, bench or stage)"; exit 2 ;;
+    all | tests | bench | stage | sweep) ;;
+    *) echo "run_on_device: unknown mode '$MODE' (all, tests, bench, stage or sweep)"; exit 2 ;;
 esac
 BUDGET="${TL_DEVICE_BUDGET_S:-570}"
 START=$(date +%s)
@@ -135,6 +136,21 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
     log "benchmark: $BENCH_STATUS"
 fi
 
+SWEEP_STATUS="not run"
+if [ "$MODE" = sweep ]; then
+    # The Hopper backend's A/B sweep: compile, SASS, hang-safe verification and timing of the
+    # translator/backends/sm90/variants.py variants named in the arguments (e.g. --only a,b --seqlens 4096).
+    T=$(( $(left) - 15 ))
+    log "sm_90 variant sweep (timeout ${T}s): $*"
+    OUT="$OUT/sweep" timeout --kill-after=10 "$T" python3 -m translator.backends.sm90.device_check "$@" \
+        >"$OUT/sweep.log" 2>&1
+    rc=$?
+    SWEEP_STATUS="exit $rc"
+    [ "$rc" = 124 ] && SWEEP_STATUS="TIMED OUT after ${T}s (partial results in sweep/results.json)"
+    [ -f "$OUT/sweep/results.json" ] && cp "$OUT/sweep/results.json" "$OUT/sweep.json"
+    log "sweep: $SWEEP_STATUS"
+fi
+
 PLANNER_STATUS="not run"
 if [ "$MODE" = all ] && [ "$(left)" -gt 60 ]; then
     T=$(( $(left) - 10 ))
@@ -159,8 +175,10 @@ echo "SASS report: $SASS_STATUS"
 tail -n 4 "$OUT/sass.log" 2>/dev/null
 echo "planner: $PLANNER_STATUS"
 tail -n 14 "$OUT/planner.log" 2>/dev/null
-for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log; do
+echo "sweep: $SWEEP_STATUS"
+sed -n '/^variant  /,$p' "$OUT/sweep.log" 2>/dev/null | head -n 60
+for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log sweep.log sweep.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL_OUT/"
 done
 tar -czf "$FINAL_OUT/all-logs.tar.gz" -C "$OUT" . 2>/dev/null && rm -rf "$OUT"
-echo "logs: $FINAL_OUT (run.log gpu-tests.log bench.log bench.json planner.json sass.log all-logs.tar.gz)"
+echo "logs: $FINAL_OUT (run.log, the logs and JSON of the steps that ran, all-logs.tar.gz)"
