@@ -1,5 +1,5 @@
 """What both backends emit for the rows of an accumulator: the helpers inside `namespace tl` (row
-reductions, exp2, the dtype conversion) and the final division by the row sum with the row LSE.
+reductions, exp2, the dtype conversion), the final division by the row sum with the row LSE, and its store.
 
 The m16n8 (mma.sync) and wgmma accumulators both spread one row over the four threads of a quad, and each
 backend's `tl::acc_rowcol` gives the same (rows, cols) view, so this code is the same on every architecture.
@@ -52,3 +52,19 @@ def emit_normalize_rows(w: CodeWriter) -> None:
         w.line("row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * softmax_scale + __logf(sum);")
         w.line("CUTE_UNROLL")
         w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
+
+
+def emit_store_lse(w: CodeWriter, thr_mma: str) -> None:
+    """The row LSE to global memory from registers: `thr_mma` is the thread slice of the GEMM whose
+    accumulator holds O (its C partition tells each thread which rows it owns)."""
+    w.comment("LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.")
+    w.line(
+        f"Tensor tOcO = {thr_mma}.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{{}}));"
+    )
+    w.line("Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));")
+    with w.block("if (get<1>(tOcO_rowcol(0, 0)) == 0)"):
+        w.line("float* lse_row = lse + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(tOcO_rowcol); ++r)"):
+            w.line("const int row = m_block * kBlockM + get<0>(tOcO_rowcol(r, 0));")
+            w.line("if (row < seqlen_q) lse_row[row] = row_lse(r);")

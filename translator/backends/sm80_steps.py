@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from translator.backends.arch import ArchFacts
-from translator.backends.row_helpers import emit_normalize_rows
+from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -468,16 +468,7 @@ def _store_o(e: Emit, phase: str) -> None:
         w.line("cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), "
                "smem_thr_copy_O.partition_D(sO));")
         w.line()
-        w.comment("LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.")
-        w.line("Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, "
-               "Int<kHeadDimV>>{}));")
-        w.line("Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));")
-        with w.block("if (get<1>(tOcO_rowcol(0, 0)) == 0)"):
-            w.line("float* lse_row = lse + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
-            w.line("CUTE_UNROLL")
-            with w.block("for (int r = 0; r < size<0>(tOcO_rowcol); ++r)"):
-                w.line("const int row = m_block * kBlockM + get<0>(tOcO_rowcol(r, 0));")
-                w.line("if (row < seqlen_q) lse_row[row] = row_lse(r);")
+        emit_store_lse(w, "thr_mma")
         w.line("__syncthreads();  // sO complete before it is read in another thread layout")
         w.line()
         w.line("Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));"

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
-from translator.backends.row_helpers import emit_normalize_rows
+from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
 from translator.backends.sm90.helpers import emit_helpers
 from translator.plan import KernelPlan
@@ -681,11 +681,7 @@ def _loop_plain(e: _Emit) -> None:
     with w.indent():
         _alloc_s(e, "acc_s")
         _qk(e, "acc_s")
-        with e.tag("gemm_qk", "S is complete; the K buffer goes back to the producer"):
-            w.line("warpgroup_wait<0>();")
-            w.line("warpgroup_fence_operand(acc_s);")
-            w.line("EmptyBarrier::arrive(&empty_k[stage]);")
-            _release_q(e)
+        _qk_done(e, "acc_s", pending=0, note="S is complete; the K buffer goes back to the producer")
         with e.tag("mask" if e.plan.mask != "none" else "loop"):
             w.line("apply_mask(acc_s, n_block);")
         with e.tag("softmax"):
@@ -693,10 +689,7 @@ def _loop_plain(e: _Emit) -> None:
             w.line("rescale_o();")
         _reshape(e, "acc_s")
         _pv(e, "stage", "phase")
-        with e.tag("gemm_pv", "O is updated; the V buffer goes back to the producer"):
-            w.line("warpgroup_wait<0>();")
-            w.line("warpgroup_fence_operand(acc_o);")
-            w.line("EmptyBarrier::arrive(&empty_v[stage]);")
+        _pv_done(e, "stage", "O is updated; the V buffer goes back to the producer")
         with e.tag("loop"):
             w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
     with e.tag("loop"):
@@ -724,11 +717,7 @@ def _loop_overlap(e: _Emit) -> None:
         _alloc_s(e, "acc_s")
         _qk(e, "acc_s", turn=True)
         _turn(e, "your_turn();")
-        with e.tag("gemm_qk"):
-            w.line("warpgroup_wait<0>();")
-            w.line("warpgroup_fence_operand(acc_s);")
-            w.line("EmptyBarrier::arrive(&empty_k[stage]);")
-            _release_q(e)
+        _qk_done(e, "acc_s", pending=0)
         with e.tag("mask" if e.plan.mask != "none" else "loop"):
             w.line("apply_mask(acc_s, n_block);")
         with e.tag("softmax", "first block: acc_o is still zero, nothing to rescale"):
@@ -748,20 +737,18 @@ def _loop_overlap(e: _Emit) -> None:
                 w.line("rescale_o();")
             _pv(e, "v_stage", "v_phase")
             _turn(e, "your_turn();")
-            with e.tag("gemm_qk", "wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)"):
-                w.line("warpgroup_wait<1>();")
-                w.line("warpgroup_fence_operand(acc_s_next);")
-                w.line("EmptyBarrier::arrive(&empty_k[stage]);")
-                _release_q(e)
+            _qk_done(
+                e,
+                "acc_s_next",
+                pending=1,
+                note="wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)",
+            )
             with e.tag("mask" if e.plan.mask != "none" else "loop"):
                 w.line("apply_mask(acc_s_next, n_block);")
             with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
                 w.line("softmax_step(acc_s_next);")
                 w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax")
-            with e.tag("gemm_pv", "P·V has drained: free V"):
-                w.line("warpgroup_wait<0>();")
-                w.line("warpgroup_fence_operand(acc_o);")
-                w.line("EmptyBarrier::arrive(&empty_v[v_stage]);")
+            _pv_done(e, "v_stage", "P·V has drained: free V")
             with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
                 w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
                 w.line("CUTE_UNROLL")
@@ -777,10 +764,26 @@ def _loop_overlap(e: _Emit) -> None:
             w.line("rescale_o();")
         _pv(e, "v_stage", "v_phase")
         _turn(e, "if (consumer_wg == 0) { your_turn(); }  // group 1 gave its turn first: one arrive fewer")
-        with e.tag("gemm_pv", "the last P·V"):
-            w.line("warpgroup_wait<0>();")
-            w.line("warpgroup_fence_operand(acc_o);")
-            w.line("EmptyBarrier::arrive(&empty_v[v_stage]);")
+        _pv_done(e, "v_stage", "the last P·V")
+
+
+def _qk_done(e: _Emit, acc: str, *, pending: int, note: str = "") -> None:
+    """Wait until at most `pending` wgmma groups are in flight (Q·Kᵀ is done), then hand K back."""
+    w = e.w
+    with e.tag("gemm_qk", note):
+        w.line(f"warpgroup_wait<{pending}>();")
+        w.line(f"warpgroup_fence_operand({acc});")
+        w.line("EmptyBarrier::arrive(&empty_k[stage]);")
+        _release_q(e)
+
+
+def _pv_done(e: _Emit, stage: str, note: str) -> None:
+    """Wait for every wgmma group (P·V is done): acc_o is final for this block, V goes back."""
+    w = e.w
+    with e.tag("gemm_pv", note):
+        w.line("warpgroup_wait<0>();")
+        w.line("warpgroup_fence_operand(acc_o);")
+        w.line(f"EmptyBarrier::arrive(&empty_v[{stage}]);")
 
 
 def _release_q(e: _Emit) -> None:
@@ -805,18 +808,7 @@ def _store_o(e: _Emit) -> None:
         "LSE from registers; O registers → shared (stmatrix) → TMA store (rows past "
         "seqlen_q are clipped by TMA)",
     ):
-        w.comment("LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.")
-        w.line(
-            "Tensor tOcO = thr_mma_pv.partition_C("
-            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));"
-        )
-        w.line("Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));")
-        with w.block("if (get<1>(tOcO_rowcol(0, 0)) == 0)"):
-            w.line("float* lse_row = lse + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
-            w.line("CUTE_UNROLL")
-            with w.block("for (int r = 0; r < size<0>(tOcO_rowcol); ++r)"):
-                w.line("const int row = m_block * kBlockM + get<0>(tOcO_rowcol(r, 0));")
-                w.line("if (row < seqlen_q) lse_row[row] = row_lse(r);")
+        emit_store_lse(w, "thr_mma_pv")
         w.line()
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if c.reuse_q_for_o:
