@@ -102,6 +102,11 @@ HOPPER_STATIC_SMEM = 1024
 # setmaxnreg split (producer, consumer) per number of consumer warp groups: at launch every thread gets
 # 65536 / threads registers; the producer gives back what the consumers take (docs/hopper.md).
 HOPPER_REGISTERS = {1: (24, 240), 2: (24, 240), 3: (24, 160)}
+# `Param persistent` when absent: off. On the H200 the persistent grid won 1–3% without a mask while the
+# softmax did not overlap P·V; once it did, one block per tile measured the same or better at 8k–16k
+# (within the benchmark's run-order noise, docs/performance.md). With a mask it loses outright: it walks
+# its tiles in a fixed order, and causal tiles differ in length, which the block scheduler balances better.
+HOPPER_PERSISTENT = 0
 
 
 def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
@@ -121,7 +126,7 @@ def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
         tile = {"BM": 128, "BN": 80, "consumers": 2}
     tile["stages"], tile["overlap"] = 2, 1
     tile["pingpong"] = default_pingpong(tile["consumers"], 1, head_dim)
-    tile["persistent"] = default_persistent(mask)
+    tile["persistent"] = HOPPER_PERSISTENT
     return tile
 
 
@@ -130,15 +135,6 @@ def default_consumers(block_m: int | None) -> int:
     if block_m is None or block_m <= 0:
         return 2
     return max(1, min(HOPPER_MAX_CONSUMERS, block_m // HOPPER_WGMMA_M))
-
-
-def default_persistent(mask: str | None) -> int:
-    """Off. On the H200 the persistent grid won 1–3% without a mask while the softmax did not overlap P·V;
-    once it did, one block per tile measured the same or better at 8k–16k (within the benchmark's
-    run-order noise, docs/performance.md). With a mask it loses outright: it walks its tiles in a fixed
-    order, and causal tiles differ in length, which the hardware's block scheduler balances better."""
-    del mask
-    return 0
 
 
 def default_pingpong(consumers: int, overlap: int, head_dim: int | None) -> int:
@@ -321,7 +317,7 @@ def shared_memory_overhead(model: Model) -> int:
     d_qk, d_v = head_dims(model)
     persistent = param_value(model, "persistent")
     if persistent is None:
-        persistent = default_persistent(model.mask)
+        persistent = HOPPER_PERSISTENT
     if bm is None or bn is None or d_qk is None or d_v is None:
         return extra
     elem = gpu.DTYPE_BYTES.get(model.dtype, 2)

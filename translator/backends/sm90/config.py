@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tl_language import gpu
 from tl_language.diagnostics import Diagnostic
 from tl_language.resources import (
     HOPPER_MAX_CONSUMERS,
@@ -27,7 +28,7 @@ from translator.plan import KernelPlan
 ELEMENT = {"fp16": "cute::half_t", "bf16": "cute::bfloat16_t"}
 ELEMENT_BYTES = 2
 BOX_COLS = 64  # one TMA box and one GMMA swizzle atom row: 64 16-bit elements = 128 bytes (SWIZZLE_128B)
-SMEM_LIMIT = 227 * 1024  # opt-in shared memory per block on sm_90
+SMEM_LIMIT = gpu.TARGETS["sm_90"].smem_per_block  # opt-in shared memory per block: 227 KB
 # The numbers the checker's TL303/TL304 estimates use too live in the language core (one source):
 WGMMA_M = HOPPER_WGMMA_M  # rows of one wgmma instruction; a consumer warp group owns a multiple of this
 STATIC_SMEM = HOPPER_STATIC_SMEM  # 1 KB of static shared memory in the compiled kernel, same 227 KB limit

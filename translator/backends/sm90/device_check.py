@@ -91,9 +91,10 @@ def _compile(name: str, source: str) -> tuple[str, bytes | None, str, float]:
 def _sass_report(cubin: Path, out: Path) -> dict[str, Any]:
     from runner.sass import SassError, count, disassemble
 
+    code = cubin.read_bytes()
     try:
-        sass = disassemble(cubin.read_bytes())
-        usage = disassemble(cubin.read_bytes(), resource_usage=True)
+        sass = disassemble(code)
+        usage = disassemble(code, resource_usage=True)
     except SassError as exc:
         return {"error": str(exc)}
     (out / f"{cubin.stem}.sass").write_text(sass)
