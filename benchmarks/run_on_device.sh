@@ -3,6 +3,8 @@
 #
 #   bash benchmarks/run_on_device.sh [all|tests|bench|stage] [extra args for benchmarks/attention.py]
 #   bash benchmarks/run_on_device.sh sweep --only NAME,NAME [--seqlens 4096,16384]   (sm_90 A/B variants)
+#   bash benchmarks/run_on_device.sh profile [--kernels tl,fa4 --cases hd128,hd64]     (ncu: ours beside FA4)
+#   (sweep and profile may follow each other: `sweep ARGS -- profile ARGS`)
 #
 # Needs the wheels in .whl/ (carry it): nvidia-cutlass (the CuTe headers), and pytest with its
 # dependencies for images without pytest. Everything lands in .cache/ (git-ignored, kept while the machine
@@ -24,9 +26,19 @@ mkdir -p "$OUT"
 MODE="${1:-all}"
 shift || true
 case "$MODE" in
-    all | tests | bench | stage | sweep) ;;
-    *) echo "run_on_device: unknown mode '$MODE' (all, tests, bench, stage or sweep)"; exit 2 ;;
+    all | tests | bench | stage | sweep | profile) ;;
+    *) echo "run_on_device: unknown mode '$MODE' (all, tests, bench, stage, sweep or profile)"; exit 2 ;;
 esac
+# `sweep A… -- profile B…`: the sweep gets A…, then the profile runs with B….
+MODE_ARGS=()
+PROFILE_ARGS=()
+if [ "$MODE" = profile ]; then PROFILE_ARGS=("$@"); set --; fi
+while [ "$#" -gt 0 ]; do
+    if [ "$1" = "--" ] && [ "${2:-}" = profile ]; then shift 2; PROFILE_ARGS=("$@"); DO_PROFILE=1; break; fi
+    MODE_ARGS+=("$1"); shift
+done
+set -- "${MODE_ARGS[@]}"
+[ "$MODE" = profile ] && DO_PROFILE=1
 BUDGET="${TL_DEVICE_BUDGET_S:-570}"
 START=$(date +%s)
 left() { echo $((BUDGET - ($(date +%s) - START))); }
@@ -151,6 +163,17 @@ if [ "$MODE" = sweep ]; then
     log "sweep: $SWEEP_STATUS"
 fi
 
+PROFILE_STATUS="not run"
+if [ "${DO_PROFILE:-0}" = 1 ]; then
+    T=$(( $(left) - 15 ))
+    log "ncu profile (timeout ${T}s): ${PROFILE_ARGS[*]}"
+    timeout --kill-after=10 "$T" python3 benchmarks/profile_ncu.py --out "$OUT/ncu" "${PROFILE_ARGS[@]}" \
+        >"$OUT/profile.log" 2>&1
+    PROFILE_STATUS="exit $?"
+    tar -czf "$FINAL_OUT/ncu.tar.gz" -C "$OUT" ncu 2>/dev/null
+    log "profile: $PROFILE_STATUS"
+fi
+
 PLANNER_STATUS="not run"
 if [ "$MODE" = all ] && [ "$(left)" -gt 60 ]; then
     T=$(( $(left) - 10 ))
@@ -177,7 +200,10 @@ echo "planner: $PLANNER_STATUS"
 tail -n 14 "$OUT/planner.log" 2>/dev/null
 echo "sweep: $SWEEP_STATUS"
 sed -n '/^variant  /,$p' "$OUT/sweep.log" 2>/dev/null | head -n 60
-for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log sweep.log sweep.json; do
+echo "profile: $PROFILE_STATUS"
+sed -n '/^metric  /,$p' "$OUT/profile.log" 2>/dev/null | head -n 40
+grep -E "no report|ncu is not|Error|error" "$OUT/profile.log" 2>/dev/null | head -n 8
+for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log sweep.log sweep.json profile.log; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL_OUT/"
 done
 tar -czf "$FINAL_OUT/all-logs.tar.gz" -C "$OUT" . 2>/dev/null && rm -rf "$OUT"

@@ -1,0 +1,233 @@
+"""Hardware counters of the generated Hopper kernel beside FlashAttention 4's, same shapes (GPU machine).
+
+    python benchmarks/profile_ncu.py --out DIR [--kernels tl,fa4] [--cases hd128,hd64,hd64-causal]
+        [--seqlen 8192] [--sm90-params hd64:BN=128,...]
+
+Each (kernel, case) runs in its own process under Nsight Compute (`ncu --set full --clock-control none`):
+the child builds its inputs (bf16, 16k tokens, 2048 hidden, as the benchmark), launches the kernel WARMUP
+times, then once more; ncu profiles that last launch only (`--launch-skip WARMUP --launch-count 1`, kernels
+picked by name). Our kernels are compiled in the parent first, so the children load them from the compile
+cache. The reports (`*.ncu-rep`) and their raw metrics (CSV) land in DIR; the table printed last has one
+column per profile and the rows that say what limits an attention kernel: duration, tensor (GMMA) pipe,
+MUFU (XU) and FMA pipes, issue-slot use, and the warp stall reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+WARMUP = 3
+CASES = {
+    "hd128": (128, "none"),
+    "hd64": (64, "none"),
+    "hd128-causal": (128, "causal"),
+    "hd64-causal": (64, "causal"),
+}
+# ncu's kernel-name filter per kernel family (ours are named tl_<target>_…; FA4's CuTe DSL kernels carry the
+# class name FlashAttentionForwardSm90).
+NAME_FILTER = {"tl": "regex:^tl_sm_90", "fa4": "regex:[Ff]lash"}
+# Rows of the summary table: (label, regex over ncu's raw metric names); the first match is shown.
+ROWS = (
+    ("duration (us)", r"^gpu__time_duration\.sum$"),
+    ("SM clock (MHz)", r"^sm__cycles_elapsed\.avg\.per_second$"),
+    ("registers/thread", r"^launch__registers_per_thread$"),
+    ("SM throughput %", r"^sm__throughput\.avg\.pct_of_peak_sustained_elapsed$"),
+    ("tensor GMMA pipe %", r"^sm__pipe_tensor_op_gmma_cycles_active\.avg\.pct_of_peak_sustained_active$"),
+    ("tensor pipe % (any)", r"^sm__pipe_tensor.*cycles_active\.avg\.pct_of_peak_sustained_active$"),
+    ("XU (MUFU) inst %", r"^sm__inst_executed_pipe_xu\.avg\.pct_of_peak_sustained_active$"),
+    ("FMA pipe %", r"^sm__pipe_fma_cycles_active\.avg\.pct_of_peak_sustained_active$"),
+    ("ALU pipe %", r"^sm__pipe_alu_cycles_active\.avg\.pct_of_peak_sustained_active$"),
+    ("issue active %", r"^smsp__issue_active\.avg\.pct_of_peak_sustained_active$"),
+    ("instructions (M)", r"^smsp__inst_executed\.sum$"),
+    ("DRAM throughput %", r"^dram__throughput\.avg\.pct_of_peak_sustained_elapsed$"),
+    ("L2 hit %", r"^lts__t_sector_hit_rate\.pct$"),
+)
+STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
+
+
+def _child(kind: str, case: str, seqlen: int, params: dict[str, int]) -> int:
+    import torch
+
+    from pipeline.benchmark import sweep_shape
+    from runner.baselines import default_scale
+    from runner.bench import make_bench_inputs
+
+    d, mask = CASES[case]
+    shape = sweep_shape(seqlen, d)
+    inputs = make_bench_inputs(shape, d, d, "bf16")
+    if kind == "tl":
+        from runner.bench import kernel_run
+
+        run = kernel_run(_load(d, mask, params), inputs)
+    else:
+        from runner.baselines import BASELINES
+
+        run = next(b for b in BASELINES if b.name == "fa4").prepare(inputs, mask, default_scale(d))
+        # prepare() ran it once already: one launch fewer to skip
+    for i in range(WARMUP + (0 if kind == "tl" else -1)):
+        run(i)
+    torch.cuda.synchronize()
+    run(WARMUP)  # the profiled launch
+    torch.cuda.synchronize()
+    return 0
+
+
+def _config(d: int, mask: str, params: dict[str, int]):  # -> KernelConfig
+    from pipeline.variants import KernelConfig
+
+    return KernelConfig(d, "bf16", mask, target="sm_90", params=tuple(params.items()))
+
+
+def _load(d: int, mask: str, params: dict[str, int]):  # -> LoadedKernel
+    from pipeline.build import compile_all, translate_text
+    from runner.launch import load, require_device
+
+    cfg = _config(d, mask, params)
+    t = translate_text(cfg.tl_text(), Path(f"{cfg.name}.tl"))
+    built = compile_all([t], device_arch=require_device())[0]
+    return load(built.compiled, t.spec)  # a BuildError has no .compiled: let it raise with its message
+
+
+def _precompile(cases: list[str], params: dict[int, dict[str, int]]) -> None:
+    from pipeline.build import compile_all, translate_text
+    from runner.launch import require_device
+
+    items = []
+    for case in cases:
+        d, mask = CASES[case]
+        cfg = _config(d, mask, params.get(d, {}))
+        items.append(translate_text(cfg.tl_text(), Path(f"{cfg.name}.tl")))
+    for built in compile_all(items, device_arch=require_device()):
+        if not hasattr(built, "compiled"):
+            print(f"compile failed: {built}", file=sys.stderr)
+
+
+def _raw_metrics(report: Path) -> dict[str, str]:
+    """The profiled kernel's raw metrics (the longest one, should the filter have caught another)."""
+    out = subprocess.run(
+        ["ncu", "--import", str(report), "--csv", "--page", "raw"], capture_output=True, text=True, check=True
+    ).stdout
+    rows = list(csv.reader(io.StringIO(out)))
+    if len(rows) < 3:
+        return {}
+    header, data = rows[0], rows[2:]  # rows[1] holds the units
+    best = max(data, key=lambda r: _num(r[header.index("gpu__time_duration.sum")]) or 0.0)
+    return dict(zip(header, best, strict=False))
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _row_value(metrics: dict[str, str], pattern: str) -> str:
+    for name, value in metrics.items():
+        if re.match(pattern, name):
+            v = _num(value)
+            if v is None:
+                return value
+            if name == "smsp__inst_executed.sum" or name.endswith("per_second"):
+                v /= 1e6
+            elif name == "gpu__time_duration.sum":
+                v /= 1e3  # ns → us
+            return f"{v:.1f}"
+    return "-"
+
+
+def _parse_params(spec: str) -> dict[int, dict[str, int]]:
+    """`hd64:BN=128,hd128:persistent=1` → {64: {"BN": 128}, 128: {"persistent": 1}}."""
+    out: dict[int, dict[str, int]] = {}
+    for part in filter(None, spec.split(",")):
+        hd, _, kv = part.partition(":")
+        k, _, v = kv.partition("=")
+        out.setdefault(int(hd.removeprefix("hd")), {})[k] = int(v)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("ncu-out"))
+    ap.add_argument("--kernels", default="tl,fa4")
+    ap.add_argument("--cases", default="hd128,hd64,hd64-causal")
+    ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument("--sm90-params", default="", help="Params of our kernel per head dim: hd64:BN=128,…")
+    ap.add_argument("--timeout-s", type=int, default=240, help="per profile")
+    ap.add_argument("--child", nargs=2, metavar=("KERNEL", "CASE"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    params = _parse_params(args.sm90_params)
+    cases = args.cases.split(",")
+    if args.child:
+        kind, case = args.child
+        return _child(kind, case, args.seqlen, params.get(CASES[case][0], {}))
+
+    if shutil.which("ncu") is None:
+        print("profile_ncu: ncu is not on the PATH", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    kinds = args.kernels.split(",")
+    if "tl" in kinds:
+        _precompile(cases, params)
+    columns: dict[str, dict[str, str]] = {}
+    for case in cases:
+        for kind in kinds:
+            label = f"{kind}:{case}"
+            report = args.out / f"{kind}_{case}"
+            cmd = [
+                "ncu", "--set", "full", "--clock-control", "none", "--target-processes", "all",
+                "--kernel-name", NAME_FILTER[kind], "--launch-skip", str(WARMUP), "--launch-count", "1",
+                "--force-overwrite", "--export", str(report),
+                sys.executable, __file__, "--child", kind, case, "--seqlen", str(args.seqlen),
+                "--sm90-params", args.sm90_params,
+            ]  # fmt: skip
+            try:
+                proc = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=args.timeout_s, env=os.environ
+                )
+                log = proc.stdout + proc.stderr
+            except subprocess.TimeoutExpired as exc:
+                log = f"timed out after {args.timeout_s}s\n{exc.stdout or ''}{exc.stderr or ''}"
+            (args.out / f"{kind}_{case}.log").write_text(str(log))
+            rep = report.with_suffix(".ncu-rep")
+            if not rep.exists():
+                print(f"{label}: no report; the log's end:\n{str(log)[-1500:]}")
+                continue
+            metrics = _raw_metrics(rep)
+            (args.out / f"{kind}_{case}.json").write_text(json.dumps(metrics, indent=1))
+            columns[label] = metrics
+    if not columns:
+        return 1
+    _print_table(columns)
+    return 0
+
+
+def _print_table(columns: dict[str, dict[str, str]]) -> None:
+    labels = list(columns)
+    width = max(12, *(len(x) for x in labels))
+    print("\n" + "metric".ljust(28) + "".join(x.rjust(width + 2) for x in labels))
+    for title, pattern in ROWS:
+        print(title.ljust(28) + "".join(_row_value(columns[x], pattern).rjust(width + 2) for x in labels))
+    stalls: dict[str, dict[str, float]] = {}
+    for label, metrics in columns.items():
+        for name, value in metrics.items():
+            m = STALL.match(name)
+            if m and (v := _num(value)) is not None:
+                stalls.setdefault(m.group(1), {})[label] = v
+    top = sorted(stalls, key=lambda s: -max(stalls[s].values()))[:10]
+    print("stall (warps per issue)")
+    for s in top:
+        print(f"  {s}".ljust(28) + "".join(f"{stalls[s].get(x, 0.0):.2f}".rjust(width + 2) for x in labels))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
