@@ -196,9 +196,10 @@ def _check(cfg: HopperConfig) -> list[Diagnostic]:
                 "columns: head dims 64, 128, 192 or 256",
                 *keys,
             )
-    if cfg.pingpong and (cfg.consumers != 2 or not cfg.overlap):
+    if cfg.pingpong and (cfg.consumers < 2 or not cfg.overlap):
         bad(
-            "ping-pong scheduling alternates exactly two consumer warp groups of the overlapped loop",
+            "ping-pong scheduling passes the GEMM turn between two or three consumer warp groups of the "
+            "overlapped loop",
             "consumers",
             "BM",
             "load_q",

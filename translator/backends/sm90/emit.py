@@ -63,10 +63,10 @@ def emit_sm90(
 
     `consumers`, `overlap`, `pingpong` and `persistent` default to the plan's (the TL Params or their
     defaults); an explicit value overrides it (experiments). Ping-pong left to the plan is dropped when
-    the overrides leave no two overlapped consumer groups for it."""
+    the overrides leave fewer than two overlapped consumer groups for it."""
     n = plan.consumers if consumers is None else consumers
     ov = plan.overlap if overlap is None else overlap
-    pp = pingpong if pingpong is not None else plan.pingpong and n == 2 and ov
+    pp = pingpong if pingpong is not None else plan.pingpong and n >= 2 and ov
     ps = plan.persistent if persistent is None else persistent
     cfg = hopper_config(plan, consumers=n, overlap=ov, pingpong=pp, persistent=ps)
     w = CodeWriter()
@@ -535,10 +535,15 @@ def _consumer(e: _Emit) -> None:
         w.line("int stage = 0;")
         w.line("uint32_t phase = 0;")
     if e.cfg.pingpong:
-        with e.tag("loop", "ping-pong: consumer warp groups take turns issuing GEMMs; group 0 goes first"):
+        with e.tag(
+            "loop",
+            "ping-pong: consumer warp groups take turns issuing GEMMs, in a ring (0, 1, …); each turn is a "
+            "named barrier (3 + group) that the group before it arrives on",
+        ):
             w.line("const int consumer_wg = ctid / 128;")
+            w.line("const int next_wg = consumer_wg + 1 == Traits::kConsumers ? 0 : consumer_wg + 1;")
             w.line("auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };")
-            w.line("auto your_turn = [&]() { tl::consumer_arrive(3 + (1 - consumer_wg), 256); };")
+            w.line("auto your_turn = [&]() { tl::consumer_arrive(3 + next_wg, 256); };")
     with _tile_loop(e, "consumers"):
         _consumer_tile(e)
     if e.cfg.persistent and not e.cfg.reuse_q_for_o:
@@ -708,8 +713,8 @@ def _loop_overlap(e: _Emit) -> None:
     w = e.w
     w.line()
     if e.cfg.pingpong:
-        with e.tag("loop", "ping-pong: group 1 lets group 0 issue first"):
-            w.line("if (consumer_wg == 1 && n_block_max > n_block_min) your_turn();")
+        with e.tag("loop", "ping-pong: the last group hands group 0 the first turn"):
+            w.line("if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();")
     with e.tag("loop", "the first key block alone: its P feeds the pipelined loop"), w.block(
         "if (n_block_max > n_block_min)"
     ):
@@ -727,44 +732,78 @@ def _loop_overlap(e: _Emit) -> None:
             w.line("int v_stage = stage;")
             w.line("uint32_t v_phase = phase;")
             w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
-        with e.tag("loop", "blocks n_block_max − 2 … n_block_min: Q·Kᵀ(n) overlaps P·V(n + 1)"):
-            w.line("CUTE_NO_UNROLL")
-            w.line("for (n_block = n_block_max - 2; n_block >= n_block_min; --n_block) {")
-        with w.indent():
-            _alloc_s(e, "acc_s_next")
-            _qk(e, "acc_s_next", turn=True)
-            with e.tag("softmax", "rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it"):
-                w.line("rescale_o();")
-            _pv(e, "v_stage", "v_phase")
-            _turn(e, "your_turn();")
-            _qk_done(
-                e,
-                "acc_s_next",
-                pending=1,
-                note="wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)",
-            )
-            with e.tag("mask" if e.plan.mask != "none" else "loop"):
-                w.line("apply_mask(acc_s_next, n_block);")
-            with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
-                w.line("softmax_step(acc_s_next);")
-                w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax")
-            _pv_done(e, "v_stage", "P·V has drained: free V")
-            with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
-                w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
-                w.line("CUTE_UNROLL")
-                w.line("for (int i = 0; i < size(rP); ++i) rP(i) = rP_next(i);")
-            with e.tag("loop"):
-                w.line("v_stage = stage;")
-                w.line("v_phase = phase;")
-                w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
-        with e.tag("loop"):
-            w.line("}")
+        _overlap_step(e)
+        _overlap_loops(e)
         _turn(e, "my_turn();")
         with e.tag("softmax", "the last rescale, before the last P·V"):
             w.line("rescale_o();")
         _pv(e, "v_stage", "v_phase")
-        _turn(e, "if (consumer_wg == 0) { your_turn(); }  // group 1 gave its turn first: one arrive fewer")
+        _turn(e, "if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first")
         _pv_done(e, "v_stage", "the last P·V")
+
+
+def _overlap_step(e: _Emit) -> None:
+    """One pipelined iteration as a lambda, so the masked and the unmasked loop share it (`masked` is a
+    compile-time flag: the unmasked loop carries no per-score compare and select)."""
+    w = e.w
+    with e.tag("loop", "one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)"):
+        w.line("auto overlap_step = [&](const int n_block, auto masked) {")
+    with w.indent():
+        _alloc_s(e, "acc_s_next")
+        _qk(e, "acc_s_next", turn=True)
+        with e.tag("softmax", "rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it"):
+            w.line("rescale_o();")
+        _pv(e, "v_stage", "v_phase")
+        _turn(e, "your_turn();")
+        _qk_done(
+            e,
+            "acc_s_next",
+            pending=1,
+            note="wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)",
+        )
+        if e.plan.mask != "none":
+            with e.tag("mask"):
+                w.line("if constexpr (decltype(masked)::value) apply_mask(acc_s_next, n_block);")
+        with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
+            w.line("softmax_step(acc_s_next);")
+            w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax")
+        _pv_done(e, "v_stage", "P·V has drained: free V")
+        with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
+            w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
+            w.line("CUTE_UNROLL")
+            w.line("for (int i = 0; i < size(rP); ++i) rP(i) = rP_next(i);")
+        with e.tag("loop"):
+            w.line("v_stage = stage;")
+            w.line("v_phase = phase;")
+            w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
+    with e.tag("loop"):
+        w.line("};")
+
+
+def _overlap_loops(e: _Emit) -> None:
+    """Blocks n_block_max − 2 … n_block_min. Only blocks that cross the mask's edge pay for the mask: with no
+    mask none does (the seqlen_k tail is in the first block, done above); with a causal mask the blocks
+    on the diagonal come first, then the loop without; a window masks every block."""
+    w, mask = e.w, e.plan.mask
+    if mask == "causal":
+        with e.tag("mask", "blocks below n_block_unmasked lie left of every row's diagonal: no mask"):
+            w.line(
+                "const int n_block_unmasked = max(n_block_min, "
+                "(m_block * kBlockM + seqlen_k - seqlen_q + 1) / kBlockN);"
+            )
+    loops = {
+        "none": [("n_block_min", "false", "every block left of the first: no mask")],
+        "causal": [
+            ("n_block_unmasked", "true", "blocks on the diagonal: masked"),
+            ("n_block_min", "false", "the rest: no mask"),
+        ],
+        "window": [("n_block_min", "true", "every block: the window can cut any of them")],
+    }[mask]
+    w.line("n_block = n_block_max - 2;")
+    for low, masked, note in loops:
+        with e.tag("mask" if masked == "true" else "loop", note):
+            w.line("CUTE_NO_UNROLL")
+            w.line(f"for (; n_block >= {low}; --n_block) overlap_step(n_block, cute::{masked}_type{{}});")
 
 
 def _qk_done(e: _Emit, acc: str, *, pending: int, note: str = "") -> None:
