@@ -46,9 +46,9 @@ SPECIAL_PARAMS: dict[str, str] = {
         "with P·V of this one, so the softmax runs while the tensor cores work (default 1)"
     ),
     "pingpong": (
-        "sm_90, 0 or 1: two consumer warp groups take turns issuing their GEMMs (FlashAttention 3's "
-        "ping-pong), so one group's softmax hides under the other's GEMMs; needs consumers = 2 and "
-        "overlap (default 1 with two consumers up to head dim 128)"
+        "sm_90, 0 or 1: the consumer warp groups take turns issuing their GEMMs (FlashAttention 3's "
+        "ping-pong; with three groups the turn goes round a ring), so one group's softmax hides under "
+        "the others' GEMMs; needs two or three consumers and overlap (default 1 up to head dim 128)"
     ),
     "persistent": (
         "sm_90, 0 or 1: one thread block per SM walks the query tiles in turn, so the producer loads "
@@ -111,12 +111,11 @@ HOPPER_PERSISTENT = 0
 
 def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
     """Default sm_90 tile and schedule per head dim, from the H200 measurements in docs/translation.md:
-    d ≤ 64: 192×128, 3 consumers (128×128, 2 consumers, ping-pong when causal); d ≤ 128: 128×160
-    (128×128 causal), 2 consumers, ping-pong; 192 (MLA): 128×128; 256: 128×80, 2 consumers, no ping-pong.
-    2 stages, overlap on."""
+    d ≤ 64: 192×128, 3 consumers; d ≤ 128: 128×160 (128×128 causal), 2 consumers; 192 (MLA): 128×128;
+    256: 128×80, 2 consumers. Ping-pong up to head dim 128, 2 stages, overlap on."""
     causal = mask == "causal"
-    if head_dim <= 64:
-        tile = {"BM": 128, "BN": 128, "consumers": 2} if causal else {"BM": 192, "BN": 128, "consumers": 3}
+    if head_dim <= 64:  # FA4's tile; with the 3-group ping-pong ring it beat 128×128 on 2 groups (round 8)
+        tile = {"BM": 192, "BN": 128, "consumers": 3}
     elif head_dim <= 128:
         # 160 without a mask: the best of 128/144/160/176/192 on the H200 (docs/hopper.md)
         tile = {"BM": 128, "BN": 128 if causal else 160, "consumers": 2}
@@ -138,8 +137,9 @@ def default_consumers(block_m: int | None) -> int:
 
 
 def default_pingpong(consumers: int, overlap: int, head_dim: int | None) -> int:
-    """Ping-pong pays off with two consumer groups up to head dim 128 (measured); at 256 it does not."""
-    return int(consumers == 2 and bool(overlap) and (head_dim is None or head_dim <= 128))
+    """Ping-pong pays off with two or three consumer groups up to head dim 128 (measured); at 256 it
+    does not."""
+    return int(consumers in (2, 3) and bool(overlap) and (head_dim is None or head_dim <= 128))
 
 
 def hopper_barrier_bytes(stages: int) -> int:

@@ -56,5 +56,6 @@ def test_the_defaults_follow_the_measured_tiles() -> None:
     assert core.default_warps("sm_80", 128, 256) == 8 and core.default_warps("sm_80", 64, 256) == 4
     assert core.hopper_tile(128) == {"BM": 128, "BN": 160, "consumers": 2, "stages": 2, "overlap": 1,
                                      "pingpong": 1, "persistent": 0}
-    assert core.hopper_tile(64, "causal")["BM"] == 128 and core.hopper_tile(64)["consumers"] == 3
+    assert core.hopper_tile(64, "causal")["BM"] == 192 and core.hopper_tile(64)["consumers"] == 3
+    assert core.hopper_tile(64)["pingpong"] == 1  # the three-group ring
     assert core.hopper_tile(256)["pingpong"] == 0

@@ -28,16 +28,24 @@ def arch_facts(plan: KernelPlan) -> ArchFacts:
     major, minor = plan.compute_capability
     if (major, minor) < (8, 0):
         return ArchFacts(
-            mma_atom="SM75_16x8x8_F32F16F16F32_TN", mma_k=8, cp_async=False,
+            mma_atom="SM75_16x8x8_F32F16F16F32_TN",
+            mma_k=8,
+            cp_async=False,
             gmem_copy_op="UniversalCopy<cute::uint128_t>",
             # A k8 slice of a warp's operands is two 8×8 matrices: ldmatrix .x2 (and .x2.trans for Vᵀ).
-            ldsm="SM75_U32x2_LDSM_N", ldsm_t="SM75_U16x4_LDSM_T", tile_k=8,
+            ldsm="SM75_U32x2_LDSM_N",
+            ldsm_t="SM75_U16x4_LDSM_T",
+            tile_k=8,
         )
     ab = "BF16BF16" if plan.dtype == "bf16" else "F16F16"
     return ArchFacts(
-        mma_atom=f"SM80_16x8x16_F32{ab}F32_TN", mma_k=16, cp_async=True,
+        mma_atom=f"SM80_16x8x16_F32{ab}F32_TN",
+        mma_k=16,
+        cp_async=True,
         gmem_copy_op="SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>",
-        ldsm="SM75_U32x4_LDSM_N", ldsm_t="SM75_U16x8_LDSM_T", tile_k=16,
+        ldsm="SM75_U32x4_LDSM_N",
+        ldsm_t="SM75_U16x8_LDSM_T",
+        tile_k=16,
     )
 
 

@@ -20,8 +20,10 @@ def emit_helpers(w: CodeWriter, mma_k: int) -> None:
         with w.block("CUTE_DEVICE constexpr auto acc_rowcol(Layout acc)"):
             w.line("static_assert(decltype(size<0>(acc))::value == 4);")
             w.line("auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)")
-            w.line("return make_layout(make_layout(get<0, 1>(l), get<1>(l)), "
-                   "make_layout(get<0, 0>(l), get<2>(l)));")
+            w.line(
+                "return make_layout(make_layout(get<0, 1>(l), get<1>(l)), "
+                "make_layout(get<0, 0>(l), get<2>(l)));"
+            )
         w.line()
         w.comment("TL `Reshape S from (MMA_C, …) to (MMA_A, …)`: the accumulator registers re-viewed as the")
         if mma_k == 16:

@@ -54,21 +54,29 @@ class Emit:
 def _globals(e: Emit, phase: str) -> None:
     """Allocate Q/K/V/O in global: the (seqlen, dim) slice of this (batch, head), int64 strides."""
     w, p = e.w, e.plan
-    specs = (("alloc_q", "mQ", "q", "Element const", "seqlen_q", "kHeadDimQK", "bidh"),
-             ("alloc_k", "mK", "k", "Element const", "seqlen_k", "kHeadDimQK", "bidh_kv"),
-             ("alloc_v", "mV", "v", "Element const", "seqlen_k", "kHeadDimV", "bidh_kv"),
-             ("alloc_o", "mO", "o", "Element", "seqlen_q", "kHeadDimV", "bidh"))
+    specs = (
+        ("alloc_q", "mQ", "q", "Element const", "seqlen_q", "kHeadDimQK", "bidh"),
+        ("alloc_k", "mK", "k", "Element const", "seqlen_k", "kHeadDimQK", "bidh_kv"),
+        ("alloc_v", "mV", "v", "Element const", "seqlen_k", "kHeadDimV", "bidh_kv"),
+        ("alloc_o", "mO", "o", "Element", "seqlen_q", "kHeadDimV", "bidh"),
+    )
     w.line()
-    with w.tl(e.line_of("group") or e.line_of("heads_kv") or e.line_of("alloc_k"),
-              "GQA/MQA: consecutive query heads share one K/V head" if (p.group or p.heads_kv) else ""):
+    with w.tl(
+        e.line_of("group") or e.line_of("heads_kv") or e.line_of("alloc_k"),
+        "GQA/MQA: consecutive query heads share one K/V head" if (p.group or p.heads_kv) else "",
+    ):
         w.line("const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head")
     for kind, m, ptr, ty, rows, dim, head in specs:
         with e.tag(kind):
-            w.line(f"Tensor {m} = make_tensor(make_gmem_ptr(static_cast<{ty}*>({ptr}) + bidb * "
-                   f"{ptr}_batch_stride "
-                   f"+ {head} * {ptr}_head_stride),")
-            w.line(f"                        make_shape({rows}, Int<{dim}>{{}}), "
-                   f"make_stride({ptr}_row_stride, _1{{}}));  // ({rows}, {dim})")
+            w.line(
+                f"Tensor {m} = make_tensor(make_gmem_ptr(static_cast<{ty}*>({ptr}) + bidb * "
+                f"{ptr}_batch_stride "
+                f"+ {head} * {ptr}_head_stride),"
+            )
+            w.line(
+                f"                        make_shape({rows}, Int<{dim}>{{}}), "
+                f"make_stride({ptr}_row_stride, _1{{}}));  // ({rows}, {dim})"
+            )
 
 
 def _key_range(e: Emit, phase: str) -> None:
@@ -84,35 +92,46 @@ def _key_range(e: Emit, phase: str) -> None:
         right = "" if p.mask == "causal" else " + window_right"
         if p.mask == "window":
             w.line("if (window_right >= 0) {")
-            w.line("  n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + "
-                   "seqlen_k - seqlen_q"
-                   f"{right}, kBlockN));")
+            w.line(
+                "  n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + "
+                "seqlen_k - seqlen_q"
+                f"{right}, kBlockN));"
+            )
             w.line("}")
             w.line("if (window_left >= 0) {")
-            w.line("  n_block_min = max(0, (m_block * kBlockM + seqlen_k - seqlen_q - window_left) "
-                   "/ kBlockN);")
+            w.line(
+                "  n_block_min = max(0, (m_block * kBlockM + seqlen_k - seqlen_q - window_left) / kBlockN);"
+            )
             w.line("}")
         else:
-            w.line("n_block_max = min(n_block_max, "
-                   "cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q, kBlockN));")
+            w.line(
+                "n_block_max = min(n_block_max, "
+                "cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q, kBlockN));"
+            )
 
 
 def _load_q(e: Emit, phase: str) -> None:
     w = e.w
     w.line()
     with e.tag("load_q", "tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed"):
-        w.line("Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDimQK>>{}, make_coord(m_block, 0));"
-               "  // (kBlockM, kHeadDimQK)")
-        w.line("Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), "
-               "Traits::SmemLayoutQ{});"
-               "  // (kBlockM, kHeadDimQK)")
+        w.line(
+            "Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDimQK>>{}, make_coord(m_block, 0));"
+            "  // (kBlockM, kHeadDimQK)"
+        )
+        w.line(
+            "Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), "
+            "Traits::SmemLayoutQ{});"
+            "  // (kBlockM, kHeadDimQK)"
+        )
         w.line("typename Traits::GmemTiledCopyQK gmem_tiled_copy_QK;")
         w.line("auto gmem_thr_copy_QK = gmem_tiled_copy_QK.get_thread_slice(tidx);")
         w.line("Tensor tQgQ = gmem_thr_copy_QK.partition_S(gQ);  // (QCPY, QCPY_M, QCPY_K)")
         w.line("Tensor tQsQ = gmem_thr_copy_QK.partition_D(sQ);  // (QCPY, QCPY_M, QCPY_K)")
-        w.line("Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, "
-               "Int<kHeadDimQK>>{}));"
-               "  // (row, col) of each copied vector")
+        w.line(
+            "Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, "
+            "Int<kHeadDimQK>>{}));"
+            "  // (row, col) of each copied vector"
+        )
         w.line("const int q_rows = seqlen_q - m_block * kBlockM;  // valid rows in this tile")
         w.line("CUTE_UNROLL")
         with w.block("for (int m = 0; m < size<1>(tQsQ); ++m)"):
@@ -146,14 +165,20 @@ def _load_k(e: Emit, phase: str) -> None:
     if phase == "setup":
         w.line()
         with e.tag("load_k", f"{p.stages} K buffer{'s' if p.stages > 1 else ''} after Q's"):
-            w.line("Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDimQK>>{}, make_coord(_, 0));"
-                   "  // (kBlockN, kHeadDimQK, n_blocks)")
-            w.line("Tensor sK = make_tensor(sQ.data() + size(sQ), Traits::SmemLayoutK{});"
-                   "  // (kBlockN, kHeadDimQK, kStages)")
+            w.line(
+                "Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDimQK>>{}, make_coord(_, 0));"
+                "  // (kBlockN, kHeadDimQK, n_blocks)"
+            )
+            w.line(
+                "Tensor sK = make_tensor(sQ.data() + size(sQ), Traits::SmemLayoutK{});"
+                "  // (kBlockN, kHeadDimQK, kStages)"
+            )
             w.line("Tensor tKgK = gmem_thr_copy_QK.partition_S(gK);  // (KCPY, KCPY_N, KCPY_K, n_blocks)")
             w.line("Tensor tKsK = gmem_thr_copy_QK.partition_D(sK);  // (KCPY, KCPY_N, KCPY_K, kStages)")
-            w.line("Tensor tKcK = gmem_thr_copy_QK.partition_S("
-                   "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{}));")
+            w.line(
+                "Tensor tKcK = gmem_thr_copy_QK.partition_S("
+                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{}));"
+            )
             _load_tile(e, "K", "gmem_tiled_copy_QK", staged=True)
     elif phase == "prologue":
         w.line()
@@ -162,12 +187,17 @@ def _load_k(e: Emit, phase: str) -> None:
                 w.line("load_K(n_block_max - 1, 0, cute::true_type{});")
             e.fence()
     elif phase == f"prefetch{p.stages}":
-        note = ("prefetch the next key block into the other buffer; it overlaps this block's whole compute"
-                if p.stages == 2 else "prefetch the next key block; it overlaps softmax and P·V")
-        with e.tag("load_k", note + " (a full block: only the highest can be partial)"), \
-                w.block("if (n_block > n_block_min)"):
-                w.line(f"load_K(n_block - 1, {'stage ^ 1' if p.stages == 2 else '0'}, cute::false_type{{}});")
-                e.fence()
+        note = (
+            "prefetch the next key block into the other buffer; it overlaps this block's whole compute"
+            if p.stages == 2
+            else "prefetch the next key block; it overlaps softmax and P·V"
+        )
+        with (
+            e.tag("load_k", note + " (a full block: only the highest can be partial)"),
+            w.block("if (n_block > n_block_min)"),
+        ):
+            w.line(f"load_K(n_block - 1, {'stage ^ 1' if p.stages == 2 else '0'}, cute::false_type{{}});")
+            e.fence()
 
 
 def _load_v(e: Emit, phase: str) -> None:
@@ -175,16 +205,22 @@ def _load_v(e: Emit, phase: str) -> None:
     if phase == "setup":
         w.line()
         with e.tag("load_v", "V buffers after the K buffers"):
-            w.line("Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(_, 0));"
-                   "  // (kBlockN, kHeadDimV, n_blocks)")
-            w.line("Tensor sV = make_tensor(sK.data() + size(sK), Traits::SmemLayoutV{});"
-                   "  // (kBlockN, kHeadDimV, kStages)")
+            w.line(
+                "Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(_, 0));"
+                "  // (kBlockN, kHeadDimV, n_blocks)"
+            )
+            w.line(
+                "Tensor sV = make_tensor(sK.data() + size(sK), Traits::SmemLayoutV{});"
+                "  // (kBlockN, kHeadDimV, kStages)"
+            )
             w.line("typename Traits::GmemTiledCopyV gmem_tiled_copy_V;")
             w.line("auto gmem_thr_copy_V = gmem_tiled_copy_V.get_thread_slice(tidx);")
             w.line("Tensor tVgV = gmem_thr_copy_V.partition_S(gV);  // (VCPY, VCPY_N, VCPY_K, n_blocks)")
             w.line("Tensor tVsV = gmem_thr_copy_V.partition_D(sV);  // (VCPY, VCPY_N, VCPY_K, kStages)")
-            w.line("Tensor tVcV = gmem_thr_copy_V.partition_S("
-                   "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));")
+            w.line(
+                "Tensor tVcV = gmem_thr_copy_V.partition_S("
+                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));"
+            )
             _load_tile(e, "V", "gmem_tiled_copy_V", staged=True)
     elif phase == "prologue":
         if e.plan.stages == 1:
@@ -194,10 +230,12 @@ def _load_v(e: Emit, phase: str) -> None:
                 w.line("load_V(n_block_max - 1, 0, cute::true_type{});")
             e.fence()
     elif phase == "prefetch2":
-        with e.tag("load_v", "prefetch the next key block's V into the other buffer, behind its K"), \
-                w.block("if (n_block > n_block_min)"):
-                w.line("load_V(n_block - 1, stage ^ 1, cute::false_type{});")
-                e.fence()
+        with (
+            e.tag("load_v", "prefetch the next key block's V into the other buffer, behind its K"),
+            w.block("if (n_block > n_block_min)"),
+        ):
+            w.line("load_V(n_block - 1, stage ^ 1, cute::false_type{});")
+            e.fence()
     else:
         with e.tag("load_v", "issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)"):
             if e.masked:
@@ -235,13 +273,17 @@ def _v_to_reg(e: Emit, phase: str) -> None:
     if phase != "setup":
         return
     with e.tag("v_to_reg", "ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)"):
-        w.line("Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, "
-               "kBlockN, kStages)")
+        w.line(
+            "Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)"
+        )
         w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
-        w.line("Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, "
-               "MMA_N_V, MMA_K_V)")
-        w.line("auto smem_tiled_copy_V = make_tiled_copy_B(typename "
-               "Traits::SmemCopyAtomTransposed{}, tiled_mma);")
+        w.line(
+            "Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)"
+        )
+        w.line(
+            "auto smem_tiled_copy_V = make_tiled_copy_B(typename "
+            "Traits::SmemCopyAtomTransposed{}, tiled_mma);"
+        )
         w.line("auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);")
         w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)")
         w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
@@ -251,15 +293,19 @@ def _alloc_acc_o(e: Emit, phase: str) -> None:
     w = e.w
     w.line()
     with e.tag("alloc_acc_o", "fp32 accumulator fragment"):
-        w.line("Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});"
-               "  // (MMA, MMA_M, MMA_N_V)")
+        w.line(
+            "Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});"
+            "  // (MMA, MMA_M, MMA_N_V)"
+        )
         w.line("clear(acc_o);")
 
 
 def _alloc_s(e: Emit, phase: str) -> None:
     with e.tag("alloc_s", "fp32 scores of this key block"):
-        e.w.line("Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});"
-                 "  // (MMA, MMA_M, MMA_N)")
+        e.w.line(
+            "Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});"
+            "  // (MMA, MMA_M, MMA_N)"
+        )
         e.w.line("clear(acc_s);")
 
 
@@ -296,10 +342,13 @@ def _softmax(e: Emit, phase: str) -> None:
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
             if e.masked:
-                w.line("// in a masked block a row may have seen no key yet (max = -inf): "
-                       "exponentiate against 0")
-                w.line("const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f "
-                       ": row_max(r) * scale_log2;")
+                w.line(
+                    "// in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0"
+                )
+                w.line(
+                    "const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f "
+                    ": row_max(r) * scale_log2;"
+                )
             else:
                 w.line("const float m_scaled = row_max(r) * scale_log2;")
             w.line("const float correction = tl::exp2_approx(row_max_prev(r) * scale_log2 - m_scaled);")
@@ -315,22 +364,35 @@ def _softmax(e: Emit, phase: str) -> None:
 def _reshape(e: Emit, phase: str) -> None:
     with e.tag("reshape", "P in the input dtype, its registers re-viewed as the A operand"):
         e.w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
-        e.w.line("Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, "
-                 "MMA_M, MMA_K_V)")
+        e.w.line(
+            "Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)"
+        )
 
 
 def _gemm(e: Emit, phase: str, kind: str) -> None:
     w = e.w
     if kind == "gemm_qk":
         stage = "stage" if e.plan.stages == 2 else "0"
-        a, a_src, a_view, b, b_src, b_view, acc = ("tSrQ", "tSsQ(_, _, {k})", "tSrQ_view", "tSrK",
-                                                   f"tSsK(_, _, {{k}}, {stage})", "tSrK_view", "acc_s")
+        a, a_src, a_view, b, b_src, b_view, acc = (
+            "tSrQ",
+            "tSsQ(_, _, {k})",
+            "tSrQ_view",
+            "tSrK",
+            f"tSsK(_, _, {{k}}, {stage})",
+            "tSrK_view",
+            "acc_s",
+        )
         copies = (("smem_tiled_copy_Q", a_src, a_view), ("smem_tiled_copy_K", b_src, b_view))
         note = "S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k"
     else:
         a, b, acc = "tOrP", "tOrVt", "acc_o"
-        copies = (("smem_tiled_copy_V", "tOsVt(_, _, {k}, %s)" % ("stage" if e.plan.stages == 2 else "0"),
-                    "tOrVt_view"),)
+        copies = (
+            (
+                "smem_tiled_copy_V",
+                "tOsVt(_, _, {k}, %s)" % ("stage" if e.plan.stages == 2 else "0"),
+                "tOrVt_view",
+            ),
+        )
         note = "acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead"
     with e.tag(kind, note):
         for tc, src, view in copies:
@@ -349,9 +411,11 @@ def _mask(e: Emit, phase: str) -> None:
     tag = "loop" if p.mask == "none" else "mask"
     if phase == "setup":
         with e.tag(tag, "(row, col) of each score, and which key blocks need the mask"):
-            w.line("Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, "
-                   "Int<kBlockN>>{}));"
-                   "  // (MMA, MMA_M, MMA_N) -> (row, col)")
+            w.line(
+                "Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, "
+                "Int<kBlockN>>{}));"
+                "  // (MMA, MMA_M, MMA_N) -> (row, col)"
+            )
             if p.mask == "window":
                 w.line("// a window has a left edge too: every block is masked")
                 return
@@ -367,9 +431,11 @@ def _mask(e: Emit, phase: str) -> None:
     elif p.mask == "window":
         conds.append("(window_right >= 0 && col > row + seqlen_k - seqlen_q + window_right)")
         conds.append("(window_left >= 0 && col < row + seqlen_k - seqlen_q - window_left)")
-    note = {"none": "key columns past seqlen_k (last block only)",
-            "causal": "bottom-right causal mask and the seqlen_k tail",
-            "window": "sliding window (bottom-right aligned) and the seqlen_k tail"}[p.mask]
+    note = {
+        "none": "key columns past seqlen_k (last block only)",
+        "causal": "bottom-right causal mask and the seqlen_k tail",
+        "window": "sliding window (bottom-right aligned) and the seqlen_k tail",
+    }[p.mask]
     if not e.masked:
         return
     with e.tag(tag, note):
@@ -412,8 +478,9 @@ def _body(e: Emit, *, masked: bool) -> None:
     e.masked = masked
     e.run("alloc_s", "loop")
     if staged:
-        with e.tag("loop", "K(n_block) has landed (its V may still fly); every warp is done with the "
-                           "other buffers"):
+        with e.tag(
+            "loop", "K(n_block) has landed (its V may still fly); every warp is done with the other buffers"
+        ):
             e.wait(1)
             w.line("__syncthreads();")
         e.run("load_k", "prefetch2")
@@ -427,8 +494,9 @@ def _body(e: Emit, *, masked: bool) -> None:
     e.run("mask", "loop")
     with e.tag("loop", "V(n_block) has landed; every warp is done reading this K buffer"):
         if staged and e.facts.cp_async:
-            w.line("if (n_block > n_block_min) { cute::cp_async_wait<2>(); } "
-                   "else { cute::cp_async_wait<0>(); }")
+            w.line(
+                "if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }"
+            )
         else:
             e.wait(0)
         w.line("__syncthreads();")
@@ -457,34 +525,45 @@ def _store_o(e: Emit, phase: str) -> None:
     with e.tag("store_o", "registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped"):
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if reuse:
-            w.line("Tensor sO = make_tensor(sQ.data(), Traits::SmemLayoutO{});  // reuses Q's "
-                   "buffer: Q·Kᵀ is done"
-                   "  // (kBlockM, kHeadDimV)")
+            w.line(
+                "Tensor sO = make_tensor(sQ.data(), Traits::SmemLayoutO{});  // reuses Q's "
+                "buffer: Q·Kᵀ is done"
+                "  // (kBlockM, kHeadDimV)"
+            )
         else:
-            w.line("Tensor sO = make_tensor(sV.data() + size(sV), Traits::SmemLayoutO{});  // "
-                   "(kBlockM, kHeadDimV)")
+            w.line(
+                "Tensor sO = make_tensor(sV.data() + size(sV), Traits::SmemLayoutO{});  // "
+                "(kBlockM, kHeadDimV)"
+            )
         w.line("auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);")
         w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);")
-        w.line("cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), "
-               "smem_thr_copy_O.partition_D(sO));")
+        w.line(
+            "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));"
+        )
         w.line()
         emit_store_lse(w, "thr_mma")
         w.line("__syncthreads();  // sO complete before it is read in another thread layout")
         w.line()
-        w.line("Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));"
-               "  // (kBlockM, kHeadDimV)")
+        w.line(
+            "Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));"
+            "  // (kBlockM, kHeadDimV)"
+        )
         w.line("typename Traits::GmemTiledCopyO gmem_tiled_copy_O;")
         w.line("auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);")
         w.line("Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (OCPY, OCPY_M, OCPY_K)")
         w.line("Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (OCPY, OCPY_M, OCPY_K)")
         w.line("Tensor tOrO = make_tensor<Element>(shape(tOgO));")
         w.line("cute::copy(gmem_tiled_copy_O, tOsO, tOrO);")
-        w.line("Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, "
-               "Int<kHeadDimV>>{}));")
+        w.line(
+            "Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, "
+            "Int<kHeadDimV>>{}));"
+        )
         w.line("CUTE_UNROLL")
-        with w.block("for (int m = 0; m < size<1>(tOgO); ++m)"), \
-                w.block("if (get<0>(tOcOg(0, m, 0)) < q_rows)"):
-                w.line("cute::copy(gmem_tiled_copy_O, tOrO(_, m, _), tOgO(_, m, _));")
+        with (
+            w.block("for (int m = 0; m < size<1>(tOgO); ++m)"),
+            w.block("if (get<0>(tOcOg(0, m, 0)) < q_rows)"),
+        ):
+            w.line("cute::copy(gmem_tiled_copy_O, tOrO(_, m, _), tOgO(_, m, _));")
 
 
 EMITTERS: dict[str, Callable[[Emit, str], None]] = {

@@ -169,6 +169,7 @@ def _traits(e: _Emit) -> None:
         )
         w.line("static constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warp group")
         w.line("static constexpr int kConsumerThreads = 128 * kConsumers;")
+        w.line("static constexpr int kConsumerWarps = 4 * kConsumers;")
         w.line(f"static constexpr int kProducerRegs = {c.producer_regs};  // setmaxnreg.dec: TMA needs few")
         w.line(f"static constexpr int kConsumerRegs = {c.consumer_regs};  // setmaxnreg.inc: accumulators")
         w.line(f"static constexpr int kBoxCols = {BOX_COLS};  // a TMA box row: 128 bytes, the swizzle width")
@@ -270,12 +271,13 @@ def _kernel(e: _Emit) -> None:
             "kHeadDimV",
             "kStages",
             "kConsumerThreads",
+            "kConsumerWarps",
             "kBoxCols",
             "kRowsPerThread",
         ):
             w.line(f"constexpr int {k} = Traits::{k};")
         w.line("using FullBarrier = cutlass::arch::ClusterTransactionBarrier;  // TMA bytes complete it")
-        w.line("using EmptyBarrier = cutlass::arch::ClusterBarrier;  // every consumer thread arrives")
+        w.line("using EmptyBarrier = cutlass::arch::ClusterBarrier;  // consumers arrive: buffer free")
         w.line()
         w.line("extern __shared__ char smem_raw[];")
         w.line(
@@ -423,8 +425,8 @@ def _barrier_init(e: _Emit) -> None:
             with w.block("for (int s = 0; s < kStages; ++s)"):
                 w.line("FullBarrier::init(&full_k[s], 1);")
                 w.line("FullBarrier::init(&full_v[s], 1);")
-                w.line("EmptyBarrier::init(&empty_k[s], kConsumerThreads);")
-                w.line("EmptyBarrier::init(&empty_v[s], kConsumerThreads);")
+                w.line("EmptyBarrier::init(&empty_k[s], kConsumerWarps);  // one arrive per consumer warp")
+                w.line("EmptyBarrier::init(&empty_v[s], kConsumerWarps);")
             w.line("cutlass::arch::fence_barrier_init();")
         w.line("__syncthreads();  // the last block-wide barrier: the warp groups part ways below")
 
@@ -715,8 +717,9 @@ def _loop_overlap(e: _Emit) -> None:
     if e.cfg.pingpong:
         with e.tag("loop", "ping-pong: the last group hands group 0 the first turn"):
             w.line("if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();")
-    with e.tag("loop", "the first key block alone: its P feeds the pipelined loop"), w.block(
-        "if (n_block_max > n_block_min)"
+    with (
+        e.tag("loop", "the first key block alone: its P feeds the pipelined loop"),
+        w.block("if (n_block_max > n_block_min)"),
     ):
         w.line("int n_block = n_block_max - 1;")
         _alloc_s(e, "acc_s")
@@ -812,7 +815,7 @@ def _qk_done(e: _Emit, acc: str, *, pending: int, note: str = "") -> None:
     with e.tag("gemm_qk", note):
         w.line(f"warpgroup_wait<{pending}>();")
         w.line(f"warpgroup_fence_operand({acc});")
-        w.line("EmptyBarrier::arrive(&empty_k[stage]);")
+        w.line("if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp")
         _release_q(e)
 
 
@@ -822,7 +825,7 @@ def _pv_done(e: _Emit, stage: str, note: str) -> None:
     with e.tag("gemm_pv", note):
         w.line("warpgroup_wait<0>();")
         w.line("warpgroup_fence_operand(acc_o);")
-        w.line(f"EmptyBarrier::arrive(&empty_v[{stage}]);")
+        w.line(f"if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[{stage}]);")
 
 
 def _release_q(e: _Emit) -> None:

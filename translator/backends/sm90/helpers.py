@@ -70,4 +70,4 @@ def emit_helpers(w: CodeWriter) -> None:
         w.comment("after P·V(n + 1) has drained instead of beside it. `never` is 0 (seqlen_k >> 30): the")
         w.comment("loop does not run, but the compiler cannot prove that, so the block boundary stays.")
         with w.block("CUTE_DEVICE void block_boundary(int never)"):
-            w.line("for (int i = 0; i < never; ++i) asm volatile(\"nanosleep.u32 1;\");")
+            w.line('for (int i = 0; i < never; ++i) asm volatile("nanosleep.u32 1;");')

@@ -85,11 +85,26 @@ def tl_text(v: Variant) -> str:
 
 
 _NO_BOUNDARY = (r"tl::block_boundary\(seqlen_k >> 30\);", "")
+# Before round 8 every consumer thread arrived on the K/V empty barriers (256 arrivals per buffer); now one
+# elected lane per warp does. This restores the old way, for the A/B.
+_EVERY_THREAD_ARRIVES = (
+    (
+        r"EmptyBarrier::init\(&empty_(k|v)\[s\], kConsumerWarps\);",
+        r"EmptyBarrier::init(&empty_\1[s], kConsumerThreads);",
+    ),
+    (
+        r"if \(cute::elect_one_sync\(\)\) EmptyBarrier::arrive\(&empty_(k|v)\[",
+        r"EmptyBarrier::arrive(&empty_\1[",
+    ),
+)
 # Round 1's rescale placement: after P·V drains (outside the ping-pong turn) instead of between the Q·Kᵀ
 # and P·V issues; the last P·V then needs no rescale of its own.
 _RESCALE_AFTER_PV = (
-    (r"[ ]*// TL:\d+  Compute Softmax S  — rescale O for the last row max while[^\n]*\n"
-     r"[ ]*rescale_o\(\);\n", ""),
+    (
+        r"[ ]*// TL:\d+  Compute Softmax S  — rescale O for the last row max while[^\n]*\n"
+        r"[ ]*rescale_o\(\);\n",
+        "",
+    ),
     (
         r"(?P<keep>— P·V has drained: free V\n(?P<ind>[ ]*)warpgroup_wait<0>\(\);\n"
         r"[ ]*warpgroup_fence_operand\(acc_o\);\n[ ]*EmptyBarrier::arrive\(&empty_v\[v_stage\]\);\n)",
@@ -139,7 +154,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16_causal_pp_nobb", mask="causal", pingpong=True, patches=(_NO_BOUNDARY,)),
     Variant("h64_bf16_pers_nobb", block_m=192, d_qk=64, d_v=64, persistent=True, patches=(_NO_BOUNDARY,)),
     Variant(
-        "h256_bf16_pers_nobb", block_n=80, d_qk=256, d_v=256, warps=4, persistent=True,
+        "h256_bf16_pers_nobb",
+        block_n=80,
+        d_qk=256,
+        d_v=256,
+        warps=4,
+        persistent=True,
         patches=(_NO_BOUNDARY,),
     ),
     # Fifth round measured one max/sum chain against four (four lost 1–4% everywhere: the emitter is back
@@ -161,4 +181,17 @@ VARIANTS: tuple[Variant, ...] = (
     # three consumer groups (FA4's 192 × 128 schedule at head dim 64).
     Variant("h64_bf16_pp3", block_m=192, d_qk=64, d_v=64, pingpong=True),
     Variant("h64_bf16_causal_pp3", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True),
+    # Ninth: the K/V empty barriers take one arrive per consumer warp (CUTLASS's pipelines arrive once per
+    # warp group) instead of one per thread; `_all` is the same kernel with every thread arriving.
+    Variant("h128_bf16_bn160_pp_all", block_n=160, pingpong=True, patches=_EVERY_THREAD_ARRIVES),
+    Variant("h64_bf16_pp3_all", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_EVERY_THREAD_ARRIVES),
+    Variant(
+        "h64_bf16_causal_pp3_all",
+        block_m=192,
+        d_qk=64,
+        d_v=64,
+        mask="causal",
+        pingpong=True,
+        patches=_EVERY_THREAD_ARRIVES,
+    ),
 )
