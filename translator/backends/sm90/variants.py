@@ -194,4 +194,5 @@ VARIANTS: tuple[Variant, ...] = (
         pingpong=True,
         patches=_EVERY_THREAD_ARRIVES,
     ),
+    Variant("h64_bf16_pp3_s3", block_m=192, d_qk=64, d_v=64, pingpong=True, stages=3),
 )
