@@ -41,8 +41,8 @@ def test_hopper_instructions_and_warp_roles_are_emitted() -> None:
         "SM90_TMA_LOAD_4D::copy(&tma_k",
         "SM90_TMA_LOAD_4D::copy(&tma_v",
         "SM90_TMA_STORE_4D::copy(&tma_o",
-        "FullBarrier::arrive_and_expect_tx(&full_k[stage], Traits::kTxK)",
-        "EmptyBarrier::wait(&empty_v[stage], phase ^ 1)",
+        "FullBarrier::arrive_and_expect_tx(&full_k[k_stage], Traits::kTxK)",
+        "EmptyBarrier::wait(&empty_v[v_stage], v_phase ^ 1)",
         "cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>()",
         "cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>()",
         "GMMA::ss_op_selector",
@@ -159,7 +159,7 @@ def test_persistent_grid_walks_the_tiles_with_the_ring_running_on() -> None:
     assert source.count("for (int tile = blockIdx.x;") == 2  # the producer's and the consumers'
     # The K/V ring's stage and phase are declared once per role, before the tile loop.
     producer, consumer = source.split("warpgroup_reg_alloc", 1)
-    assert producer.index("int stage = 0;") < producer.index("for (int tile")
+    assert producer.index("int k_stage = 0, v_stage = 0;") < producer.index("for (int tile")
     assert consumer.index("int stage = 0;") < consumer.index("for (int tile")
     assert "FullBarrier::wait(bar_q, tile_iter & 1);" in source
     assert "EmptyBarrier::wait(empty_q, (tile_iter & 1) ^ 1);" in source
@@ -267,3 +267,23 @@ def test_pingpong_passes_the_turn_around_three_consumer_groups() -> None:
     # the last group starts the ring and skips the last hand-over, so every barrier's arrivals match its waits
     assert "if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();" in source
     assert "if (consumer_wg != Traits::kConsumers - 1) your_turn();" in source
+
+
+def test_the_producer_loads_in_the_consumers_order() -> None:
+    """With the pipelined loop the consumers read V(n + 1) after K(n): the producer loads K(n) then V(n + 1),
+    so the next K never waits behind the V buffer that P·V frees last. The plain loop reads K(n), V(n)."""
+    source, _, _, _ = emit(Variant("h128_order", pingpong=True))
+    producer = source.split("warpgroup_reg_alloc", 1)[0]
+    body = producer[producer.index("if (n_block_max > n_block_min) {") :]
+    calls = [ln.strip() for ln in body.splitlines() if ln.strip().startswith(("load_", "for ("))][:6]
+    assert calls == [
+        "load_k(n_block_max - 1);",
+        "load_q();",
+        "for (int n_block = n_block_max - 2; n_block >= n_block_min; --n_block) {",
+        "load_k(n_block);",
+        "load_v(n_block + 1);",
+        "load_v(n_block_min);",
+    ]
+    plain, _, _, _ = emit(Variant("h128_plain", overlap=False))
+    loop = plain.split("warpgroup_reg_alloc", 1)[0].split("for (int n_block = n_block_max - 1;", 1)[1]
+    assert loop.index("load_k(n_block);") < loop.index("load_q();") < loop.index("load_v(n_block);")

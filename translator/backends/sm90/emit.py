@@ -447,60 +447,76 @@ def _producer(e: _Emit) -> None:
     w.comment("Producer warp group: registers back to the pool, one thread issues every TMA load.")
     w.line("cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();")
     with w.block("if (threadIdx.x == 0)"):
-        across = " (it runs on across tiles)" if c.persistent else ""
-        with e.tag("loop", "the K/V ring's position" + across):
-            w.line("int stage = 0;")
-            w.line("uint32_t phase = 0;")
+        across = " (they run on across tiles)" if c.persistent else ""
+        with e.tag("loop", "the K and V rings' positions" + across + "; both advance once per key block"):
+            w.line("int k_stage = 0, v_stage = 0;")
+            w.line("uint32_t k_phase = 0, v_phase = 0;")
         with _tile_loop(e, "producer"):
             _producer_tile(e)
 
 
 def _producer_tile(e: _Emit) -> None:
     w, c = e.w, e.cfg
-    with e.tag("load_q", "TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros"):
-        with w.block("auto load_q = [&]()", "};"):
-            if c.persistent:
-                what = "stored this tile's O from" if c.reuse_q_for_o else "read"
-                w.line(f"EmptyBarrier::wait(empty_q, ({_q_phase(e)}) ^ 1);  // the last tile {what} Q's")
-            w.line("FullBarrier::arrive_and_expect_tx(bar_q, Traits::kTxQ);")
-            _tma_tile(e, "tma_q", "bar_q", "smem_q", "kBlockM", c.boxes_qk, "m_block * kBlockM", "bidh")
-        w.line("if (n_block_max <= n_block_min) load_q();  // no key block: the consumers still wait for Q")
-    with e.tag("loop", "the producer walks the same key blocks as the consumers"):
+    q_note = "TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros"
+    with e.tag("load_q", q_note), w.block("auto load_q = [&]()", "};"):
+        if c.persistent:
+            what = "stored this tile's O from" if c.reuse_q_for_o else "read"
+            w.line(f"EmptyBarrier::wait(empty_q, ({_q_phase(e)}) ^ 1);  // the last tile {what} Q's")
+        w.line("FullBarrier::arrive_and_expect_tx(bar_q, Traits::kTxQ);")
+        _tma_tile(e, "tma_q", "bar_q", "smem_q", "kBlockM", c.boxes_qk, "m_block * kBlockM", "bidh")
+    for name, note, tx, boxes, d in (
+        (
+            "k",
+            "wait until the consumers freed the buffer, then TMA into it",
+            "kTxK",
+            c.boxes_qk,
+            "kHeadDimQK",
+        ),
+        ("v", "its own ring of barriers: Q·Kᵀ may start before V lands", "kTxV", c.boxes_v, "kHeadDimV"),
+    ):
+        with e.tag(f"load_{name}", note), w.block(f"auto load_{name} = [&](const int n_block)", "};"):
+            w.line(f"EmptyBarrier::wait(&empty_{name}[{name}_stage], {name}_phase ^ 1);")
+            w.line(f"FullBarrier::arrive_and_expect_tx(&full_{name}[{name}_stage], Traits::{tx});")
+            _tma_tile(
+                e,
+                f"tma_{name}",
+                f"&full_{name}[{name}_stage]",
+                f"smem_{name} + {name}_stage * kBlockN * {d}",
+                "kBlockN",
+                boxes,
+                "n_block * kBlockN",
+                "bidh_kv",
+            )
+            w.line(f"if (++{name}_stage == kStages) {{ {name}_stage = 0; {name}_phase ^= 1; }}")
+    if not c.overlap:
+        with e.tag("loop", "the producer walks the key blocks in the consumers' order: K(n), V(n)"):
+            w.line(
+                "if (n_block_max <= n_block_min) load_q();  // no key block: the consumers still wait for Q"
+            )
+            w.line("CUTE_NO_UNROLL")
+            with w.block("for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block)"):
+                w.line("load_k(n_block);")
+                w.line("if (n_block == n_block_max - 1) load_q();")
+                w.line("load_v(n_block);")
+        return
+    with (
+        e.tag(
+            "loop",
+            "in the consumers' order: they read V(n + 1) after K(n), so V trails K by one block and the "
+            "next K never waits for the later-freed V buffer",
+        ),
+        w.block("if (n_block_max > n_block_min)", "} else {"),
+    ):
+        w.line("load_k(n_block_max - 1);")
+        w.line("load_q();")
         w.line("CUTE_NO_UNROLL")
-        w.line("for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {")
-    with w.indent():
-        with e.tag("load_k", "wait until consumers freed the buffer, then TMA into it"):
-            w.line("EmptyBarrier::wait(&empty_k[stage], phase ^ 1);")
-            w.line("FullBarrier::arrive_and_expect_tx(&full_k[stage], Traits::kTxK);")
-            _tma_tile(
-                e,
-                "tma_k",
-                "&full_k[stage]",
-                "smem_k + stage * kBlockN * kHeadDimQK",
-                "kBlockN",
-                c.boxes_qk,
-                "n_block * kBlockN",
-                "bidh_kv",
-            )
-        with e.tag("load_q"):
-            w.line("if (n_block == n_block_max - 1) load_q();")
-        with e.tag("load_v", "same ring, its own barriers: Q·Kᵀ may start before V lands"):
-            w.line("EmptyBarrier::wait(&empty_v[stage], phase ^ 1);")
-            w.line("FullBarrier::arrive_and_expect_tx(&full_v[stage], Traits::kTxV);")
-            _tma_tile(
-                e,
-                "tma_v",
-                "&full_v[stage]",
-                "smem_v + stage * kBlockN * kHeadDimV",
-                "kBlockN",
-                c.boxes_v,
-                "n_block * kBlockN",
-                "bidh_kv",
-            )
-        with e.tag("loop"):
-            w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
-    with e.tag("loop"):
-        w.line("}")
+        with w.block("for (int n_block = n_block_max - 2; n_block >= n_block_min; --n_block)"):
+            w.line("load_k(n_block);")
+            w.line("load_v(n_block + 1);")
+        w.line("load_v(n_block_min);")
+    with w.indent(), e.tag("load_q"):
+        w.line("load_q();  // no key block: the consumers still wait for Q")
+    w.line("}")
 
 
 def _consumer(e: _Emit) -> None:

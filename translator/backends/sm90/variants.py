@@ -97,6 +97,18 @@ _EVERY_THREAD_ARRIVES = (
         r"EmptyBarrier::arrive(&empty_\1[",
     ),
 )
+# Before round 10 the producer loaded K(n) then V(n) with the pipelined loop too, so the next K waited for
+# the V buffer that P·V frees last; this restores that order, for the A/B.
+_V_WITH_ITS_K = (
+    (
+        r"load_k\(n_block_max - 1\);\n(?P<i>[ ]*)load_q\(\);\n[ ]*CUTE_NO_UNROLL\n"
+        r"(?P<f>[ ]*for \(int n_block = n_block_max - 2; n_block >= n_block_min; --n_block\) \{\n)"
+        r"(?P<j>[ ]*)load_k\(n_block\);\n[ ]*load_v\(n_block \+ 1\);\n"
+        r"(?P<c>[ ]*\}\n)[ ]*load_v\(n_block_min\);\n",
+        r"load_k(n_block_max - 1);\n\g<i>load_q();\n\g<i>load_v(n_block_max - 1);\n\g<i>CUTE_NO_UNROLL\n"
+        r"\g<f>\g<j>load_k(n_block);\n\g<j>load_v(n_block);\n\g<c>",
+    ),
+)
 # Round 1's rescale placement: after P·V drains (outside the ping-pong turn) instead of between the Q·Kᵀ
 # and P·V issues; the last P·V then needs no rescale of its own.
 _RESCALE_AFTER_PV = (
@@ -195,4 +207,10 @@ VARIANTS: tuple[Variant, ...] = (
         patches=_EVERY_THREAD_ARRIVES,
     ),
     Variant("h64_bf16_pp3_s3", block_m=192, d_qk=64, d_v=64, pingpong=True, stages=3),
+    # Tenth: the producer loads in the consumers' order (V trails K by one block); `_kv` is the old order.
+    Variant("h128_bf16_bn160_pp_kv", block_n=160, pingpong=True, patches=_V_WITH_ITS_K),
+    Variant("h64_bf16_pp3_kv", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_V_WITH_ITS_K),
+    Variant("h128_bf16_causal_pp_kv", mask="causal", pingpong=True, patches=_V_WITH_ITS_K),
+    Variant("h256_bf16_kv", block_n=80, d_qk=256, d_v=256, warps=4, patches=_V_WITH_ITS_K),
+    Variant("h128_bf16_pers_bn128_kv", pingpong=True, persistent=True, patches=_V_WITH_ITS_K),
 )
