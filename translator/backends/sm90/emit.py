@@ -526,22 +526,32 @@ def _consumer(e: _Emit) -> None:
     w.line("const int ctid = threadIdx.x - 128;  // thread index among the consumers")
     w.line("Traits::TiledMmaQK tiled_mma_qk;")
     w.line("Traits::TiledMmaPV tiled_mma_pv;")
-    w.line("auto thr_mma_qk = tiled_mma_qk.get_thread_slice(ctid);")
+    w.line("auto thr_mma_qk = tiled_mma_qk.get_thread_slice(ctid);  // this thread's accumulator fragments")
     w.line("auto thr_mma_pv = tiled_mma_pv.get_thread_slice(ctid);")
+    w.comment(
+        "The shared-memory operands are partitioned by warp group, through a warp-uniform index: ptxas then"
+    )
+    w.comment(
+        "keeps their GMMA descriptors in uniform registers (sliced by thread index, Q's went to regular"
+    )
+    w.comment("registers and every wgmma paid two R2UR moves)")
+    w.line("const int consumer_wg = __shfl_sync(0xffffffff, ctid / 128, 0);  // warp-uniform")
+    w.line("auto wg_mma_qk = tiled_mma_qk.get_thread_slice(consumer_wg * 128);")
+    w.line("auto wg_mma_pv = tiled_mma_pv.get_thread_slice(consumer_wg * 128);")
     w.line()
     with e.tag("q_to_reg", "no ldmatrix on Hopper: wgmma reads Q from shared memory through descriptors"):
         w.line(
             "Tensor sQ = make_tensor(make_smem_ptr(smem_q), Traits::SmemLayoutQ{});  // (kBlockM, kHeadDimQK)"
         )
-        w.line("Tensor tSrQ = thr_mma_qk.partition_fragment_A(sQ);  // GMMA descriptors (MMA, MMA_M, MMA_K)")
+        w.line("Tensor tSrQ = wg_mma_qk.partition_fragment_A(sQ);  // GMMA descriptors (MMA, MMA_M, MMA_K)")
     with e.tag("k_to_reg", "descriptors of every K stage"):
         w.line("Tensor sK = make_tensor(make_smem_ptr(smem_k), Traits::SmemLayoutK{});  // (BN, d_qk, stage)")
-        w.line("Tensor tSrK = thr_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, kStages)")
+        w.line("Tensor tSrK = wg_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, kStages)")
     with e.tag("v_to_reg", "descriptors of Vᵀ, an MN-major view of every V stage"):
         w.line(
             "Tensor sVt = make_tensor(make_smem_ptr(smem_v), Traits::SmemLayoutVt{});  // (d_v, BN, stage)"
         )
-        w.line("Tensor tOrV = thr_mma_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, kStages)")
+        w.line("Tensor tOrV = wg_mma_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, kStages)")
     with e.tag("scale", "folded into Softmax's exp2: one FFMA per score"):
         w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
     with e.tag("loop" if p.mask == "none" else "mask", "(row, col) of each score, for masking"):
@@ -558,7 +568,6 @@ def _consumer(e: _Emit) -> None:
             "ping-pong: consumer warp groups take turns issuing GEMMs, in a ring (0, 1, …); each turn is a "
             "named barrier (3 + group) that the group before it arrives on",
         ):
-            w.line("const int consumer_wg = ctid / 128;")
             w.line("const int next_wg = consumer_wg + 1 == Traits::kConsumers ? 0 : consumer_wg + 1;")
             w.line("auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };")
             w.line("auto your_turn = [&]() { tl::consumer_arrive(3 + next_wg, 256); };")

@@ -109,6 +109,13 @@ _V_WITH_ITS_K = (
         r"\g<f>\g<j>load_k(n_block);\n\g<j>load_v(n_block);\n\g<c>",
     ),
 )
+# Before round 11 the shared-memory operands were partitioned by the thread's slice: Q's descriptors then
+# lived in regular registers (two R2UR before every Q·Kᵀ wgmma). This restores that, for the A/B.
+_THREAD_SLICED_OPERANDS = (
+    (r"wg_mma_qk\.partition_fragment_A\(sQ\)", "thr_mma_qk.partition_fragment_A(sQ)"),
+    (r"wg_mma_qk\.partition_fragment_B\(sK\)", "thr_mma_qk.partition_fragment_B(sK)"),
+    (r"wg_mma_pv\.partition_fragment_B\(sVt\)", "thr_mma_pv.partition_fragment_B(sVt)"),
+)
 # Round 1's rescale placement: after P·V drains (outside the ping-pong turn) instead of between the Q·Kᵀ
 # and P·V issues; the last P·V then needs no rescale of its own.
 _RESCALE_AFTER_PV = (
@@ -213,4 +220,9 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16_causal_pp_kv", mask="causal", pingpong=True, patches=_V_WITH_ITS_K),
     Variant("h256_bf16_kv", block_n=80, d_qk=256, d_v=256, warps=4, patches=_V_WITH_ITS_K),
     Variant("h128_bf16_pers_bn128_kv", pingpong=True, persistent=True, patches=_V_WITH_ITS_K),
+    # Eleventh: Q/K/V descriptors from a warp-group slice by a warp-uniform index; `_thr` is the old slicing.
+    Variant("h128_bf16_bn160_pp_thr", block_n=160, pingpong=True, patches=_THREAD_SLICED_OPERANDS),
+    Variant("h64_bf16_pp3_thr", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_THREAD_SLICED_OPERANDS),
+    Variant("h128_bf16_causal_pp_thr", mask="causal", pingpong=True, patches=_THREAD_SLICED_OPERANDS),
+    Variant("h256_bf16_thr", block_n=80, d_qk=256, d_v=256, warps=4, patches=_THREAD_SLICED_OPERANDS),
 )
