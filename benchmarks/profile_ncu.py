@@ -111,17 +111,41 @@ def _precompile(cases: list[str], params: dict[int, dict[str, int]]) -> None:
             print(f"compile failed: {built}", file=sys.stderr)
 
 
+def _ncu_page(report: Path, *args: str) -> str:
+    cmd = ["ncu", "--import", str(report), "--csv", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
 def _raw_metrics(report: Path) -> dict[str, str]:
+    return raw_from_csv(_ncu_page(report, "--page", "raw", "--print-units", "base"))
+
+
+def raw_from_csv(text: str) -> dict[str, str]:
     """The profiled kernel's raw metrics (the longest one, should the filter have caught another)."""
-    out = subprocess.run(
-        ["ncu", "--import", str(report), "--csv", "--page", "raw"], capture_output=True, text=True, check=True
-    ).stdout
-    rows = list(csv.reader(io.StringIO(out)))
+    rows = list(csv.reader(io.StringIO(text)))
     if len(rows) < 3:
         return {}
     header, data = rows[0], rows[2:]  # rows[1] holds the units
     best = max(data, key=lambda r: _num(r[header.index("gpu__time_duration.sum")]) or 0.0)
     return dict(zip(header, best, strict=False))
+
+
+def opcode_mix_from_csv(text: str) -> dict[str, int]:
+    """Warp-level instructions executed per opcode (without modifiers or predicate), from ncu's SASS source
+    page (`--page source --print-source sass`): where two kernels' instruction counts differ."""
+    rows = list(csv.reader(io.StringIO(text)))
+    start = next((i for i, r in enumerate(rows) if "Source" in r and "Instructions Executed" in r), None)
+    if start is None:
+        return {}
+    header = rows[start]
+    src, executed = header.index("Source"), header.index("Instructions Executed")
+    mix: dict[str, int] = {}
+    for r in rows[start + 1 :]:
+        if len(r) <= max(src, executed) or not r[src].strip():
+            continue
+        op = re.sub(r"^@!?U?P\w+\s+", "", r[src].strip()).split()[0].split(".")[0]
+        mix[op] = mix.get(op, 0) + int(_num(r[executed]) or 0)
+    return mix
 
 
 def _num(text: str) -> float | None:
@@ -179,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tl" in kinds:
         _precompile(cases, params)
     columns: dict[str, dict[str, str]] = {}
+    mixes: dict[str, dict[str, int]] = {}
     for case in cases:
         for kind in kinds:
             label = f"{kind}:{case}"
@@ -205,9 +230,13 @@ def main(argv: list[str] | None = None) -> int:
             metrics = _raw_metrics(rep)
             (args.out / f"{kind}_{case}.json").write_text(json.dumps(metrics, indent=1))
             columns[label] = metrics
+            source = _ncu_page(rep, "--page", "source", "--print-source", "sass")
+            (args.out / f"{kind}_{case}_sass.csv").write_text(source)
+            mixes[label] = opcode_mix_from_csv(source)
     if not columns:
         return 1
     _print_table(columns)
+    _print_mix(mixes)
     return 0
 
 
@@ -227,6 +256,25 @@ def _print_table(columns: dict[str, dict[str, str]]) -> None:
     print("stall (warps per issue)")
     for s in top:
         print(f"  {s}".ljust(28) + "".join(f"{stalls[s].get(x, 0.0):.2f}".rjust(width + 2) for x in labels))
+
+
+def _print_mix(mixes: dict[str, dict[str, int]], top: int = 16) -> None:
+    """Millions of warp instructions per opcode, the opcodes with the most in any profile first."""
+    labels = [x for x in mixes if mixes[x]]
+    if not labels:
+        return
+    width = max(12, *(len(x) for x in labels))
+    ops = sorted(
+        {o for x in labels for o in mixes[x]}, key=lambda o: -max(mixes[x].get(o, 0) for x in labels)
+    )
+    print("instructions executed (M) by opcode")
+    print(
+        "  total".ljust(28) + "".join(f"{sum(mixes[x].values()) / 1e6:.1f}".rjust(width + 2) for x in labels)
+    )
+    for o in ops[:top]:
+        print(
+            f"  {o}".ljust(28) + "".join(f"{mixes[x].get(o, 0) / 1e6:.2f}".rjust(width + 2) for x in labels)
+        )
 
 
 if __name__ == "__main__":

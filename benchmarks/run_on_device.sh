@@ -201,7 +201,7 @@ tail -n 14 "$OUT/planner.log" 2>/dev/null
 echo "sweep: $SWEEP_STATUS"
 sed -n '/^variant  /,$p' "$OUT/sweep.log" 2>/dev/null | head -n 60
 echo "profile: $PROFILE_STATUS"
-sed -n '/^metric  /,$p' "$OUT/profile.log" 2>/dev/null | head -n 40
+sed -n '/^metric  /,$p' "$OUT/profile.log" 2>/dev/null | head -n 70
 grep -E "no report|ncu is not|Error|error" "$OUT/profile.log" 2>/dev/null | head -n 8
 for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log sweep.log sweep.json profile.log; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL_OUT/"
