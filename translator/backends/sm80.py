@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from runner.abi import ATTENTION_PARAMS, LaunchSpec
 from translator.backends.arch import ELEMENT, ArchFacts, SmemGeometry, arch_facts, smem_bytes
+from translator.backends.finish import launch_spec, render
 from translator.backends.sm80_helpers import emit_helpers
 from translator.backends.sm80_steps import Emit
 from translator.plan import KernelPlan
@@ -26,24 +27,9 @@ def generate(
     emit_helpers(w, facts.mma_k)
     w.line()
     _emit_kernel(Emit(w, plan, facts))
-    shown = tl_file.replace("\\", "/").rsplit("/", 1)[-1] if tl_file else None
-    cu_file = (shown.rsplit(".", 1)[0] if shown else plan.kernel_name) + ".cu"
-    source, smap = w.render(tl_file=shown, cu_file=cu_file, line_directives=line_directives)
-    launch = LaunchSpec(
-        kernel_name=plan.kernel_name,
-        block_m=plan.block_m,
-        threads=plan.threads,
-        shared_bytes=smem_bytes(plan)["total"],
-        dtype=plan.dtype,
-        head_dim_qk=plan.head_dim_qk,
-        head_dim_v=plan.head_dim_v,
-        mask=plan.mask,
-        arch=plan.arch,
-        window=plan.window,
-        group=plan.group,
-        tl_file=tl_file,
-        block_n=plan.block_n,
-        heads_kv=plan.heads_kv,
+    source, smap = render(w, plan, tl_file, line_directives)
+    launch = launch_spec(
+        plan, tl_file=tl_file, threads=plan.threads, shared_bytes=smem_bytes(plan)["total"], arch=plan.arch
     )
     return source, smap, launch
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
+from translator.backends.finish import launch_spec, render
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
 from translator.backends.sm90.helpers import emit_helpers
@@ -76,25 +77,14 @@ def emit_sm90(
     emit_helpers(w)
     w.line()
     _kernel(e)
-    shown = tl_file.replace("\\", "/").rsplit("/", 1)[-1] if tl_file else None
-    cu_file = (shown.rsplit(".", 1)[0] if shown else plan.kernel_name) + ".cu"
-    source, smap = w.render(tl_file=shown, cu_file=cu_file, line_directives=line_directives)
-    launch = LaunchSpec(
-        kernel_name=plan.kernel_name,
-        block_m=plan.block_m,
+    source, smap = render(w, plan, tl_file, line_directives)
+    launch = launch_spec(
+        plan,
+        tl_file=tl_file,
         threads=cfg.threads,
         shared_bytes=cfg.smem()["total"],
-        dtype=plan.dtype,
-        head_dim_qk=plan.head_dim_qk,
-        head_dim_v=plan.head_dim_v,
-        mask=plan.mask,
         arch=NVRTC_ARCH,
-        window=plan.window,
-        group=plan.group,
         params=tuple(p[0] for p in ATTENTION_PARAMS) + TMA_PARAMS,
-        tl_file=tl_file,
-        block_n=plan.block_n,
-        heads_kv=plan.heads_kv,
         persistent=cfg.persistent,
     )
     return source, launch, smap
