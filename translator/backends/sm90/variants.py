@@ -126,7 +126,8 @@ _RESCALE_AFTER_PV = (
     ),
     (
         r"(?P<keep>— P·V has drained: free V\n(?P<ind>[ ]*)warpgroup_wait<0>\(\);\n"
-        r"[ ]*warpgroup_fence_operand\(acc_o\);\n[ ]*EmptyBarrier::arrive\(&empty_v\[v_stage\]\);\n)",
+        r"[ ]*warpgroup_fence_operand\(acc_o\);\n[ ]*(?:if \(cute::elect_one_sync\(\)\) )?"
+        r"EmptyBarrier::arrive\(&empty_v\[v_stage\]\);\n)",
         r"\g<keep>\g<ind>rescale_o();\n",
     ),
     (r"[ ]*// TL:\d+  Compute Softmax S  — the last rescale, before the last P·V\n[ ]*rescale_o\(\);\n", ""),
