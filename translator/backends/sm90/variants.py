@@ -116,6 +116,20 @@ _THREAD_SLICED_OPERANDS = (
     (r"wg_mma_qk\.partition_fragment_B\(sK\)", "thr_mma_qk.partition_fragment_B(sK)"),
     (r"wg_mma_pv\.partition_fragment_B\(sVt\)", "thr_mma_pv.partition_fragment_B(sVt)"),
 )
+# FA4's row max on sm_90: four independent FMNMX chains per row (the sum stays one chain). Round 5 measured
+# four chains for the max *and* the sum as slower; the ncu source page (round 11's profile) still shows our
+# FMNMX chain waiting on itself more than FA4's (6.6 % of stall samples against 5.0 %).
+_MAX_IN_FOUR_CHAINS = (
+    (
+        r"float m = row_max\(r\);\n(?P<i>[ ]*)CUTE_UNROLL\n"
+        r"[ ]*for \(int c = 0; c < size<1>\(scores\); \+\+c\) m = fmaxf\(m, scores\(r, c\)\);\n",
+        r"float m0 = row_max(r), m1 = m0, m2 = m0, m3 = m0;\n\g<i>CUTE_UNROLL\n"
+        r"\g<i>for (int c = 0; c < size<1>(scores); c += 4) {\n"
+        r"\g<i>  m0 = fmaxf(m0, scores(r, c)); m1 = fmaxf(m1, scores(r, c + 1));\n"
+        r"\g<i>  m2 = fmaxf(m2, scores(r, c + 2)); m3 = fmaxf(m3, scores(r, c + 3));\n"
+        r"\g<i>}\n\g<i>float m = fmaxf(fmaxf(m0, m1), fmaxf(m2, m3));\n",
+    ),
+)
 # Round 1's rescale placement: after P·V drains (outside the ping-pong turn) instead of between the Q·Kᵀ
 # and P·V issues; the last P·V then needs no rescale of its own.
 _RESCALE_AFTER_PV = (
@@ -226,4 +240,13 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h64_bf16_pp3_thr", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_THREAD_SLICED_OPERANDS),
     Variant("h128_bf16_causal_pp_thr", mask="causal", pingpong=True, patches=_THREAD_SLICED_OPERANDS),
     Variant("h256_bf16_thr", block_n=80, d_qk=256, d_v=256, warps=4, patches=_THREAD_SLICED_OPERANDS),
+    # Twelfth (prepared, not run: no device time left): FA4's four-chain row max, and round 1's rescale
+    # placement (FA4's for d ≤ 128) once more, now that the loop has changed; each against the plain default.
+    Variant("h128_bf16_bn160_pp_max4", block_n=160, pingpong=True, patches=_MAX_IN_FOUR_CHAINS),
+    Variant("h64_bf16_pp3_max4", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_MAX_IN_FOUR_CHAINS),
+    Variant(
+        "h64_bf16_causal_pp3_max4", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        patches=_MAX_IN_FOUR_CHAINS,
+    ),
+    Variant("h64_bf16_pp3_r1", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_RESCALE_AFTER_PV),
 )
