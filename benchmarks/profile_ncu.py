@@ -130,22 +130,27 @@ def raw_from_csv(text: str) -> dict[str, str]:
     return dict(zip(header, best, strict=False))
 
 
-def opcode_mix_from_csv(text: str) -> dict[str, int]:
-    """Warp-level instructions executed per opcode (without modifiers or predicate), from ncu's SASS source
-    page (`--page source --print-source sass`): where two kernels' instruction counts differ."""
+def opcode_mix_from_csv(text: str, column: str = "Instructions Executed") -> dict[str, int]:
+    """Per opcode (without modifiers or predicate), the sum of one column of ncu's SASS source page
+    (`--page source --print-source sass`): warp instructions executed by default, or the warp stall
+    samples ("Warp Stall Sampling (All Samples)": where the warps wait, charged to the instruction they wait
+    to issue). Where two kernels' instruction counts and waits differ."""
     rows = list(csv.reader(io.StringIO(text)))
-    start = next((i for i, r in enumerate(rows) if "Source" in r and "Instructions Executed" in r), None)
+    start = next((i for i, r in enumerate(rows) if "Source" in r and column in r), None)
     if start is None:
         return {}
     header = rows[start]
-    src, executed = header.index("Source"), header.index("Instructions Executed")
+    src, col = header.index("Source"), header.index(column)
     mix: dict[str, int] = {}
     for r in rows[start + 1 :]:
-        if len(r) <= max(src, executed) or not r[src].strip():
+        if len(r) <= max(src, col) or not r[src].strip():
             continue
         op = re.sub(r"^@!?U?P\w+\s+", "", r[src].strip()).split()[0].split(".")[0]
-        mix[op] = mix.get(op, 0) + int(_num(r[executed]) or 0)
+        mix[op] = mix.get(op, 0) + int(_num(r[col]) or 0)
     return mix
+
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
 def _num(text: str) -> float | None:
@@ -204,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         _precompile(cases, params)
     columns: dict[str, dict[str, str]] = {}
     mixes: dict[str, dict[str, int]] = {}
+    samples: dict[str, dict[str, int]] = {}
     for case in cases:
         for kind in kinds:
             label = f"{kind}:{case}"
@@ -233,10 +239,12 @@ def main(argv: list[str] | None = None) -> int:
             source = _ncu_page(rep, "--page", "source", "--print-source", "sass")
             (args.out / f"{kind}_{case}_sass.csv").write_text(source)
             mixes[label] = opcode_mix_from_csv(source)
+            samples[label] = opcode_mix_from_csv(source, SAMPLES)
     if not columns:
         return 1
     _print_table(columns)
-    _print_mix(mixes)
+    _print_mix(mixes, "instructions executed (M) by opcode", 1e-6)
+    _print_mix(samples, "stall samples (% of the kernel's) by opcode waiting to issue", None)
     return 0
 
 
@@ -258,23 +266,25 @@ def _print_table(columns: dict[str, dict[str, str]]) -> None:
         print(f"  {s}".ljust(28) + "".join(f"{stalls[s].get(x, 0.0):.2f}".rjust(width + 2) for x in labels))
 
 
-def _print_mix(mixes: dict[str, dict[str, int]], top: int = 16) -> None:
-    """Millions of warp instructions per opcode, the opcodes with the most in any profile first."""
+def _print_mix(mixes: dict[str, dict[str, int]], title: str, scale: float | None, top: int = 16) -> None:
+    """One row per opcode, the opcodes with the most in any profile first; `scale` None: % of the total."""
     labels = [x for x in mixes if mixes[x]]
     if not labels:
         return
     width = max(12, *(len(x) for x in labels))
+    totals = {x: sum(mixes[x].values()) for x in labels}
+
+    def cell(x: str, v: int) -> str:
+        return f"{v * scale:.2f}" if scale is not None else f"{100 * v / max(totals[x], 1):.1f}"
+
     ops = sorted(
         {o for x in labels for o in mixes[x]}, key=lambda o: -max(mixes[x].get(o, 0) for x in labels)
     )
-    print("instructions executed (M) by opcode")
-    print(
-        "  total".ljust(28) + "".join(f"{sum(mixes[x].values()) / 1e6:.1f}".rjust(width + 2) for x in labels)
-    )
+    print(title)
+    if scale is not None:
+        print("  total".ljust(28) + "".join(f"{totals[x] * scale:.1f}".rjust(width + 2) for x in labels))
     for o in ops[:top]:
-        print(
-            f"  {o}".ljust(28) + "".join(f"{mixes[x].get(o, 0) / 1e6:.2f}".rjust(width + 2) for x in labels)
-        )
+        print(f"  {o}".ljust(28) + "".join(cell(x, mixes[x].get(o, 0)).rjust(width + 2) for x in labels))
 
 
 if __name__ == "__main__":

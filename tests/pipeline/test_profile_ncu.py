@@ -37,6 +37,8 @@ def test_opcode_mix_sums_executed_warp_instructions_per_opcode() -> None:
     mix = profile_ncu.opcode_mix_from_csv(SOURCE_PAGE)
     assert mix == {"LDC": 24576, "R2UR": 2 * 1048576, "BRA": 2048, "HGMMA": 524288}  # predicate dropped
     assert profile_ncu.opcode_mix_from_csv("no table here") == {}
+    samples = profile_ncu.opcode_mix_from_csv(SOURCE_PAGE, profile_ncu.SAMPLES)
+    assert samples == {"LDC": 77, "R2UR": 14, "BRA": 1, "HGMMA": 40}
 
 
 def test_raw_metrics_take_the_longest_kernel_and_print_in_readable_units() -> None:
