@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from translator_cases import FILLED, translate_example
+from translator_cases import FILLED, HOPPER, translate_example
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -25,7 +25,7 @@ def updating(config: pytest.Config) -> bool:
     return flag or os.environ.get("TL_UPDATE_SNAPSHOTS") == "1"
 
 
-@pytest.mark.parametrize("name", FILLED)
+@pytest.mark.parametrize("name", FILLED + HOPPER)
 def test_generated_source_matches_snapshot(name: str, request: pytest.FixtureRequest) -> None:
     source = translate_example(name).source
     path = SNAPSHOTS / f"{name}.cu"

@@ -10,8 +10,11 @@ from translator import Translation, translate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-# Every example that is fully parameterised (the sketch still has `?` holes).
-FILLED = sorted(p.stem for p in EXAMPLES.glob("*.tl") if p.stem != "sketch_fwd")
+# Every example that is fully parameterised (the sketch still has `?` holes), by the backend its Target
+# picks: FILLED are the mma.sync (sm_80-class) examples, HOPPER the `Target sm_90` ones.
+_ALL = sorted(p.stem for p in EXAMPLES.glob("*.tl") if p.stem != "sketch_fwd")
+HOPPER = [n for n in _ALL if "\nTarget sm_90" in (EXAMPLES / f"{n}.tl").read_text()]
+FILLED = [n for n in _ALL if n not in HOPPER]
 
 
 def example_text(name: str) -> str:
