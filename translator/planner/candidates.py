@@ -25,6 +25,9 @@ from translator.planner.roles import Roles, find_roles
 
 BLOCK_M = (64, 128, 192, 256)
 BLOCK_N = (32, 64, 128, 256)
+# sm_90: wgmma N is any multiple of 8 (16 for the P·V K-slices), and the measured best tiles are not powers of
+# two (128×160 at head dim 128, 128×80 at 256: docs/hopper.md), so the key tile is searched in steps of 16.
+BLOCK_N_WGMMA = (64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256)
 WARPS = (4, 8)
 STAGES = (1, 2)
 # Head dimension assumed for a `?` head dim (the problem's, not the kernel's, so the planner says so).
@@ -52,6 +55,7 @@ class Candidate:
     score: float  # predicted fraction of tensor-core peak
     breakdown: dict[str, float]
     reasons: list[str] = field(default_factory=list)
+    measured: bool = False  # the target's measured default tile (sm_90: `hopper_tile`), ranked first
 
     def summary(self) -> str:
         t, b = self.tiling, self.breakdown
@@ -175,7 +179,7 @@ def plan(
     warps_options = (core_resources.DEFAULT_WARPS,) if target.wgmma else WARPS
     for bm, bn, w0, st0, dqk in itertools.product(
         space("block_m", BLOCK_M),
-        space("block_n", BLOCK_N),
+        space("block_n", BLOCK_N_WGMMA if target.wgmma else BLOCK_N),
         space("warps", warps_options),
         space("stages", STAGES),
         d_qk_space,
@@ -196,16 +200,42 @@ def plan(
             values = _values(roles, t)
             holes = {n: v for n, v in values.items() if model.params[n].hole}
             out.append(Candidate(0, values, holes, t, res, cost.score, cost.breakdown))
-    out.sort(key=lambda c: (-c.score, -c.tiling.block_m, -c.tiling.block_n, c.tiling.warps, -c.tiling.stages))
+    if target.wgmma:
+        _mark_measured(out, model.mask)
+    out.sort(
+        key=lambda c: (
+            not c.measured,
+            -c.score,
+            -c.tiling.block_m,
+            -c.tiling.block_n,
+            c.tiling.warps,
+            -c.tiling.stages,
+        )
+    )
     for i, c in enumerate(out, 1):
         c.rank = i
         c.reasons = [c.summary()]
+        if c.measured:
+            c.reasons.append(
+                "the measured default on the H200 (docs/hopper.md): ranked above the model, which cannot "
+                "tell the top sm_90 tiles apart (BN 128–176 measured within 2 % at head dim 128) and does "
+                "not see the spill of the register-bound ones (BN 192)"
+            )
     if not out:
         limits = ", ".join(f"{k} ({n})" for k, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
         problems.append(
             f"no tiling fits {target.arch} with the fixed parameters; rejected by: {limits or '-'}"
         )
     return Plan(out, roles, problems, rejected)
+
+
+def _mark_measured(out: list[Candidate], mask: str) -> None:
+    """Flag the candidates whose tile is `hopper_tile`'s for their head dim and mask (measurement beats the
+    model where both exist)."""
+    for c in out:
+        t = c.tiling
+        best = core_resources.hopper_tile(max(t.d_qk, t.d_v), mask)
+        c.measured = (t.block_m, t.block_n, t.stages) == (best["BM"], best["BN"], best["stages"])
 
 
 def _values(roles: Roles, t: Tiling) -> dict[str, int]:

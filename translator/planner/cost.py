@@ -68,6 +68,13 @@ _RATES: dict[str, Rates] = {
 }
 
 
+# sm_90: cycles per main-loop iteration that neither the tensor cores nor the exp2 units fill (barrier and
+# ping-pong hand-overs, wgmma issue and waits). Order of magnitude from the H200 key-tile sweep at head dim
+# 128 (docs/hopper.md, round 6): BN 128 to 176 within 2 %, i.e. a few hundred cycles against ~2,600 of
+# wgmma per 128×160 block.
+HOPPER_ITER_CYCLES = 200
+
+
 def rates(target: gpu.Target) -> Rates:
     return _RATES.get(target.arch, _RATES["sm_80"])
 
@@ -95,16 +102,24 @@ def estimate(
     elem = gpu.DTYPE_BYTES[t.dtype]
     sms = sms or max(p.sms for p in target.parts)
 
-    m_tiles = max(1, t.block_m // t.warps // mma.m)
-    feed = min(
-        _feed_efficiency(m_tiles, max(1, t.block_n // mma.n), mma, elem, r),
-        _feed_efficiency(m_tiles, max(1, t.d_v // mma.n), mma, elem, r),
-    )
     flops_iter = 2.0 * t.block_m * t.block_n * (t.d_qk + t.d_v)
-    mma_cyc = flops_iter / r.mma_flops / feed
     sfu_cyc = t.block_m * t.block_n / r.sfu_ops
     load_cyc = t.block_n * (t.d_qk + t.d_v) * elem / r.l2_bytes
-    compute_cyc = mma_cyc + sfu_cyc
+    if target.wgmma:
+        # wgmma reads its operands from shared memory through descriptors (no per-warp feed limit), and
+        # the Hopper kernel overlaps the softmax with the GEMMs (intra-warp-group pipelining, ping-pong
+        # between consumer groups): an iteration costs the longer of the two plus its hand-overs.
+        feed = 1.0
+        mma_cyc = flops_iter / r.mma_flops
+        compute_cyc = max(mma_cyc, sfu_cyc) + HOPPER_ITER_CYCLES
+    else:
+        m_tiles = max(1, t.block_m // t.warps // mma.m)
+        feed = min(
+            _feed_efficiency(m_tiles, max(1, t.block_n // mma.n), mma, elem, r),
+            _feed_efficiency(m_tiles, max(1, t.d_v // mma.n), mma, elem, r),
+        )
+        mma_cyc = flops_iter / r.mma_flops / feed
+        compute_cyc = mma_cyc + sfu_cyc
     overlapped = t.stages >= 2 or res.blocks_per_sm >= 2
     iter_cyc = max(compute_cyc, load_cyc) if overlapped else compute_cyc + load_cyc
 
@@ -140,7 +155,7 @@ def estimate(
         "mma_feed_efficiency": feed,
         "tile_efficiency": _visible_pairs(shape, causal) / (q_tiles * t.block_m * mean_iters * t.block_n),
         "load_overlap": 1.0 if overlapped else compute_cyc / (compute_cyc + load_cyc),
-        "softmax_share": sfu_cyc / compute_cyc,
+        "softmax_share": sfu_cyc / (compute_cyc if not target.wgmma else sfu_cyc + mma_cyc),
         "flops_per_kv_byte": flops_iter / (t.block_n * (t.d_qk + t.d_v) * elem),
     }
     return Cost(score=max(0.0, min(1.0, score)), breakdown=breakdown)

@@ -115,3 +115,25 @@ def test_fill_and_suggest_never_raise_on_half_written_files() -> None:
 def test_fill_never_raises_on_arbitrary_text(text: str) -> None:
     r = fill(text)
     assert isinstance(r.text, str) and isinstance(r.problems, list)
+
+
+def test_hopper_sketches_get_the_measured_tiles_and_wgmma_sized_key_blocks() -> None:
+    """sm_90: the key tile is searched in wgmma-sized steps of 16 (the H200's best are 160 and 80, not
+    powers of two), the softmax overlaps the GEMMs in the model, and the measured default ranks first."""
+    sketch = (EXAMPLES / "sketch_fwd.tl").read_text().replace("Target sm_80", "Target sm_90")
+    for d, mask, tile in (
+        (128, "none", (128, 160)),
+        (128, "causal", (128, 128)),
+        (64, "none", (192, 128)),
+        (256, "none", (128, 80)),
+    ):
+        text = sketch.replace("Param d = 128", f"Param d = {d}").replace("Mask none", f"Mask {mask}")
+        cands = plan_candidates(analyze(text), Shape(2, 2048 // d, 8192, 8192))
+        best = cands[0]
+        assert (best.tiling.block_m, best.tiling.block_n) == tile and best.measured, (d, mask)
+        assert "measured default on the H200" in " ".join(best.reasons)
+        assert any(c.tiling.block_n in (80, 144, 160, 176) for c in cands)
+    # at head dim 256 the model alone already prefers the measured 128×80
+    text = sketch.replace("Param d = 128", "Param d = 256")
+    scored = sorted(plan_candidates(analyze(text), Shape(8, 8, 4096, 4096)), key=lambda c: -c.score)
+    assert (scored[0].tiling.block_m, scored[0].tiling.block_n) == (128, 80)
