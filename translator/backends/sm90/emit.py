@@ -338,6 +338,11 @@ def _tile_loop(e: _Emit, who: str) -> Iterator[None]:
         yield
 
 
+def _advance_ring(e: _Emit, stage: str = "stage", phase: str = "phase") -> None:
+    """Next buffer of a K/V ring; its mbarrier phase flips each time the ring wraps."""
+    e.w.line(f"if (++{stage} == kStages) {{ {stage} = 0; {phase} ^= 1; }}")
+
+
 def _q_phase(e: _Emit) -> str:
     return "tile_iter & 1" if e.cfg.persistent else "0"
 
@@ -477,7 +482,7 @@ def _producer_tile(e: _Emit) -> None:
                 "n_block * kBlockN",
                 "bidh_kv",
             )
-            w.line(f"if (++{name}_stage == kStages) {{ {name}_stage = 0; {name}_phase ^= 1; }}")
+            _advance_ring(e, f"{name}_stage", f"{name}_phase")
     if not c.overlap:
         with e.tag("loop", "the producer walks the key blocks in the consumers' order: K(n), V(n)"):
             w.line(
@@ -713,7 +718,7 @@ def _loop_plain(e: _Emit) -> None:
         _pv(e, "stage", "phase")
         _pv_done(e, "stage", "O is updated; the V buffer goes back to the producer")
         with e.tag("loop"):
-            w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
+            _advance_ring(e)
     with e.tag("loop"):
         w.line("}")
 
@@ -749,7 +754,7 @@ def _loop_overlap(e: _Emit) -> None:
         with e.tag("loop", "V of this block is consumed one iteration later, with the P just made"):
             w.line("int v_stage = stage;")
             w.line("uint32_t v_phase = phase;")
-            w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
+            _advance_ring(e)
         _overlap_step(e)
         _overlap_loops(e)
         _turn(e, "my_turn();")
@@ -793,7 +798,7 @@ def _overlap_step(e: _Emit) -> None:
         with e.tag("loop"):
             w.line("v_stage = stage;")
             w.line("v_phase = phase;")
-            w.line("if (++stage == kStages) { stage = 0; phase ^= 1; }")
+            _advance_ring(e)
     with e.tag("loop"):
         w.line("};")
 
