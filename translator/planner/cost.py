@@ -155,7 +155,7 @@ def estimate(
         "mma_feed_efficiency": feed,
         "tile_efficiency": _visible_pairs(shape, causal) / (q_tiles * t.block_m * mean_iters * t.block_n),
         "load_overlap": 1.0 if overlapped else compute_cyc / (compute_cyc + load_cyc),
-        "softmax_share": sfu_cyc / (compute_cyc if not target.wgmma else sfu_cyc + mma_cyc),
+        "softmax_share": sfu_cyc / (mma_cyc + sfu_cyc),
         "flops_per_kv_byte": flops_iter / (t.block_n * (t.d_qk + t.d_v) * elem),
     }
     return Cost(score=max(0.0, min(1.0, score)), breakdown=breakdown)

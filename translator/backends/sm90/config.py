@@ -42,8 +42,8 @@ class HopperConfig:
     plan: KernelPlan
     consumers: int  # consumer warp groups; warp group 0 is the producer
     overlap: bool  # intra-warp-group pipelining: Q·Kᵀ of block n+1 overlaps softmax, P·V of block n drains
-    # Two consumer warp groups take turns issuing their GEMMs (named barriers), so one group's softmax runs
-    # while the other's GEMMs occupy the tensor cores (FlashAttention 3's inter-warp-group ping-pong).
+    # The consumer warp groups (two or three) take turns issuing their GEMMs, a ring of named barriers, so
+    # one group's softmax runs while the others' GEMMs occupy the tensor cores (FlashAttention 3's ping-pong).
     pingpong: bool = False
     # One block per SM walks the query tiles (blockIdx.x, += gridDim.x): the producer's K/V ring runs on
     # across tiles, so the next tile's first loads overlap this tile's last blocks and its epilogue.
