@@ -96,7 +96,7 @@ def configs(args: argparse.Namespace) -> list[Config]:
 
 def build_kernels(args: argparse.Namespace, cfgs: list[Config], device_arch: str) -> dict[tuple, list[Any]]:
     """(dtype, head dim, mask) → [(label, Built | BuildError)], all compiled in one parallel batch."""
-    from pipeline.build import BuildError, compile_all, prepare, translate_text
+    from pipeline.build import BuildError, compile_all, prepare
     from pipeline.variants import bench_kernels
 
     groups = sorted({(c.dtype, c.head_dim, c.mask) for c in cfgs})
@@ -117,7 +117,7 @@ def build_kernels(args: argparse.Namespace, cfgs: list[Config], device_arch: str
             # tl-sm80 (mma.sync path) always; tl-sm90 (TMA + wgmma) on an sm_90 device
             for label, kc in bench_kernels(d, dtype, mask, device_arch, _sm90_params(args, d)):
                 try:  # a bare NAME.tl path: the same source (and compile cache entry) as the GPU tests'
-                    items.append(translate_text(kc.tl_text(), Path(f"{kc.name}.tl")))
+                    items.append(kc.translate())
                     keys.append(((dtype, d, mask), label))
                 except BuildError as exc:
                     failed.append((label, exc))

@@ -88,24 +88,22 @@ def _config(d: int, mask: str, params: dict[str, int]):  # -> KernelConfig
 
 
 def _load(d: int, mask: str, params: dict[str, int]):  # -> LoadedKernel
-    from pipeline.build import compile_all, translate_text
+    from pipeline.build import compile_all
     from runner.launch import load, require_device
 
-    cfg = _config(d, mask, params)
-    t = translate_text(cfg.tl_text(), Path(f"{cfg.name}.tl"))
+    t = _config(d, mask, params).translate()
     built = compile_all([t], device_arch=require_device())[0]
     return load(built.compiled, t.spec)  # a BuildError has no .compiled: let it raise with its message
 
 
 def _precompile(cases: list[str], params: dict[int, dict[str, int]]) -> None:
-    from pipeline.build import compile_all, translate_text
+    from pipeline.build import compile_all
     from runner.launch import require_device
 
     items = []
     for case in cases:
         d, mask = CASES[case]
-        cfg = _config(d, mask, params.get(d, {}))
-        items.append(translate_text(cfg.tl_text(), Path(f"{cfg.name}.tl")))
+        items.append(_config(d, mask, params.get(d, {})).translate())
     for built in compile_all(items, device_arch=require_device()):
         if not hasattr(built, "compiled"):
             print(f"compile failed: {built}", file=sys.stderr)

@@ -38,14 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from pipeline.build import compile_all, translate_text
+    from pipeline.build import compile_all
     from pipeline.variants import KernelConfig
     from runner.launch import load, require_device
     from runner.sass import count, disassemble
 
     device_arch = require_device()
     configs = [KernelConfig(128, "bf16", "none", target=t) for t in ("sm_80", "sm_90")]
-    items = [translate_text(c.tl_text(), Path(f"{c.name}.tl")) for c in configs]
+    items = [c.translate() for c in configs]
     rows = []
     for cfg, t, built in zip(configs, items, compile_all(items, device_arch=device_arch), strict=True):
         compiled = built.compiled  # a BuildError has no .compiled: let it raise with its message

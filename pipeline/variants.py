@@ -10,8 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tl_language.resources import hopper_tile
+
+if TYPE_CHECKING:
+    from pipeline.build import Translated
 
 _HEADER = re.compile(r"^(?P<indent>\s*)(?P<kw>Kernel|Target|Dtype|Mask)\b[^#\n]*?(?P<comment>\s*#.*)?$")
 _PARAM = re.compile(r"^(?P<indent>\s*)Param\s+(?P<name>\w+)\s*=\s*[^#\n]*?(?P<comment>\s*#.*)?$")
@@ -155,6 +159,13 @@ class KernelConfig:
         return variant(
             base, kernel=self.name, target=self.target, dtype=self.dtype, mask=self.mask, params=params
         )
+
+    def translate(self) -> Translated:
+        """`tl_text()` checked and translated under a bare `NAME.tl` path, so the GPU suite, the benchmark
+        and the profilers build the same source and share its compile-cache entry. Raises BuildError."""
+        from pipeline.build import translate_text
+
+        return translate_text(self.tl_text(), Path(f"{self.name}.tl"))
 
 
 # ---- the kernels the GPU suite verifies and the benchmark times ----------------------------------------

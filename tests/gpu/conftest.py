@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,7 +65,7 @@ class Kernels:
 
 @pytest.fixture(scope="session")
 def kernels(tmp_path_factory: Any) -> Kernels:
-    from pipeline.build import BuildError, Translated, compile_all, translate_text
+    from pipeline.build import BuildError, Translated, compile_all
     from runner.launch import require_device
 
     device_arch = require_device()
@@ -76,7 +75,7 @@ def kernels(tmp_path_factory: Any) -> Kernels:
     for cfg in TL_CONFIGS:
         # A bare NAME.tl path: the same source (and compile cache entry) as benchmarks/attention.py's.
         try:
-            items.append(translate_text(cfg.tl_text(), Path(f"{cfg.name}.tl")))
+            items.append(cfg.translate())
         except BuildError as exc:
             built[cfg.name] = exc
     for n in NAIVE_CONFIGS:

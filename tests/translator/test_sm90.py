@@ -4,7 +4,6 @@ as TL501 diagnostics on the right TL line, and one NVRTC compile for sm_90a."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -219,14 +218,13 @@ def test_default_hd128_kernel_compiles_and_its_softmax_overlaps_pv_in_the_sass(t
     basic block, which without `tl::block_boundary` put every MUFU.EX2 after P·V had drained."""
     pytest.importorskip("cuda.bindings")
     pytest.importorskip("cutlass_library")
-    from pipeline.build import translate_text
     from pipeline.variants import KernelConfig
     from runner.compile import compile_source
     from runner.sass import SassError, disassemble
 
     monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
     config = KernelConfig(128, "bf16", "none", target="sm_90")
-    built = translate_text(config.tl_text(), Path(f"{config.name}.tl"))
+    built = config.translate()
     assert not built.spec.persistent and built.spec.block_n == 160
     compiled = compile_source(built.source, arch=built.spec.arch, name=f"{config.name}.cu")
     assert compiled.kind == "cubin" and compiled.code[:4] == b"\x7fELF"
