@@ -90,19 +90,23 @@ def format_text(text: str) -> str:
     out: list[str] = []
     depth = 0
     blank_run = 0
+
+    def blank() -> None:
+        nonlocal blank_run
+        blank_run += 1
+        if blank_run <= 2:
+            out.append("")
+
     for number, raw in enumerate(split_lines(body)):
         line = LineText(number, raw)
         tokens, comment_at = lex_line(line)
         if not tokens:
             if comment_at is None:
-                blank_run += 1
-                if blank_run <= 2:
-                    out.append("")
+                blank()
                 continue
             blank_run = 0
             out.append(INDENT * depth + raw[comment_at:].rstrip())
             continue
-        blank_run = 0
         kw = tokens[0].lower if tokens[0].kind == "ident" else ""
         if kw == "end":
             depth = max(0, depth - 1)
@@ -111,12 +115,17 @@ def format_text(text: str) -> str:
         if diag is None and not isinstance(stmt, _End):
             rendered = _render(stmt)
         if rendered is None:
-            out.append(raw.rstrip())  # keep a broken line as written
+            kept = raw.rstrip()  # keep a broken line as written
+            if not kept:  # only characters Python strips but the lexer does not (e.g. \x1f): blank
+                blank()
+                continue
+            out.append(kept)
         elif comment_at is not None:
             code = INDENT * depth + rendered
             out.append(_with_comment(code, raw[comment_at:].rstrip(), comment_at))
         else:
             out.append(INDENT * depth + rendered)
+        blank_run = 0
         if kw == "for":
             depth += 1
     while out and out[-1] == "":
