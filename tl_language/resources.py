@@ -110,7 +110,7 @@ HOPPER_PERSISTENT = 0
 
 
 def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
-    """Default sm_90 tile and schedule per head dim, from the H200 measurements in docs/translation.md:
+    """Default sm_90 tile and schedule per head dim, from the H200 measurements in docs/hopper.md:
     d ≤ 64: 192×128, 3 consumers; d ≤ 128: 128×160 (128×128 causal), 2 consumers; 192 (MLA): 128×128;
     256: 128×80, 2 consumers. Ping-pong up to head dim 128, 2 stages, overlap on."""
     causal = mask == "causal"
@@ -194,18 +194,14 @@ def warps(model: Model) -> int:
     v = param_value(model, "warps")
     if v in WARP_CHOICES:
         return v
-    d_qk, d_v = head_dims(model)
-    dims = [d for d in (d_qk, d_v) if d is not None]
-    return default_warps(model.target, param_value(model, "BM"), max(dims) if dims else None)
+    return default_warps(model.target, param_value(model, "BM"), _larger_head_dim(model))
 
 
 def stages(model: Model) -> int:
     v = param_value(model, "stages")
     if v is not None and v >= 1:
         return v
-    d_qk, d_v = head_dims(model)
-    dims = [d for d in (d_qk, d_v) if d is not None]
-    return default_stages(model.target, max(dims) if dims else None, model.mask)
+    return default_stages(model.target, _larger_head_dim(model), model.mask)
 
 
 def consumers(model: Model) -> int:
@@ -228,6 +224,12 @@ def head_dims(model: Model) -> tuple[int | None, int | None]:
     if d_v is None and "d_v" not in model.params and "d" not in model.params:
         d_v = _global_last_dim(model, "V")
     return d_qk, d_v
+
+
+def _larger_head_dim(model: Model) -> int | None:
+    """The larger of the QK and V head dims that are known (what the tile defaults are keyed on)."""
+    dims = [d for d in head_dims(model) if d is not None]
+    return max(dims) if dims else None
 
 
 def _global_last_dim(model: Model, name: str) -> int | None:
