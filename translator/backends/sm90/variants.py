@@ -22,7 +22,7 @@ class Variant:
     mask: str = "none"  # "none" | "causal" | "window(L, R)"
     stages: int = 2
     overlap: bool = True  # intra-warp-group pipelining (`Param overlap`)
-    pingpong: bool = False  # two consumer warp groups alternate their GEMMs (`Param pingpong`)
+    pingpong: bool = False  # the consumer groups take turns issuing their GEMMs, a ring (`Param pingpong`)
     persistent: bool = False  # one block per SM walks the tiles (`Param persistent`)
     # Regex edits (pattern, replacement) of the generated source, for A/B experiments on code the TL has
     # no switch for (device_check only, which emits patched variants without #line directives; each
