@@ -130,6 +130,18 @@ _MAX_IN_FOUR_CHAINS = (
         r"\g<i>}\n\g<i>float m = fmaxf(fmaxf(m0, m1), fmaxf(m2, m3));\n",
     ),
 )
+# Before round 13 a masked tile took its coordinates from the grid (m_block fastest, longest first within
+# each head); the emitter now numbers tiles in FA4's order (L2 sections of heads, longest first across a
+# section). This restores the grid's order, for the A/B.
+_GRID_ORDER = (
+    (
+        r"(?P<i>[ ]*)// TL block_m, longest first: with a mask the last query tiles see the most keys\. "
+        r"Blocks are\n(?:[^\n]*\n)*?[ ]*const int m_block = num_m_blocks - 1 - in_section / width;\n",
+        "\\g<i>const int bidb = blockIdx.y;     // batch\n"
+        "\\g<i>const int bidh = blockIdx.z;     // query head\n"
+        "\\g<i>const int m_block = gridDim.x - 1 - blockIdx.x;\n",
+    ),
+)
 # Round 1's rescale placement: after P·V drains (outside the ping-pong turn) instead of between the Q·Kᵀ
 # and P·V issues; the last P·V then needs no rescale of its own.
 _RESCALE_AFTER_PV = (
@@ -249,4 +261,16 @@ VARIANTS: tuple[Variant, ...] = (
         patches=_MAX_IN_FOUR_CHAINS,
     ),
     Variant("h64_bf16_pp3_r1", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_RESCALE_AFTER_PV),
+    # Thirteenth: FA4's longest-first order over L2 sections of heads for masked tiles (now the emitter's;
+    # `_grid` is the grid's own order, measured as the baseline then), and FA3's d128 key tiles.
+    Variant("h128_bf16_causal_pp_grid", mask="causal", pingpong=True, patches=_GRID_ORDER),
+    Variant(
+        "h64_bf16_causal_pp3_grid", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        patches=_GRID_ORDER,
+    ),
+    Variant(
+        "h256_bf16_causal_grid", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4, patches=_GRID_ORDER
+    ),
+    Variant("h128_bf16_bn176_pp", block_n=176, pingpong=True),
+    Variant("h128_bf16_causal_bn144_pp", block_n=144, mask="causal", pingpong=True),
 )
