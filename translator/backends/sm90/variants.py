@@ -159,6 +159,34 @@ _RESCALE_AFTER_PV = (
     (r"[ ]*// TL:\d+  Compute Softmax S  — the last rescale, before the last P·V\n[ ]*rescale_o\(\);\n", ""),
 )
 
+# FA4's row max (round 14): every row's max first, each in four chains, then the quad shuffles of all rows
+# together, then the exps; the emitter's loop finishes one row (one chain, its shuffles, its exps) before
+# the next, which the ncu source page shows as a serial FMNMX chain stalled on itself.
+_ROW_MAXES_FIRST = (
+    (
+        r"(?P<i>[ ]*)CUTE_UNROLL\n[ ]*for \(int r = 0; r < size<0>\(scores\); \+\+r\) \{\n"
+        r"[ ]*float m = row_max\(r\);\n[ ]*CUTE_UNROLL\n"
+        r"[ ]*for \(int c = 0; c < size<1>\(scores\); \+\+c\) m = fmaxf\(m, scores\(r, c\)\);\n"
+        r"[ ]*m = tl::quad_max\(m\);\n",
+        "\\g<i>Tensor row_max_new = make_fragment_like(row_max);\n"
+        "\\g<i>CUTE_UNROLL\n"
+        "\\g<i>for (int r = 0; r < size<0>(scores); ++r) {\n"
+        "\\g<i>  float m0 = scores(r, 0), m1 = scores(r, 1), m2 = scores(r, 2), m3 = scores(r, 3);\n"
+        "\\g<i>  CUTE_UNROLL\n"
+        "\\g<i>  for (int c = 4; c < size<1>(scores); c += 4) {\n"
+        "\\g<i>    m0 = fmaxf(m0, scores(r, c)); m1 = fmaxf(m1, scores(r, c + 1));\n"
+        "\\g<i>    m2 = fmaxf(m2, scores(r, c + 2)); m3 = fmaxf(m3, scores(r, c + 3));\n"
+        "\\g<i>  }\n"
+        "\\g<i>  row_max_new(r) = fmaxf(fmaxf(fmaxf(m0, m1), fmaxf(m2, m3)), row_max(r));\n"
+        "\\g<i>}\n"
+        "\\g<i>CUTE_UNROLL\n"
+        "\\g<i>for (int r = 0; r < size<0>(scores); ++r) row_max_new(r) = tl::quad_max(row_max_new(r));\n"
+        "\\g<i>CUTE_UNROLL\n"
+        "\\g<i>for (int r = 0; r < size<0>(scores); ++r) {\n"
+        "\\g<i>  float m = row_max_new(r);\n",
+    ),
+)
+
 # What the device run compiles, verifies and times. Names are kernel names (C identifiers).
 VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16"),
@@ -273,4 +301,30 @@ VARIANTS: tuple[Variant, ...] = (
     ),
     Variant("h128_bf16_bn176_pp", block_n=176, pingpong=True),
     Variant("h128_bf16_causal_bn144_pp", block_n=144, mask="causal", pingpong=True),
+    # Fourteenth: FA4's row max (all rows' maxes in four chains, then their shuffles), alone and with round
+    # 1's rescale placement (FA4's for d <= 128), against the plain default.
+    Variant("h64_bf16_pp3_mf", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_ROW_MAXES_FIRST),
+    Variant(
+        "h64_bf16_pp3_mf_r1", block_m=192, d_qk=64, d_v=64, pingpong=True,
+        patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV,
+    ),
+    Variant(
+        "h64_bf16_causal_pp3_mf", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        patches=_ROW_MAXES_FIRST,
+    ),
+    Variant(
+        "h64_bf16_causal_pp3_mf_r1", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV,
+    ),
+    Variant("h128_bf16_bn160_pp_mf", block_n=160, pingpong=True, patches=_ROW_MAXES_FIRST),
+    Variant(
+        "h128_bf16_bn160_pp_mf_r1", block_n=160, pingpong=True, patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV
+    ),
+    Variant("h128_bf16_causal_pp_mf", mask="causal", pingpong=True, patches=_ROW_MAXES_FIRST),
+    Variant(
+        "h128_bf16_causal_pp_mf_r1",
+        mask="causal",
+        pingpong=True,
+        patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV,
+    ),
 )
