@@ -287,12 +287,20 @@ def _kernel(e: _Emit) -> None:
         w.line()
         w.line("const int warp_group = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);  // warp-uniform")
         _globals(e)
+        masked = e.plan.mask != "none"
         if e.cfg.persistent:
-            w.comment("Persistent: tile t = (m_block, head, batch) with m_block fastest, so the blocks")
-            w.comment("running at once share a few heads' K and V in L2; block b takes b, b + gridDim.x, …")
+            w.comment("Persistent: block b takes tiles b, b + gridDim.x, …; without a mask tile t is")
+            w.comment("(m_block, head, batch) with m_block fastest, so the blocks running at once share a")
+            w.comment("few heads' K and V in L2")
             w.line("const int num_m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
             w.line("const int num_tiles = num_m_blocks * heads * batch;")
+            if masked:
+                _l2_sections(e)
         else:
+            if masked:
+                w.line("const int num_m_blocks = gridDim.x;")
+                w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
+                _l2_sections(e)
             _tile_coords(e)
         _barrier_init(e)
         with w.block("if (warp_group == 0)"):
@@ -304,38 +312,36 @@ def _kernel(e: _Emit) -> None:
 def _tile_coords(e: _Emit) -> None:
     """This tile's query block, batch and head, its K/V head and its key-block range."""
     w, p = e.w, e.plan
-    if e.cfg.persistent:
+    if p.mask != "none":
+        _longest_first_coords(e)
+    elif e.cfg.persistent:
         w.line("const int bidb = tile / (num_m_blocks * heads);  // batch")
         w.line("const int bidh = tile / num_m_blocks % heads;     // query head")
-        if p.mask == "none":
-            w.line("const int m_block = tile % num_m_blocks;  // TL block_m: this tile of query rows")
-        else:
-            w.comment("TL block_m, longest first: with a mask the last query tiles see the most keys, so")
-            w.comment("they start first and the short ones fill the tail.")
-            w.line("const int m_block = num_m_blocks - 1 - tile % num_m_blocks;")
-    elif p.mask == "none":
+        w.line("const int m_block = tile % num_m_blocks;  // TL block_m: this tile of query rows")
+    else:
         w.line("const int bidb = blockIdx.y;     // batch")
         w.line("const int bidh = blockIdx.z;     // query head")
         w.line("const int m_block = blockIdx.x;  // TL block_m: this tile of query rows")
-    else:
-        _longest_first_coords(e)
     _kv_head(e)
     _key_range(e)
 
 
-def _longest_first_coords(e: _Emit) -> None:
-    """A masked tile's coordinates in FA4's order (its LPT scheduler), from the linear block index."""
+def _l2_sections(e: _Emit) -> None:
+    """How many (batch, head) pairs a section of masked tiles spans (FA4's LPT scheduler)."""
     w = e.w
-    w.comment("TL block_m, longest first: with a mask the last query tiles see the most keys. Blocks are")
-    w.comment("numbered in sections of as many (batch, head) pairs as have K and V fit in 50 MB of L2 (a")
-    w.comment("power of two); within a section the longest query tiles of all its heads start first, so the")
-    w.comment("grid's tail is the shortest tiles of all (H200: d256 causal +2-9 %, d64 and d128 +0-1 %).")
-    w.line("const int num_m_blocks = gridDim.x;")
+    w.comment("Masked tiles, longest first: the last query tiles see the most keys. Tiles are numbered in")
+    w.comment("sections of as many (batch, head) pairs as have K and V fit in 50 MB of L2 (a power of two);")
+    w.comment("within a section the longest query tiles of all its heads come first, so the tail is the")
+    w.comment("shortest tiles of all (H200, one block per tile: d256 causal +2-9 %, d64 and d128 +0-1 %).")
     w.line("const int num_hb = batch * heads;")
-    w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
     w.line("const long long kv_head_bytes = 1ll * seqlen_k * (kHeadDimQK + kHeadDimV) * sizeof(Element);")
     w.line("int swizzle = 1;")
     w.line("while (swizzle < num_hb && 2 * swizzle * kv_head_bytes <= (50ll << 20)) swizzle *= 2;")
+
+
+def _longest_first_coords(e: _Emit) -> None:
+    """Tile `tile`'s coordinates in the numbering `_l2_sections` describes."""
+    w = e.w
     w.line("const int section = tile / (swizzle * num_m_blocks);")
     w.line("const int in_section = tile - section * swizzle * num_m_blocks;")
     w.comment("the last section may hold fewer pairs")
@@ -343,7 +349,7 @@ def _longest_first_coords(e: _Emit) -> None:
     w.line("const int hb = section * swizzle + in_section % width;")
     w.line("const int bidb = hb / heads;  // batch")
     w.line("const int bidh = hb % heads;  // query head")
-    w.line("const int m_block = num_m_blocks - 1 - in_section / width;")
+    w.line("const int m_block = num_m_blocks - 1 - in_section / width;  // TL block_m")
 
 
 @contextmanager

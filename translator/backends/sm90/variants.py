@@ -135,8 +135,8 @@ _MAX_IN_FOUR_CHAINS = (
 # section). This restores the grid's order, for the A/B.
 _GRID_ORDER = (
     (
-        r"(?P<i>[ ]*)// TL block_m, longest first: with a mask the last query tiles see the most keys\. "
-        r"Blocks are\n(?:[^\n]*\n)*?[ ]*const int m_block = num_m_blocks - 1 - in_section / width;\n",
+        r"(?P<i>[ ]*)const int num_m_blocks = gridDim\.x;\n(?:[^\n]*\n)*?"
+        r"[ ]*const int m_block = num_m_blocks - 1 - in_section / width;[^\n]*\n",
         "\\g<i>const int bidb = blockIdx.y;     // batch\n"
         "\\g<i>const int bidh = blockIdx.z;     // query head\n"
         "\\g<i>const int m_block = gridDim.x - 1 - blockIdx.x;\n",
@@ -327,4 +327,14 @@ VARIANTS: tuple[Variant, ...] = (
         pingpong=True,
         patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV,
     ),
+    # Fifteenth: the persistent grid walking the masked tiles in the same longest-first order (block b takes
+    # tiles b, b + gridDim.x, …, so every block's tiles shrink at the same pace), against one block per tile.
+    Variant(
+        "h64_bf16_causal_pp3_pers", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        persistent=True,
+    ),
+    Variant("h128_bf16_causal_pp_pers", mask="causal", pingpong=True, persistent=True),
+    Variant("h256_bf16_causal_pers", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4, persistent=True),
+    Variant("h64_bf16_pp3_pers", block_m=192, d_qk=64, d_v=64, pingpong=True, persistent=True),
+    Variant("h128_bf16_bn160_pp_pers", block_n=160, pingpong=True, persistent=True),
 )
