@@ -104,8 +104,9 @@ HOPPER_STATIC_SMEM = 1024
 HOPPER_REGISTERS = {1: (24, 240), 2: (24, 240), 3: (24, 160)}
 # `Param persistent` when absent: off. On the H200 the persistent grid won 1–3% without a mask while the
 # softmax did not overlap P·V; once it did, one block per tile measured the same or better at 8k–16k
-# (within the benchmark's run-order noise, docs/performance.md). With a mask it loses outright: it walks
-# its tiles in a fixed order, and causal tiles differ in length, which the block scheduler balances better.
+# (within the benchmark's run-order noise, docs/performance.md). With a mask it loses outright, even in the
+# one-tile grid's longest-first order (round 15: 1-21 %): its static round robin cannot balance tiles of
+# different lengths as the hardware's block scheduler does.
 HOPPER_PERSISTENT = 0
 
 
