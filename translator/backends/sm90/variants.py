@@ -187,6 +187,38 @@ _ROW_MAXES_FIRST = (
     ),
 )
 
+# FA4's arrangement of the row sum (round 16): the exps alone between the two waits, and the row sums
+# after P·V has drained, where they interleave with P's conversion (and, with `_r1`, O's rescale). The
+# emitter sums each exp as it comes out of MUFU, and after the wait only the 32-64 conversions remain,
+# back to back (the profile's F2FP stalls: 4.9 % of our samples against FA4's 1.8 % at d64).
+_SUMS_AFTER_PV = (
+    (
+        r"[ ]*float sum = 0\.f;\n"
+        r"(?=[ ]*CUTE_UNROLL\n[ ]*for \(int c = 0; c < size<1>\(scores\); \+\+c\) \{\n)",
+        "",
+    ),
+    (r"[ ]*sum \+= scores\(r, c\);[^\n]*\n", ""),
+    (r"row_sum\(r\) = row_sum\(r\) \* correction\(r\) \+ sum;", "row_sum(r) *= correction(r);"),
+    (
+        r"(?P<i>[ ]*)auto softmax_step = \[&\]\(auto& acc_s\) \{\n",
+        "\\g<i>auto add_row_sums = [&](auto& acc_s) {\n"
+        "\\g<i>  Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));\n"
+        "\\g<i>  CUTE_UNROLL\n"
+        "\\g<i>  for (int r = 0; r < size<0>(scores); ++r) {\n"
+        "\\g<i>    float sum = 0.f;\n"
+        "\\g<i>    CUTE_UNROLL\n"
+        "\\g<i>    for (int c = 0; c < size<1>(scores); ++c) sum += scores(r, c);\n"
+        "\\g<i>    row_sum(r) += sum;\n"
+        "\\g<i>  }\n"
+        "\\g<i>};\n"
+        "\\g<0>",
+    ),
+    (
+        r"(?P<i>[ ]*)Tensor (?P<p>rP|rP_next) = tl::convert_fragment<Element>\((?P<s>acc_s|acc_s_next)\);\n",
+        "\\g<0>\\g<i>add_row_sums(\\g<s>);\n",
+    ),
+)
+
 # What the device run compiles, verifies and times. Names are kernel names (C identifiers).
 VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16"),
@@ -337,4 +369,26 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h256_bf16_causal_pers", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4, persistent=True),
     Variant("h64_bf16_pp3_pers", block_m=192, d_qk=64, d_v=64, pingpong=True, persistent=True),
     Variant("h128_bf16_bn160_pp_pers", block_n=160, pingpong=True, persistent=True),
+    # Sixteenth: the row sums after P·V drains (FA4's arrangement), alone and with round 1's rescale.
+    Variant("h64_bf16_pp3_sa", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_SUMS_AFTER_PV),
+    Variant(
+        "h64_bf16_pp3_sa_r1", block_m=192, d_qk=64, d_v=64, pingpong=True,
+        patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV,
+    ),
+    Variant(
+        "h64_bf16_causal_pp3_sa", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        patches=_SUMS_AFTER_PV,
+    ),
+    Variant(
+        "h64_bf16_causal_pp3_sa_r1", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV,
+    ),
+    Variant("h128_bf16_bn160_pp_sa", block_n=160, pingpong=True, patches=_SUMS_AFTER_PV),
+    Variant(
+        "h128_bf16_bn160_pp_sa_r1", block_n=160, pingpong=True, patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV
+    ),
+    Variant("h128_bf16_causal_pp_sa", mask="causal", pingpong=True, patches=_SUMS_AFTER_PV),
+    Variant(
+        "h128_bf16_causal_pp_sa_r1", mask="causal", pingpong=True, patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV
+    ),
 )
