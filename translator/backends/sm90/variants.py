@@ -7,7 +7,7 @@ head dim 64 → 192 × 128 (3 consumer warp groups), 128 → 128 × 128 or 128 �
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -219,6 +219,24 @@ _SUMS_AFTER_PV = (
     ),
 )
 
+# The d64 and d128 defaults (with and without a causal mask) that the later rounds measure against.
+_DEFAULTS = (
+    Variant("h64_bf16_pp3", block_m=192, d_qk=64, d_v=64, pingpong=True),
+    Variant("h64_bf16_causal_pp3", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True),
+    Variant("h128_bf16_bn160_pp", block_n=160, pingpong=True),
+    Variant("h128_bf16_causal_pp", mask="causal", pingpong=True),
+)
+
+
+def _on_the_defaults(suffix: str, patches: tuple[tuple[str, Any], ...]) -> tuple[Variant, ...]:
+    """Each default with `patches` (NAME_suffix), and with them and round 1's rescale (NAME_suffix_r1)."""
+    return tuple(
+        replace(v, name=f"{v.name}_{suffix}{tag}", patches=patches + extra)
+        for v in _DEFAULTS
+        for tag, extra in (("", ()), ("_r1", _RESCALE_AFTER_PV))
+    )
+
+
 # What the device run compiles, verifies and times. Names are kernel names (C identifiers).
 VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16"),
@@ -334,31 +352,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16_bn176_pp", block_n=176, pingpong=True),
     Variant("h128_bf16_causal_bn144_pp", block_n=144, mask="causal", pingpong=True),
     # Fourteenth: FA4's row max (all rows' maxes in four chains, then their shuffles), alone and with round
-    # 1's rescale placement (FA4's for d <= 128), against the plain default.
-    Variant("h64_bf16_pp3_mf", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_ROW_MAXES_FIRST),
-    Variant(
-        "h64_bf16_pp3_mf_r1", block_m=192, d_qk=64, d_v=64, pingpong=True,
-        patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV,
-    ),
-    Variant(
-        "h64_bf16_causal_pp3_mf", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
-        patches=_ROW_MAXES_FIRST,
-    ),
-    Variant(
-        "h64_bf16_causal_pp3_mf_r1", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
-        patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV,
-    ),
-    Variant("h128_bf16_bn160_pp_mf", block_n=160, pingpong=True, patches=_ROW_MAXES_FIRST),
-    Variant(
-        "h128_bf16_bn160_pp_mf_r1", block_n=160, pingpong=True, patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV
-    ),
-    Variant("h128_bf16_causal_pp_mf", mask="causal", pingpong=True, patches=_ROW_MAXES_FIRST),
-    Variant(
-        "h128_bf16_causal_pp_mf_r1",
-        mask="causal",
-        pingpong=True,
-        patches=_ROW_MAXES_FIRST + _RESCALE_AFTER_PV,
-    ),
+    # 1's rescale placement (FA4's for d <= 128), against the plain defaults.
+    *_on_the_defaults("mf", _ROW_MAXES_FIRST),
     # Fifteenth: the persistent grid walking the masked tiles in the same longest-first order (block b takes
     # tiles b, b + gridDim.x, …, so every block's tiles shrink at the same pace), against one block per tile.
     Variant(
@@ -370,25 +365,5 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h64_bf16_pp3_pers", block_m=192, d_qk=64, d_v=64, pingpong=True, persistent=True),
     Variant("h128_bf16_bn160_pp_pers", block_n=160, pingpong=True, persistent=True),
     # Sixteenth: the row sums after P·V drains (FA4's arrangement), alone and with round 1's rescale.
-    Variant("h64_bf16_pp3_sa", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_SUMS_AFTER_PV),
-    Variant(
-        "h64_bf16_pp3_sa_r1", block_m=192, d_qk=64, d_v=64, pingpong=True,
-        patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV,
-    ),
-    Variant(
-        "h64_bf16_causal_pp3_sa", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
-        patches=_SUMS_AFTER_PV,
-    ),
-    Variant(
-        "h64_bf16_causal_pp3_sa_r1", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
-        patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV,
-    ),
-    Variant("h128_bf16_bn160_pp_sa", block_n=160, pingpong=True, patches=_SUMS_AFTER_PV),
-    Variant(
-        "h128_bf16_bn160_pp_sa_r1", block_n=160, pingpong=True, patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV
-    ),
-    Variant("h128_bf16_causal_pp_sa", mask="causal", pingpong=True, patches=_SUMS_AFTER_PV),
-    Variant(
-        "h128_bf16_causal_pp_sa_r1", mask="causal", pingpong=True, patches=_SUMS_AFTER_PV + _RESCALE_AFTER_PV
-    ),
+    *_on_the_defaults("sa", _SUMS_AFTER_PV),
 )
