@@ -77,11 +77,17 @@ LEVELS = {
     "shared": "**shared** memory — on-chip, per thread block; tiles staged for the tensor cores.",
     "register": "**register** — per-thread registers: MMA fragments and fp32 accumulators.",
 }
+# What a mask does to the generated kernels (translator/backends; measured in docs/hopper.md).
+_MASKED_KERNELS = (
+    " The kernels skip the key blocks a query tile cannot see and pay a per-score mask only on the blocks"
+    " that cross the band. On sm_90 the tiles run longest first: (batch, head) pairs in sections whose K and"
+    " V fit in L2, the longest query tiles of a section first."
+)
 MASKS = {
     "none": "**none** — every key attends (no mask).",
     "causal": "**causal** — query i sees keys j ≤ i (aligned to the bottom-right corner when "
-              "seqlen_q ≠ seqlen_k).",
-    "window": "**window(LEFT, RIGHT)** — query i sees keys in [i − LEFT, i + RIGHT].",
+              "seqlen_q ≠ seqlen_k)." + _MASKED_KERNELS,
+    "window": "**window(LEFT, RIGHT)** — query i sees keys in [i − LEFT, i + RIGHT]." + _MASKED_KERNELS,
 }
 LAYOUT_MODES = {
     "MMA_A": "**MMA_A** — the A-operand fragment layout of the tensor-core MMA.",
