@@ -106,6 +106,24 @@ function token(page, word) {
     .first();
 }
 
+/** Hovers `word` until a hover with text shows: one mouse hover can be lost (a panel opening or a
+ * toast moves the editor under the pointer), so it moves away and hovers again every few seconds. */
+async function hoverText(page, word, what) {
+  return waitFor(async () => {
+    await page.mouse.move(5, 5);
+    await page.keyboard.press("Escape");
+    await token(page, word).hover();
+    const hover = page.locator(".monaco-hover-content:visible").first();
+    try {
+      await hover.waitFor({ state: "visible", timeout: 3000 });
+    } catch {
+      return null;
+    }
+    const t = (await page.locator(".monaco-hover-content:visible").allInnerTexts()).join("\n").trim();
+    return t.length > 0 ? t : null;
+  }, what);
+}
+
 async function main() {
   fs.mkdirSync(config.artifacts, { recursive: true });
   const browser = await chromium.launch({
@@ -184,18 +202,8 @@ async function features(page) {
   });
 
   await step(page, "hover", async () => {
-    const word = token(page, config.hoverWord);
-    await word.waitFor({ timeout: STEP_TIMEOUT_MS });
-    // Move away first so a hover that is already open cannot satisfy the wait.
-    await page.mouse.move(5, 5);
-    await word.hover();
-    // Several hover widgets exist (most of them hidden): read the visible one.
-    const hover = page.locator(".monaco-hover-content:visible").first();
-    await hover.waitFor({ state: "visible", timeout: STEP_TIMEOUT_MS });
-    const text = await waitFor(async () => {
-      const t = (await page.locator(".monaco-hover-content:visible").allInnerTexts()).join("\n").trim();
-      return t.length > 0 ? t : null;
-    }, "hover text");
+    await token(page, config.hoverWord).waitFor({ timeout: STEP_TIMEOUT_MS });
+    const text = await hoverText(page, config.hoverWord, "hover text");
     await page.waitForTimeout(400); // let the hover's fade-in finish before the screenshot
     await screenshot(page, "02-hover");
     await page.keyboard.press("Escape");
@@ -255,19 +263,7 @@ async function features(page) {
     await openFile(page, config.exampleFile);
     await runCommand(page, "TL: Restart Server");
     // Hover needs the server: an answer after the restart shows that the new process serves the file.
-    const text = await waitFor(async () => {
-      await page.mouse.move(5, 5);
-      await page.keyboard.press("Escape");
-      await token(page, config.hoverWord).hover();
-      const hover = page.locator(".monaco-hover-content:visible").first();
-      try {
-        await hover.waitFor({ state: "visible", timeout: 3000 });
-      } catch {
-        return null;
-      }
-      const t = (await page.locator(".monaco-hover-content:visible").allInnerTexts()).join("\n").trim();
-      return t.length > 0 ? t : null;
-    }, "hover from the restarted server");
+    const text = await hoverText(page, config.hoverWord, "hover from the restarted server");
     return { hover: text };
   });
 }
