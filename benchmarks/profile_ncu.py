@@ -133,6 +133,8 @@ def opcode_mix_from_csv(text: str, column: str = "Instructions Executed") -> dic
     (`--page source --print-source sass`): warp instructions executed by default, or the warp stall
     samples ("Warp Stall Sampling (All Samples)": where the warps wait, charged to the instruction they wait
     to issue). Where two kernels' instruction counts and waits differ."""
+    from runner.sass import base_opcode
+
     rows = list(csv.reader(io.StringIO(text)))
     start = next((i for i, r in enumerate(rows) if "Source" in r and column in r), None)
     if start is None:
@@ -143,7 +145,7 @@ def opcode_mix_from_csv(text: str, column: str = "Instructions Executed") -> dic
     for r in rows[start + 1 :]:
         if len(r) <= max(src, col) or not r[src].strip():
             continue
-        op = re.sub(r"^@!?U?P\w+\s+", "", r[src].strip()).split()[0].split(".")[0]
+        op = base_opcode(r[src])
         mix[op] = mix.get(op, 0) + int(_num(r[col]) or 0)
     return mix
 

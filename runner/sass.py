@@ -60,7 +60,8 @@ def disassemble(cubin: bytes, *, resource_usage: bool = False) -> str:
     return out.stdout
 
 
-_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
+_PREDICATE = r"@!?U?P\w+\s+"  # `@P0 `, `@!UPT `: a guard before the instruction's name
+_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:" + _PREDICATE + r")?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
 
 
 def opcodes(sass: str) -> list[str]:
@@ -72,3 +73,9 @@ def count(sass: str, names: tuple[str, ...]) -> dict[str, int]:
     """How many instructions of each base name (`HGMMA`, `UTMALDG`, …) the SASS holds."""
     bases = Counter(op.split(".", 1)[0] for op in opcodes(sass))
     return {n: bases.get(n, 0) for n in names}
+
+
+def base_opcode(instruction: str) -> str:
+    """The name of one instruction as a disassembler or ncu's source page writes it, without its guard or
+    modifiers: `@!P0 MUFU.EX2 R1, R2` → `MUFU`."""
+    return re.sub("^" + _PREDICATE, "", instruction.strip()).split()[0].split(".", 1)[0]

@@ -26,6 +26,14 @@ def test_opcodes_keep_program_order_and_modifiers_and_drop_predicates() -> None:
     assert sass.count(LISTING, ("HGMMA", "MUFU", "UTMALDG")) == {"HGMMA": 1, "MUFU": 1, "UTMALDG": 0}
 
 
+def test_base_opcode_drops_guard_and_modifiers() -> None:
+    # as ncu's source page writes instructions: no address, the guard before the name
+    assert sass.base_opcode("@!P0 BRA 0x8270") == "BRA"
+    assert sass.base_opcode("      @UP1 UIADD3 UR4, UR6, 0x1, URZ") == "UIADD3"
+    assert sass.base_opcode("MUFU.EX2 R13, R13") == "MUFU"
+    assert sass.base_opcode("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR12], RZ, !UPT") == "HGMMA"
+
+
 def test_missing_tools_are_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sass, "find_tool", lambda name: None)
     with pytest.raises(sass.SassError, match="pip install nvidia-cuda-cuobjdump"):
