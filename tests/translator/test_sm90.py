@@ -94,7 +94,10 @@ def test_every_step_is_tagged_with_its_tl_line() -> None:
     qk = next(i + 1 for i, ln in enumerate(lines) if "tl::wgmma</*kZeroInit=*/true" in ln)
     pv = next(i + 1 for i, ln in enumerate(lines) if "tl::wgmma</*kZeroInit=*/false" in ln)
     assert smap[qk] == plan.line_of("gemm_qk") and smap[pv] == plan.line_of("gemm_pv")
-    assert "col > row + seqlen_k - seqlen_q" in source  # bottom-right causal mask
+    # bottom-right causal mask: each row keeps the keys up to its diagonal, one compare per score
+    assert "const int diagonal = row + seqlen_k - seqlen_q;" in source
+    assert "const int col_end = min(seqlen_k, diagonal + 1) - col_first;" in source
+    assert "if (col >= col_end) scores(r, c) = -__int_as_float(0x7f800000);" in source
 
 
 def test_line_directives_point_at_the_tl_file() -> None:

@@ -116,6 +116,39 @@ namespace tl {
     return dst;
   }
 
+  // A shared-memory operand's GMMA descriptors, stepped k16 slice by k16 slice with one 64-bit
+  // add (CuTe's DescriptorIterator adds to the low word and re-moves the high one: 3 uniform
+  // instructions per wgmma instead of 1). The start address never carries into the high word.
+  struct Desc64Iterator {
+    using reference = GmmaDescriptor;
+    using element_type = GmmaDescriptor;
+    using value_type = GmmaDescriptor;
+    GmmaDescriptor desc_;
+    CUTE_HOST_DEVICE constexpr reference operator*() const { return desc_; }
+    template <class Index>
+    CUTE_HOST_DEVICE constexpr reference operator[](Index const& i) const {
+      return *(*this + i);
+    }
+    template <class Index>
+    CUTE_HOST_DEVICE constexpr Desc64Iterator operator+(Index const& offset) const {
+      return {GmmaDescriptor{desc_.desc_ + uint64_t(offset)}};
+    }
+  };
+  // mma_unpack recasts the operand to its register type (uint64_t); the iterator stays itself.
+  template <class NewT>
+  CUTE_HOST_DEVICE constexpr Desc64Iterator recast_ptr(Desc64Iterator const& it) { return it; }
+  // A descriptor tensor re-based on Desc64Iterator; a register operand (P) as a view of itself.
+  template <class Tensor_>
+  CUTE_DEVICE auto desc64(Tensor_&& t) {
+    using Iterator = remove_cvref_t<decltype(t.data())>;
+    if constexpr (is_base_of_v<GMMA::DescriptorIterator, Iterator>) {
+      return make_tensor(Desc64Iterator{t.data().desc_}, t.layout());
+    }
+    else {
+      return make_tensor(t.data(), t.layout());
+    }
+  }
+
   // One warp-group GEMM: every k16 slice as a wgmma, one commit group; the caller waits with
   // warpgroup_wait<N>. kZeroInit starts from C = 0 (scale-d = 0) instead of clearing registers;
   // kRS: A is in registers (P), so fence it too — the wgmma reads it asynchronously.
@@ -125,9 +158,11 @@ namespace tl {
     warpgroup_fence_operand(tC);
     warpgroup_arrive();
     if constexpr (kZeroInit) { tiled_mma.accumulate_ = GMMA::ScaleOut::Zero; }
+    auto tA_k = desc64(tA);
+    auto tB_k = desc64(tB);
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tA); ++k) {
-      cute::gemm(tiled_mma, tA(_, _, k), tB(_, _, k), tC);
+      cute::gemm(tiled_mma, tA_k(_, _, k), tB_k(_, _, k), tC);
       tiled_mma.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
@@ -222,14 +257,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   const int m_block = blockIdx.x;  // TL block_m: this tile of query rows
 #line 18 "hopper_mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 226 "hopper_mha_fwd.cu"
+#line 261 "hopper_mha_fwd.cu"
 
   // TL:26  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (producer and consumers agree)
 #line 26 "hopper_mha_fwd.tl"
   int n_block_min = 0;
 #line 26 "hopper_mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 233 "hopper_mha_fwd.cu"
+#line 268 "hopper_mha_fwd.cu"
 
   // TL:10  mbarriers of the pipeline: Q full; per stage K and V full (TMA) and empty (consumers)
 #line 10 "hopper_mha_fwd.tl"
@@ -264,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   }
 #line 10 "hopper_mha_fwd.tl"
   __syncthreads();  // the last block-wide barrier: the warp groups part ways below
-#line 268 "hopper_mha_fwd.cu"
+#line 303 "hopper_mha_fwd.cu"
   if (warp_group == 0) {
     // Producer warp group: registers back to the pool, one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
@@ -274,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       int k_stage = 0, v_stage = 0;
 #line 26 "hopper_mha_fwd.tl"
       uint32_t k_phase = 0, v_phase = 0;
-#line 278 "hopper_mha_fwd.cu"
+#line 313 "hopper_mha_fwd.cu"
       // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros
 #line 22 "hopper_mha_fwd.tl"
       auto load_q = [&]() {
@@ -290,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         }
 #line 22 "hopper_mha_fwd.tl"
       };
-#line 294 "hopper_mha_fwd.cu"
+#line 329 "hopper_mha_fwd.cu"
       // TL:27  Copy K (BN, d) in coordinate [L = j] from global to shared  — wait until the consumers freed the buffer, then TMA into it
 #line 27 "hopper_mha_fwd.tl"
       auto load_k = [&](const int n_block) {
@@ -310,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++k_stage == kStages) { k_stage = 0; k_phase ^= 1; }
 #line 27 "hopper_mha_fwd.tl"
       };
-#line 314 "hopper_mha_fwd.cu"
+#line 349 "hopper_mha_fwd.cu"
       // TL:33  Copy V (BN, d) in coordinate [L = j] from global to shared  — its own ring of barriers: Q·Kᵀ may start before V lands
 #line 33 "hopper_mha_fwd.tl"
       auto load_v = [&](const int n_block) {
@@ -330,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++v_stage == kStages) { v_stage = 0; v_phase ^= 1; }
 #line 33 "hopper_mha_fwd.tl"
       };
-#line 334 "hopper_mha_fwd.cu"
+#line 369 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — in the consumers' order: they read V(n + 1) after K(n), so V trails K by one block and the next K never waits for the later-freed V buffer
 #line 26 "hopper_mha_fwd.tl"
       if (n_block_max > n_block_min) {
@@ -352,11 +387,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         load_v(n_block_min);
 #line 26 "hopper_mha_fwd.tl"
       } else {
-#line 356 "hopper_mha_fwd.cu"
+#line 391 "hopper_mha_fwd.cu"
         // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared
 #line 22 "hopper_mha_fwd.tl"
         load_q();  // no key block: the consumers still wait for Q
-#line 360 "hopper_mha_fwd.cu"
+#line 395 "hopper_mha_fwd.cu"
       }
     }
   }
@@ -380,33 +415,33 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     Tensor sQ = make_tensor(make_smem_ptr(smem_q), Traits::SmemLayoutQ{});  // (kBlockM, kHeadDimQK)
 #line 23 "hopper_mha_fwd.tl"
     Tensor tSrQ = wg_mma_qk.partition_fragment_A(sQ);  // GMMA descriptors (MMA, MMA_M, MMA_K)
-#line 384 "hopper_mha_fwd.cu"
+#line 419 "hopper_mha_fwd.cu"
     // TL:28  Copy K from shared to register  — descriptors of every K stage
 #line 28 "hopper_mha_fwd.tl"
     Tensor sK = make_tensor(make_smem_ptr(smem_k), Traits::SmemLayoutK{});  // (BN, d_qk, stage)
 #line 28 "hopper_mha_fwd.tl"
     Tensor tSrK = wg_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, kStages)
-#line 390 "hopper_mha_fwd.cu"
+#line 425 "hopper_mha_fwd.cu"
     // TL:34  Copy V from shared to register  — descriptors of Vᵀ, an MN-major view of every V stage
 #line 34 "hopper_mha_fwd.tl"
     Tensor sVt = make_tensor(make_smem_ptr(smem_v), Traits::SmemLayoutVt{});  // (d_v, BN, stage)
 #line 34 "hopper_mha_fwd.tl"
     Tensor tOrV = wg_mma_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, kStages)
-#line 396 "hopper_mha_fwd.cu"
+#line 431 "hopper_mha_fwd.cu"
     // TL:30  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 30 "hopper_mha_fwd.tl"
     const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 400 "hopper_mha_fwd.cu"
+#line 435 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — (row, col) of each score, for masking
 #line 26 "hopper_mha_fwd.tl"
     Tensor tScS = thr_mma_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-#line 404 "hopper_mha_fwd.cu"
+#line 439 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the K/V ring's position, as the producer's
 #line 26 "hopper_mha_fwd.tl"
     int stage = 0;
 #line 26 "hopper_mha_fwd.tl"
     uint32_t phase = 0;
-#line 410 "hopper_mha_fwd.cu"
+#line 445 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: consumer warp groups take turns issuing GEMMs, in a ring (0, 1, …); each turn is a named barrier (3 + group) that the group before it arrives on
 #line 26 "hopper_mha_fwd.tl"
     const int next_wg = consumer_wg + 1 == Traits::kConsumers ? 0 : consumer_wg + 1;
@@ -414,14 +449,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };
 #line 26 "hopper_mha_fwd.tl"
     auto your_turn = [&]() { tl::consumer_arrive(3 + next_wg, 256); };
-#line 418 "hopper_mha_fwd.cu"
+#line 453 "hopper_mha_fwd.cu"
 
     // TL:25  Allocate acc_o in register (BM, d)  — fp32 wgmma accumulator fragment
 #line 25 "hopper_mha_fwd.tl"
     Tensor acc_o = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N)
 #line 25 "hopper_mha_fwd.tl"
     clear(acc_o);
-#line 425 "hopper_mha_fwd.cu"
+#line 460 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -433,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     fill(row_max, -__int_as_float(0x7f800000));
 #line 31 "hopper_mha_fwd.tl"
     clear(row_sum);
-#line 437 "hopper_mha_fwd.cu"
+#line 472 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 26 "hopper_mha_fwd.tl"
@@ -441,28 +476,46 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 #line 26 "hopper_mha_fwd.tl"
       if ((n_block + 1) * kBlockN > seqlen_k) {
 #line 26 "hopper_mha_fwd.tl"
+        Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
+#line 26 "hopper_mha_fwd.tl"
+        Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s
+#line 483 "hopper_mha_fwd.cu"
+        // A row keeps the columns below col_end (and from col_begin on, in a window). A thread's
+        // columns differ from its first by constants, so with the bounds taken relative to that
+        // column each score costs one compare against an immediate and a select.
+#line 26 "hopper_mha_fwd.tl"
+        const int col_first = n_block * kBlockN + get<1>(coords(0, 0));
+#line 26 "hopper_mha_fwd.tl"
         CUTE_UNROLL
 #line 26 "hopper_mha_fwd.tl"
-        for (int i = 0; i < size(acc_s); ++i) {
+        for (int r = 0; r < size<0>(scores); ++r) {
 #line 26 "hopper_mha_fwd.tl"
-          const int row = m_block * kBlockM + get<0>(tScS(i));
+          const int row = m_block * kBlockM + get<0>(coords(r, 0));
 #line 26 "hopper_mha_fwd.tl"
-          const int col = n_block * kBlockN + get<1>(tScS(i));
+          const int col_end = seqlen_k - col_first;
 #line 26 "hopper_mha_fwd.tl"
-          if (col >= seqlen_k) acc_s(i) = -__int_as_float(0x7f800000);
+          CUTE_UNROLL
+#line 26 "hopper_mha_fwd.tl"
+          for (int c = 0; c < size<1>(scores); ++c) {
+#line 26 "hopper_mha_fwd.tl"
+            const int col = get<1>(coords(r, c)) - get<1>(coords(0, 0));  // a constant
+#line 26 "hopper_mha_fwd.tl"
+            if (col >= col_end) scores(r, c) = -__int_as_float(0x7f800000);
+#line 26 "hopper_mha_fwd.tl"
+          }
 #line 26 "hopper_mha_fwd.tl"
         }
 #line 26 "hopper_mha_fwd.tl"
       }
 #line 26 "hopper_mha_fwd.tl"
     };
-#line 460 "hopper_mha_fwd.cu"
+#line 513 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_step = [&](auto& acc_s) {
 #line 31 "hopper_mha_fwd.tl"
       Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
-#line 466 "hopper_mha_fwd.cu"
+#line 519 "hopper_mha_fwd.cu"
       // One max and one sum chain per row: measured on the H200, four independent chains (for a
       // shallower dependency) were 1–4% slower at every head dim.
 #line 31 "hopper_mha_fwd.tl"
@@ -477,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         for (int c = 0; c < size<1>(scores); ++c) m = fmaxf(m, scores(r, c));
 #line 31 "hopper_mha_fwd.tl"
         m = tl::quad_max(m);
-#line 481 "hopper_mha_fwd.cu"
+#line 534 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         const float m_scaled = m == -__int_as_float(0x7f800000) ? 0.f : m * scale_log2;
@@ -503,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 507 "hopper_mha_fwd.cu"
+#line 560 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — rescale acc_o by each row's correction (after the P·V that wrote it has drained)
 #line 31 "hopper_mha_fwd.tl"
     auto rescale_o = [&]() {
@@ -521,43 +574,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 525 "hopper_mha_fwd.cu"
+#line 578 "hopper_mha_fwd.cu"
 
     // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — consumers wait for Q once per tile (also before O reuses its buffer)
 #line 22 "hopper_mha_fwd.tl"
     FullBarrier::wait(bar_q, 0);
-#line 530 "hopper_mha_fwd.cu"
+#line 583 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: the last group hands group 0 the first turn
 #line 26 "hopper_mha_fwd.tl"
     if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();
-#line 535 "hopper_mha_fwd.cu"
+#line 588 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the first key block alone: its P feeds the pipelined loop
 #line 26 "hopper_mha_fwd.tl"
     if (n_block_max > n_block_min) {
 #line 26 "hopper_mha_fwd.tl"
       int n_block = n_block_max - 1;
-#line 541 "hopper_mha_fwd.cu"
+#line 594 "hopper_mha_fwd.cu"
       // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
       Tensor acc_s = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 545 "hopper_mha_fwd.cu"
+#line 598 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_k[stage], phase);
-#line 549 "hopper_mha_fwd.cu"
+#line 602 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 553 "hopper_mha_fwd.cu"
+#line 606 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s);
-#line 557 "hopper_mha_fwd.cu"
+#line 610 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       your_turn();
-#line 561 "hopper_mha_fwd.cu"
+#line 614 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -565,21 +618,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       warpgroup_fence_operand(acc_s);
 #line 29 "hopper_mha_fwd.tl"
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 569 "hopper_mha_fwd.cu"
+#line 622 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       apply_mask(acc_s, n_block);
-#line 573 "hopper_mha_fwd.cu"
+#line 626 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — first block: acc_o is still zero, nothing to rescale
 #line 31 "hopper_mha_fwd.tl"
       softmax_step(acc_s);
-#line 577 "hopper_mha_fwd.cu"
+#line 630 "hopper_mha_fwd.cu"
       // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the wgmma A operand
 #line 32 "hopper_mha_fwd.tl"
       Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 32 "hopper_mha_fwd.tl"
       Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)
-#line 583 "hopper_mha_fwd.cu"
+#line 636 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — V of this block is consumed one iteration later, with the P just made
 #line 26 "hopper_mha_fwd.tl"
       int v_stage = stage;
@@ -587,41 +640,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       uint32_t v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
       if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 591 "hopper_mha_fwd.cu"
+#line 644 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)
 #line 26 "hopper_mha_fwd.tl"
       auto overlap_step = [&](const int n_block, auto masked) {
-#line 595 "hopper_mha_fwd.cu"
+#line 648 "hopper_mha_fwd.cu"
         // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
         Tensor acc_s_next = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 599 "hopper_mha_fwd.cu"
+#line 652 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_k[stage], phase);
-#line 603 "hopper_mha_fwd.cu"
+#line 656 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         my_turn();
-#line 607 "hopper_mha_fwd.cu"
+#line 660 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s_next);
-#line 611 "hopper_mha_fwd.cu"
+#line 664 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it
 #line 31 "hopper_mha_fwd.tl"
         rescale_o();
-#line 615 "hopper_mha_fwd.cu"
+#line 668 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 621 "hopper_mha_fwd.cu"
+#line 674 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         your_turn();
-#line 625 "hopper_mha_fwd.cu"
+#line 678 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)
 #line 29 "hopper_mha_fwd.tl"
         warpgroup_wait<1>();
@@ -629,13 +682,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_s_next);
 #line 29 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 633 "hopper_mha_fwd.cu"
+#line 686 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — runs on the CUDA cores while the tensor cores finish P·V
 #line 31 "hopper_mha_fwd.tl"
         softmax_step(acc_s_next);
 #line 31 "hopper_mha_fwd.tl"
         tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax
-#line 639 "hopper_mha_fwd.cu"
+#line 692 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — P·V has drained: free V
 #line 35 "hopper_mha_fwd.tl"
         warpgroup_wait<0>();
@@ -643,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_o);
 #line 35 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
-#line 647 "hopper_mha_fwd.cu"
+#line 700 "hopper_mha_fwd.cu"
         // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — the next P, into the registers P·V has finished reading
 #line 32 "hopper_mha_fwd.tl"
         Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);
@@ -651,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         CUTE_UNROLL
 #line 32 "hopper_mha_fwd.tl"
         for (int i = 0; i < size(rP); ++i) rP(i) = rP_next(i);
-#line 655 "hopper_mha_fwd.cu"
+#line 708 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         v_stage = stage;
@@ -659,37 +712,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
         if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 663 "hopper_mha_fwd.cu"
+#line 716 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       };
 #line 26 "hopper_mha_fwd.tl"
       n_block = n_block_max - 2;
-#line 669 "hopper_mha_fwd.cu"
+#line 722 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — every block left of the first: no mask
 #line 26 "hopper_mha_fwd.tl"
       CUTE_NO_UNROLL
 #line 26 "hopper_mha_fwd.tl"
       for (; n_block >= n_block_min; --n_block) overlap_step(n_block, cute::false_type{});
-#line 675 "hopper_mha_fwd.cu"
+#line 728 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 679 "hopper_mha_fwd.cu"
+#line 732 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — the last rescale, before the last P·V
 #line 31 "hopper_mha_fwd.tl"
       rescale_o();
-#line 683 "hopper_mha_fwd.cu"
+#line 736 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 689 "hopper_mha_fwd.cu"
+#line 742 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first
-#line 693 "hopper_mha_fwd.cu"
+#line 746 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — the last P·V
 #line 35 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -699,7 +752,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
 #line 26 "hopper_mha_fwd.tl"
     }
-#line 703 "hopper_mha_fwd.cu"
+#line 756 "hopper_mha_fwd.cu"
 
     // TL:37  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 37 "hopper_mha_fwd.tl"
@@ -724,7 +777,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 37 "hopper_mha_fwd.tl"
     }
-#line 728 "hopper_mha_fwd.cu"
+#line 781 "hopper_mha_fwd.cu"
 
     // TL:38  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — LSE from registers; O registers → shared (stmatrix) → TMA store (rows past seqlen_q are clipped by TMA)
     // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
@@ -748,7 +801,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 752 "hopper_mha_fwd.cu"
+#line 805 "hopper_mha_fwd.cu"
 
 #line 38 "hopper_mha_fwd.tl"
     Tensor rO = tl::convert_fragment<Element>(acc_o);
@@ -782,6 +835,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 786 "hopper_mha_fwd.cu"
+#line 839 "hopper_mha_fwd.cu"
   }
 }

@@ -636,14 +636,10 @@ def _consumer_tile(e: _Emit) -> None:
 def _lambdas(e: _Emit) -> None:
     """The per-block steps as lambdas, so both loop shapes (plain and overlapped) call the same code."""
     w, p = e.w, e.plan
-    conds = ["col >= seqlen_k"]
     need = "(n_block + 1) * kBlockN > seqlen_k"
     if p.mask == "causal":
-        conds.append("col > row + seqlen_k - seqlen_q")
         need += " || (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q"
     elif p.mask == "window":
-        conds.append("(window_right >= 0 && col > row + seqlen_k - seqlen_q + window_right)")
-        conds.append("(window_left >= 0 && col < row + seqlen_k - seqlen_q - window_left)")
         need = "true"
     note = {
         "none": "key columns past seqlen_k (last block only)",
@@ -653,11 +649,32 @@ def _lambdas(e: _Emit) -> None:
     mask_kind = "loop" if p.mask == "none" else "mask"
     lam = "auto apply_mask = [&](auto& acc_s, int n_block)"
     with e.tag(mask_kind, note), w.block(lam, "};"), w.block(f"if ({need})"):
+        w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)")
+        w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s")
+        w.comment("A row keeps the columns below col_end (and from col_begin on, in a window). A thread's")
+        w.comment("columns differ from its first by constants, so with the bounds taken relative to that")
+        w.comment("column each score costs one compare against an immediate and a select.")
+        w.line("const int col_first = n_block * kBlockN + get<1>(coords(0, 0));")
         w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < size(acc_s); ++i)"):
-            w.line("const int row = m_block * kBlockM + get<0>(tScS(i));")
-            w.line("const int col = n_block * kBlockN + get<1>(tScS(i));")
-            w.line(f"if ({' || '.join(conds)}) acc_s(i) = -__int_as_float(0x7f800000);")
+        with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
+            w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
+            if p.mask == "none":
+                w.line("const int col_end = seqlen_k - col_first;")
+            else:
+                w.line("const int diagonal = row + seqlen_k - seqlen_q;  // the row's own key (bottom-right)")
+            if p.mask == "causal":
+                w.line("const int col_end = min(seqlen_k, diagonal + 1) - col_first;")
+            elif p.mask == "window":
+                w.line(
+                    "const int col_end = "
+                    "(window_right >= 0 ? min(seqlen_k, diagonal + window_right + 1) : seqlen_k) - col_first;"
+                )
+                w.line("const int col_begin = (window_left >= 0 ? diagonal - window_left : 0) - col_first;")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
+                w.line("const int col = get<1>(coords(r, c)) - get<1>(coords(0, 0));  // a constant")
+                out = "col >= col_end" if p.mask != "window" else "col < col_begin || col >= col_end"
+                w.line(f"if ({out}) scores(r, c) = -__int_as_float(0x7f800000);")
     online = "online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum"
     with e.tag("softmax", online), w.block("auto softmax_step = [&](auto& acc_s)", "};"):
         w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)")

@@ -37,6 +37,8 @@ def emit_helpers(w: CodeWriter) -> None:
         w.line()
         emit_row_helpers(w)
         w.line()
+        _emit_descriptor_iterator(w)
+        w.line()
         w.comment("One warp-group GEMM: every k16 slice as a wgmma, one commit group; the caller waits with")
         w.comment(
             "warpgroup_wait<N>. kZeroInit starts from C = 0 (scale-d = 0) instead of clearing registers;"
@@ -48,9 +50,11 @@ def emit_helpers(w: CodeWriter) -> None:
             w.line("warpgroup_fence_operand(tC);")
             w.line("warpgroup_arrive();")
             w.line("if constexpr (kZeroInit) { tiled_mma.accumulate_ = GMMA::ScaleOut::Zero; }")
+            w.line("auto tA_k = desc64(tA);")
+            w.line("auto tB_k = desc64(tB);")
             w.line("CUTE_UNROLL")
             with w.block("for (int k = 0; k < size<2>(tA); ++k)"):
-                w.line("cute::gemm(tiled_mma, tA(_, _, k), tB(_, _, k), tC);")
+                w.line("cute::gemm(tiled_mma, tA_k(_, _, k), tB_k(_, _, k), tC);")
                 w.line("tiled_mma.accumulate_ = GMMA::ScaleOut::One;")
             w.line("warpgroup_commit_batch();")
             w.line("warpgroup_fence_operand(tC);")
@@ -71,3 +75,37 @@ def emit_helpers(w: CodeWriter) -> None:
         w.comment("loop does not run, but the compiler cannot prove that, so the block boundary stays.")
         with w.block("CUTE_DEVICE void block_boundary(int never)"):
             w.line('for (int i = 0; i < never; ++i) asm volatile("nanosleep.u32 1;");')
+
+
+def _emit_descriptor_iterator(w: CodeWriter) -> None:
+    """A GMMA descriptor iterator that steps the whole 64-bit descriptor with one add.
+
+    CuTe's `GMMA::DescriptorIterator` adds to the low 32-bit word only, so ptxas rebuilds every
+    descriptor's register pair with a move of the constant high word: three uniform instructions per
+    wgmma, inside the ping-pong turn. One 64-bit add is one `UIADD3.64`, as in FA4's SASS."""
+    w.comment("A shared-memory operand's GMMA descriptors, stepped k16 slice by k16 slice with one 64-bit")
+    w.comment("add (CuTe's DescriptorIterator adds to the low word and re-moves the high one: 3 uniform")
+    w.comment("instructions per wgmma instead of 1). The start address never carries into the high word.")
+    with w.block("struct Desc64Iterator", "};"):
+        w.line("using reference = GmmaDescriptor;")
+        w.line("using element_type = GmmaDescriptor;")
+        w.line("using value_type = GmmaDescriptor;")
+        w.line("GmmaDescriptor desc_;")
+        w.line("CUTE_HOST_DEVICE constexpr reference operator*() const { return desc_; }")
+        w.line("template <class Index>")
+        with w.block("CUTE_HOST_DEVICE constexpr reference operator[](Index const& i) const"):
+            w.line("return *(*this + i);")
+        w.line("template <class Index>")
+        with w.block("CUTE_HOST_DEVICE constexpr Desc64Iterator operator+(Index const& offset) const"):
+            w.line("return {GmmaDescriptor{desc_.desc_ + uint64_t(offset)}};")
+    w.comment("mma_unpack recasts the operand to its register type (uint64_t); the iterator stays itself.")
+    w.line("template <class NewT>")
+    w.line("CUTE_HOST_DEVICE constexpr Desc64Iterator recast_ptr(Desc64Iterator const& it) { return it; }")
+    w.comment("A descriptor tensor re-based on Desc64Iterator; a register operand (P) as a view of itself.")
+    w.line("template <class Tensor_>")
+    with w.block("CUTE_DEVICE auto desc64(Tensor_&& t)"):
+        w.line("using Iterator = remove_cvref_t<decltype(t.data())>;")
+        with w.block("if constexpr (is_base_of_v<GMMA::DescriptorIterator, Iterator>)"):
+            w.line("return make_tensor(Desc64Iterator{t.data().desc_}, t.layout());")
+        with w.block("else"):
+            w.line("return make_tensor(t.data(), t.layout());")

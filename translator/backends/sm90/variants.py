@@ -219,6 +219,55 @@ _SUMS_AFTER_PV = (
     ),
 )
 
+# Before round 18 the wgmma loop stepped CuTe's descriptor iterator (a 32-bit add to the low word and a
+# move of the constant high word per wgmma: UIADD3 + 2 UMOV); the emitter now steps the whole 64-bit
+# descriptor (one UIADD3.64). This restores CuTe's iterator, for the A/B.
+_DESCRIPTOR_LOW_WORD = (
+    (r"auto tA_k = desc64\(tA\);", "auto& tA_k = tA;"),
+    (r"auto tB_k = desc64\(tB\);", "auto& tB_k = tB;"),
+)
+# Before round 18 a masked block computed every score's row and column and compared both (bottom-right
+# causal mask and the seqlen_k tail); the emitter now takes each row's column bound relative to the
+# thread's first column, one compare against an immediate per score. This restores the per-score form
+# (causal kernels only), for the A/B.
+_PER_SCORE_CAUSAL_MASK = (
+    (
+        r"(?P<i>[ ]*)Tensor scores = make_tensor\(acc_s\.data\(\), tl::acc_rowcol\(acc_s\.layout\(\)\)\);"
+        r"  // \(rows, cols\)\n[ ]*Tensor coords = (?:[^\n]*\n)*?"
+        r"[ ]*if \(col >= col_end\) scores\(r, c\) = -__int_as_float\(0x7f800000\);\n[ ]*\}\n[ ]*\}\n",
+        "\\g<i>CUTE_UNROLL\n"
+        "\\g<i>for (int i = 0; i < size(acc_s); ++i) {\n"
+        "\\g<i>  const int row = m_block * kBlockM + get<0>(tScS(i));\n"
+        "\\g<i>  const int col = n_block * kBlockN + get<1>(tScS(i));\n"
+        "\\g<i>  if (col >= seqlen_k || col > row + seqlen_k - seqlen_q)"
+        " acc_s(i) = -__int_as_float(0x7f800000);\n"
+        "\\g<i>}\n",
+    ),
+)
+
+# FA4's SASS waits for P·V in the middle of the exps (ptxas placed it there), so P's conversion and O's
+# rescale interleave with the rest of the MUFU stream; the emitter's block boundary keeps the wait below
+# the whole softmax, and the conversions then come as one burst after it (the F2FP stalls of the
+# profile). Round 19: the softmax of the first half of each thread's rows, the wait, then the second half
+# (and, where round 1's rescale is applied first, O's rescale after it).
+_WAIT_MID_SOFTMAX = (
+    (
+        r"(?P<h>auto softmax_step = \[&\]\(auto& acc_s)\) \{\n(?P<b>(?:[^\n]*\n)*?[ ]*)"
+        r"for \(int r = 0; r < size<0>\(scores\); \+\+r\) \{",
+        r"\g<h>, int r_begin = 0, int r_end = Traits::kRowsPerThread) {\n"
+        r"\g<b>for (int r = r_begin; r < r_end; ++r) {",
+    ),
+    (
+        r"(?P<i>[ ]*)softmax_step\(acc_s_next\);\n[ ]*tl::block_boundary\(seqlen_k >> 30\);[^\n]*\n"
+        r"(?P<w>[ ]*// [^\n]*\n[ ]*warpgroup_wait<0>\(\);\n[ ]*warpgroup_fence_operand\(acc_o\);\n"
+        r"[ ]*if \(cute::elect_one_sync\(\)\) EmptyBarrier::arrive\(&empty_v\[v_stage\]\);\n)"
+        r"(?P<rs>[ ]*rescale_o\(\);\n)?",
+        "\\g<i>softmax_step(acc_s_next, 0, kRowsPerThread / 2);\n"
+        "\\g<i>tl::block_boundary(seqlen_k >> 30);\n"
+        "\\g<w>\\g<i>softmax_step(acc_s_next, kRowsPerThread / 2, kRowsPerThread);\n\\g<rs>",
+    ),
+)
+
 # The d64 and d128 defaults (with and without a causal mask) that the later rounds measure against.
 _DEFAULTS = (
     Variant("h64_bf16_pp3", block_m=192, d_qk=64, d_v=64, pingpong=True),
@@ -366,4 +415,24 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h128_bf16_bn160_pp_pers", block_n=160, pingpong=True, persistent=True),
     # Sixteenth: the row sums after P·V drains (FA4's arrangement), alone and with round 1's rescale.
     *_on_the_defaults("sa", _SUMS_AFTER_PV),
+    # Eighteenth: the defaults now step 64-bit descriptors and mask with per-row bounds; `_d32` is CuTe's
+    # descriptor iterator, `_sm` the per-score causal mask. And FA4's d128 tile, 128 × 128, once more.
+    *(replace(v, name=f"{v.name}_d32", patches=_DESCRIPTOR_LOW_WORD) for v in _DEFAULTS),
+    *(
+        replace(v, name=f"{v.name}_sm", patches=_PER_SCORE_CAUSAL_MASK)
+        for v in _DEFAULTS
+        if v.mask == "causal"
+    ),
+    Variant("h256_bf16_d32", block_n=80, d_qk=256, d_v=256, warps=4, patches=_DESCRIPTOR_LOW_WORD),
+    Variant(
+        "h256_bf16_causal_d32", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4,
+        patches=_DESCRIPTOR_LOW_WORD,
+    ),
+    # Nineteenth: the wait for P·V between the two halves of the softmax, with the rescale where it is and
+    # after the second half (round 1's place), against the defaults.
+    *(replace(v, name=f"{v.name}_mid", patches=_WAIT_MID_SOFTMAX) for v in _DEFAULTS),
+    *(
+        replace(v, name=f"{v.name}_mid_r1", patches=_RESCALE_AFTER_PV + _WAIT_MID_SOFTMAX)
+        for v in _DEFAULTS
+    ),
 )
