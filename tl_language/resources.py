@@ -118,7 +118,8 @@ def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
     if head_dim <= 64:  # FA4's tile; with the 3-group ping-pong ring it beat 128×128 on 2 groups (round 8)
         tile = {"BM": 192, "BN": 128, "consumers": 3}
     elif head_dim <= 128:
-        # 160 without a mask: the best of 128/144/160/176/192 on the H200 (docs/hopper.md)
+        # 160 without a mask: the best of 128/144/160/176/192 on the H200 (round 6); rounds 18-19 had 128
+        # ahead by 1-2 % at 4k-8k and level at 16k, inside a call's noise (docs/hopper.md)
         tile = {"BM": 128, "BN": 128 if causal else 160, "consumers": 2}
     elif head_dim <= 192:  # MLA-style 192/128: the measured 128×128 tile
         tile = {"BM": 128, "BN": 128, "consumers": 2}
