@@ -247,6 +247,14 @@ def test_default_hd128_kernel_compiles_and_its_softmax_overlaps_pv_in_the_sass(t
     # score (FSEL), 23% of the loop's instructions. Two FSELs stay: the -inf guard of each row's max.
     fsel = sum("FSEL" in ln for ln in lines[qk_done:pv_done])
     assert fsel <= 2, f"{fsel} FSEL in the unmasked loop"
+    # The loop's 18 wgmmas (Q·Kᵀ and P·V, issued from the ping-pong barrier to the Q·Kᵀ wait) step their
+    # descriptors with one 64-bit add each (`tl::Desc64Iterator`); CuTe's own iterator cost a 32-bit add
+    # and two moves per wgmma there (no UIADD3.64 and 27 UMOV in that stretch, NVRTC 13.0).
+    issue = max(i for i, ln in enumerate(lines[:qk_done]) if "BAR.SYNC" in ln or "WARPGROUP.DEPBAR" in ln)
+    section = lines[issue:qk_done]
+    steps = sum("UIADD3.64" in ln for ln in section)
+    moves = sum(" UMOV " in ln for ln in section)
+    assert sum("HGMMA" in ln for ln in section) == 18 and steps >= 16 and moves <= 4, (steps, moves)
 
 
 def test_only_blocks_that_cross_the_mask_pay_for_it() -> None:
