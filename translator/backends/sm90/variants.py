@@ -278,9 +278,10 @@ _DEFAULTS = (
 
 
 def _on_the_defaults(suffix: str, patches: tuple[tuple[str, Any], ...]) -> tuple[Variant, ...]:
-    """Each default with `patches` (NAME_suffix), and with them and round 1's rescale (NAME_suffix_r1)."""
+    """Each default with `patches` (NAME_suffix), and with round 1's rescale and then them (NAME_suffix_r1:
+    the rescale's patch goes first, so `patches` may move the rescale it put after P·V's wait)."""
     return tuple(
-        replace(v, name=f"{v.name}_{suffix}{tag}", patches=patches + extra)
+        replace(v, name=f"{v.name}_{suffix}{tag}", patches=extra + patches)
         for v in _DEFAULTS
         for tag, extra in (("", ()), ("_r1", _RESCALE_AFTER_PV))
     )
@@ -430,9 +431,5 @@ VARIANTS: tuple[Variant, ...] = (
     ),
     # Nineteenth: the wait for P·V between the two halves of the softmax, with the rescale where it is and
     # after the second half (round 1's place), against the defaults.
-    *(replace(v, name=f"{v.name}_mid", patches=_WAIT_MID_SOFTMAX) for v in _DEFAULTS),
-    *(
-        replace(v, name=f"{v.name}_mid_r1", patches=_RESCALE_AFTER_PV + _WAIT_MID_SOFTMAX)
-        for v in _DEFAULTS
-    ),
+    *_on_the_defaults("mid", _WAIT_MID_SOFTMAX),
 )
