@@ -484,13 +484,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         // columns differ from its first by constants, so with the bounds taken relative to that
         // column each score costs one compare against an immediate and a select.
 #line 26 "hopper_mha_fwd.tl"
-        const int col_first = n_block * kBlockN + get<1>(coords(0, 0));
+        const int thread_col = get<1>(coords(0, 0));  // this thread's first column of the block
+#line 26 "hopper_mha_fwd.tl"
+        const int col_first = n_block * kBlockN + thread_col;  // its key
 #line 26 "hopper_mha_fwd.tl"
         CUTE_UNROLL
 #line 26 "hopper_mha_fwd.tl"
         for (int r = 0; r < size<0>(scores); ++r) {
-#line 26 "hopper_mha_fwd.tl"
-          const int row = m_block * kBlockM + get<0>(coords(r, 0));
 #line 26 "hopper_mha_fwd.tl"
           const int col_end = seqlen_k - col_first;
 #line 26 "hopper_mha_fwd.tl"
@@ -498,7 +498,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 #line 26 "hopper_mha_fwd.tl"
           for (int c = 0; c < size<1>(scores); ++c) {
 #line 26 "hopper_mha_fwd.tl"
-            const int col = get<1>(coords(r, c)) - get<1>(coords(0, 0));  // a constant
+            const int col = get<1>(coords(r, c)) - thread_col;  // a constant
 #line 26 "hopper_mha_fwd.tl"
             if (col >= col_end) scores(r, c) = -__int_as_float(0x7f800000);
 #line 26 "hopper_mha_fwd.tl"

@@ -654,13 +654,14 @@ def _lambdas(e: _Emit) -> None:
         w.comment("A row keeps the columns below col_end (and from col_begin on, in a window). A thread's")
         w.comment("columns differ from its first by constants, so with the bounds taken relative to that")
         w.comment("column each score costs one compare against an immediate and a select.")
-        w.line("const int col_first = n_block * kBlockN + get<1>(coords(0, 0));")
+        w.line("const int thread_col = get<1>(coords(0, 0));  // this thread's first column of the block")
+        w.line("const int col_first = n_block * kBlockN + thread_col;  // its key")
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
-            w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
             if p.mask == "none":
                 w.line("const int col_end = seqlen_k - col_first;")
             else:
+                w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
                 w.line("const int diagonal = row + seqlen_k - seqlen_q;  // the row's own key (bottom-right)")
             if p.mask == "causal":
                 w.line("const int col_end = min(seqlen_k, diagonal + 1) - col_first;")
@@ -672,7 +673,7 @@ def _lambdas(e: _Emit) -> None:
                 w.line("const int col_begin = (window_left >= 0 ? diagonal - window_left : 0) - col_first;")
             w.line("CUTE_UNROLL")
             with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
-                w.line("const int col = get<1>(coords(r, c)) - get<1>(coords(0, 0));  // a constant")
+                w.line("const int col = get<1>(coords(r, c)) - thread_col;  // a constant")
                 out = "col >= col_end" if p.mask != "window" else "col < col_begin || col >= col_end"
                 w.line(f"if ({out}) scores(r, c) = -__int_as_float(0x7f800000);")
     online = "online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum"
