@@ -557,6 +557,122 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 #line 31 "hopper_mha_fwd.tl"
     };
 #line 560 "hopper_mha_fwd.cu"
+    // TL:31  Compute Softmax S  — before P·V's wait: maxes, the FFMAs and the first columns' exps
+#line 31 "hopper_mha_fwd.tl"
+    Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2
+#line 31 "hopper_mha_fwd.tl"
+    auto softmax_before_wait = [&](auto& acc_s) {
+#line 31 "hopper_mha_fwd.tl"
+      Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
+#line 31 "hopper_mha_fwd.tl"
+      Tensor m = make_fragment_like(row_max);
+#line 31 "hopper_mha_fwd.tl"
+      CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+      for (int r = 0; r < size<0>(scores); ++r) {
+#line 31 "hopper_mha_fwd.tl"
+        float m0 = row_max(r), m1 = m0, m2 = m0, m3 = m0;  // four chains
+#line 31 "hopper_mha_fwd.tl"
+        CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+        for (int c = 0; c < size<1>(scores); c += 4) {
+#line 31 "hopper_mha_fwd.tl"
+          m0 = fmaxf(m0, scores(r, c)); m1 = fmaxf(m1, scores(r, c + 1));
+#line 31 "hopper_mha_fwd.tl"
+          m2 = fmaxf(m2, scores(r, c + 2)); m3 = fmaxf(m3, scores(r, c + 3));
+#line 31 "hopper_mha_fwd.tl"
+        }
+#line 31 "hopper_mha_fwd.tl"
+        m(r) = fmaxf(fmaxf(m0, m1), fmaxf(m2, m3));
+#line 31 "hopper_mha_fwd.tl"
+      }
+#line 31 "hopper_mha_fwd.tl"
+      CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+      for (int r = 0; r < size<0>(scores); ++r) m(r) = tl::quad_max(m(r));
+#line 31 "hopper_mha_fwd.tl"
+      CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+      for (int r = 0; r < size<0>(scores); ++r) {
+#line 598 "hopper_mha_fwd.cu"
+        // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
+#line 31 "hopper_mha_fwd.tl"
+        row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;
+#line 31 "hopper_mha_fwd.tl"
+        correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - row_max_scaled(r));
+#line 31 "hopper_mha_fwd.tl"
+        row_max(r) = m(r);
+#line 31 "hopper_mha_fwd.tl"
+        row_sum(r) *= correction(r);
+#line 31 "hopper_mha_fwd.tl"
+      }
+#line 31 "hopper_mha_fwd.tl"
+      CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+      for (int c = 0; c < size<1>(scores); ++c) {
+#line 31 "hopper_mha_fwd.tl"
+        CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+        for (int r = 0; r < size<0>(scores); ++r) {
+#line 31 "hopper_mha_fwd.tl"
+          scores(r, c) = scores(r, c) * scale_log2 - row_max_scaled(r);
+#line 31 "hopper_mha_fwd.tl"
+          if (c < 6) scores(r, c) = tl::exp2_approx(scores(r, c));
+#line 31 "hopper_mha_fwd.tl"
+        }
+#line 31 "hopper_mha_fwd.tl"
+      }
+#line 31 "hopper_mha_fwd.tl"
+    };
+#line 628 "hopper_mha_fwd.cu"
+    // TL:31  Compute Softmax S  — after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed
+#line 31 "hopper_mha_fwd.tl"
+    auto softmax_after_wait = [&](auto& acc_s, auto& rP) {
+#line 31 "hopper_mha_fwd.tl"
+      Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
+#line 31 "hopper_mha_fwd.tl"
+      float sum[decltype(size<0>(scores))::value] = {};
+#line 31 "hopper_mha_fwd.tl"
+      CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+      for (int c = 0; c < size<1>(scores); c += 2) {
+#line 31 "hopper_mha_fwd.tl"
+        CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+        for (int r = 0; r < size<0>(scores); ++r) {
+#line 31 "hopper_mha_fwd.tl"
+          if (c >= 6) {
+#line 31 "hopper_mha_fwd.tl"
+            scores(r, c) = tl::exp2_approx(scores(r, c));
+#line 31 "hopper_mha_fwd.tl"
+            scores(r, c + 1) = tl::exp2_approx(scores(r, c + 1));
+#line 31 "hopper_mha_fwd.tl"
+          }
+#line 31 "hopper_mha_fwd.tl"
+          cutlass::Array<float, 2> pair;
+#line 31 "hopper_mha_fwd.tl"
+          pair[0] = scores(r, c);
+#line 31 "hopper_mha_fwd.tl"
+          pair[1] = scores(r, c + 1);
+#line 31 "hopper_mha_fwd.tl"
+          const int i = scores.layout()(r, c);  // (r, c) and (r, c + 1) are one word of P
+#line 31 "hopper_mha_fwd.tl"
+          *reinterpret_cast<cutlass::Array<Element, 2>*>(rP.data() + i) =
+#line 31 "hopper_mha_fwd.tl"
+              cutlass::NumericArrayConverter<Element, float, 2>{}(pair);
+#line 31 "hopper_mha_fwd.tl"
+          sum[r] += pair[0] + pair[1];  // this thread's columns; the quad sums at the end
+#line 31 "hopper_mha_fwd.tl"
+        }
+#line 31 "hopper_mha_fwd.tl"
+      }
+#line 31 "hopper_mha_fwd.tl"
+      CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+      for (int r = 0; r < size<0>(scores); ++r) row_sum(r) += sum[r];
+#line 31 "hopper_mha_fwd.tl"
+    };
+#line 676 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — rescale acc_o by each row's correction (after the P·V that wrote it has drained)
 #line 31 "hopper_mha_fwd.tl"
     auto rescale_o = [&]() {
@@ -574,43 +690,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 578 "hopper_mha_fwd.cu"
+#line 694 "hopper_mha_fwd.cu"
 
     // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — consumers wait for Q once per tile (also before O reuses its buffer)
 #line 22 "hopper_mha_fwd.tl"
     FullBarrier::wait(bar_q, 0);
-#line 583 "hopper_mha_fwd.cu"
+#line 699 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: the last group hands group 0 the first turn
 #line 26 "hopper_mha_fwd.tl"
     if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();
-#line 588 "hopper_mha_fwd.cu"
+#line 704 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the first key block alone: its P feeds the pipelined loop
 #line 26 "hopper_mha_fwd.tl"
     if (n_block_max > n_block_min) {
 #line 26 "hopper_mha_fwd.tl"
       int n_block = n_block_max - 1;
-#line 594 "hopper_mha_fwd.cu"
+#line 710 "hopper_mha_fwd.cu"
       // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
       Tensor acc_s = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 598 "hopper_mha_fwd.cu"
+#line 714 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_k[stage], phase);
-#line 602 "hopper_mha_fwd.cu"
+#line 718 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 606 "hopper_mha_fwd.cu"
+#line 722 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s);
-#line 610 "hopper_mha_fwd.cu"
+#line 726 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       your_turn();
-#line 614 "hopper_mha_fwd.cu"
+#line 730 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -618,21 +734,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       warpgroup_fence_operand(acc_s);
 #line 29 "hopper_mha_fwd.tl"
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 622 "hopper_mha_fwd.cu"
+#line 738 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       apply_mask(acc_s, n_block);
-#line 626 "hopper_mha_fwd.cu"
+#line 742 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — first block: acc_o is still zero, nothing to rescale
 #line 31 "hopper_mha_fwd.tl"
       softmax_step(acc_s);
-#line 630 "hopper_mha_fwd.cu"
+#line 746 "hopper_mha_fwd.cu"
       // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the wgmma A operand
 #line 32 "hopper_mha_fwd.tl"
       Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 32 "hopper_mha_fwd.tl"
       Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)
-#line 636 "hopper_mha_fwd.cu"
+#line 752 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — V of this block is consumed one iteration later, with the P just made
 #line 26 "hopper_mha_fwd.tl"
       int v_stage = stage;
@@ -640,41 +756,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       uint32_t v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
       if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 644 "hopper_mha_fwd.cu"
+#line 760 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)
 #line 26 "hopper_mha_fwd.tl"
       auto overlap_step = [&](const int n_block, auto masked) {
-#line 648 "hopper_mha_fwd.cu"
+#line 764 "hopper_mha_fwd.cu"
         // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
         Tensor acc_s_next = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 652 "hopper_mha_fwd.cu"
+#line 768 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_k[stage], phase);
-#line 656 "hopper_mha_fwd.cu"
+#line 772 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         my_turn();
-#line 660 "hopper_mha_fwd.cu"
+#line 776 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s_next);
-#line 664 "hopper_mha_fwd.cu"
+#line 780 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it
 #line 31 "hopper_mha_fwd.tl"
         rescale_o();
-#line 668 "hopper_mha_fwd.cu"
+#line 784 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 674 "hopper_mha_fwd.cu"
+#line 790 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         your_turn();
-#line 678 "hopper_mha_fwd.cu"
+#line 794 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)
 #line 29 "hopper_mha_fwd.tl"
         warpgroup_wait<1>();
@@ -682,13 +798,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_s_next);
 #line 29 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 686 "hopper_mha_fwd.cu"
+#line 802 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — runs on the CUDA cores while the tensor cores finish P·V
 #line 31 "hopper_mha_fwd.tl"
-        softmax_step(acc_s_next);
+        softmax_before_wait(acc_s_next);
 #line 31 "hopper_mha_fwd.tl"
-        tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax
-#line 692 "hopper_mha_fwd.cu"
+        tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half
+#line 808 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — P·V has drained: free V
 #line 35 "hopper_mha_fwd.tl"
         warpgroup_wait<0>();
@@ -696,15 +812,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_o);
 #line 35 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
-#line 700 "hopper_mha_fwd.cu"
-        // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — the next P, into the registers P·V has finished reading
-#line 32 "hopper_mha_fwd.tl"
-        Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);
-#line 32 "hopper_mha_fwd.tl"
-        CUTE_UNROLL
-#line 32 "hopper_mha_fwd.tl"
-        for (int i = 0; i < size(rP); ++i) rP(i) = rP_next(i);
-#line 708 "hopper_mha_fwd.cu"
+#line 816 "hopper_mha_fwd.cu"
+        // TL:31  Compute Softmax S  — the rest, writing the next P into the registers P·V has finished reading
+#line 31 "hopper_mha_fwd.tl"
+        softmax_after_wait(acc_s_next, rP);
+#line 820 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         v_stage = stage;
@@ -712,37 +824,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
         if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 716 "hopper_mha_fwd.cu"
+#line 828 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       };
 #line 26 "hopper_mha_fwd.tl"
       n_block = n_block_max - 2;
-#line 722 "hopper_mha_fwd.cu"
+#line 834 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — every block left of the first: no mask
 #line 26 "hopper_mha_fwd.tl"
       CUTE_NO_UNROLL
 #line 26 "hopper_mha_fwd.tl"
       for (; n_block >= n_block_min; --n_block) overlap_step(n_block, cute::false_type{});
-#line 728 "hopper_mha_fwd.cu"
+#line 840 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 732 "hopper_mha_fwd.cu"
+#line 844 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — the last rescale, before the last P·V
 #line 31 "hopper_mha_fwd.tl"
       rescale_o();
-#line 736 "hopper_mha_fwd.cu"
+#line 848 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 742 "hopper_mha_fwd.cu"
+#line 854 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first
-#line 746 "hopper_mha_fwd.cu"
+#line 858 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — the last P·V
 #line 35 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -752,7 +864,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
 #line 26 "hopper_mha_fwd.tl"
     }
-#line 756 "hopper_mha_fwd.cu"
+#line 868 "hopper_mha_fwd.cu"
 
     // TL:37  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 37 "hopper_mha_fwd.tl"
@@ -777,7 +889,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 37 "hopper_mha_fwd.tl"
     }
-#line 781 "hopper_mha_fwd.cu"
+#line 893 "hopper_mha_fwd.cu"
 
     // TL:38  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — LSE from registers; O registers → shared (stmatrix) → TMA store (rows past seqlen_q are clipped by TMA)
     // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
@@ -801,7 +913,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 805 "hopper_mha_fwd.cu"
+#line 917 "hopper_mha_fwd.cu"
 
 #line 38 "hopper_mha_fwd.tl"
     Tensor rO = tl::convert_fragment<Element>(acc_o);
@@ -835,6 +947,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 839 "hopper_mha_fwd.cu"
+#line 951 "hopper_mha_fwd.cu"
   }
 }

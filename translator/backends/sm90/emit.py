@@ -34,6 +34,8 @@ from translator.writer import CodeWriter
 # (`CUtensorMap`, 128 bytes, passed by value as `__grid_constant__`; `runner.abi.TMA_PARAMS`), encoded on
 # the host by `runner.tma` from the same tensors.
 NVRTC_ARCH = "sm_90a"  # wgmma and setmaxnreg exist only on the arch-specific target
+# A score fragment seen as (rows, cols) of this thread
+SCORES_ROWCOL = "Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)"
 
 
 class _Emit:
@@ -649,7 +651,7 @@ def _lambdas(e: _Emit) -> None:
     mask_kind = "loop" if p.mask == "none" else "mask"
     lam = "auto apply_mask = [&](auto& acc_s, int n_block)"
     with e.tag(mask_kind, note), w.block(lam, "};"), w.block(f"if ({need})"):
-        w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)")
+        w.line(SCORES_ROWCOL)
         w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s")
         w.comment("A row keeps the columns below col_end (and from col_begin on, in a window). A thread's")
         w.comment("columns differ from its first by constants, so with the bounds taken relative to that")
@@ -678,7 +680,7 @@ def _lambdas(e: _Emit) -> None:
                 w.line(f"if ({out}) scores(r, c) = -__int_as_float(0x7f800000);")
     online = "online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum"
     with e.tag("softmax", online), w.block("auto softmax_step = [&](auto& acc_s)", "};"):
-        w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)")
+        w.line(SCORES_ROWCOL)
         w.comment("One max and one sum chain per row: measured on the H200, four independent chains (for a")
         w.comment("shallower dependency) were 1–4% slower at every head dim.")
         w.line("CUTE_UNROLL")
@@ -697,6 +699,8 @@ def _lambdas(e: _Emit) -> None:
                 w.line("scores(r, c) = tl::exp2_approx(scores(r, c) * scale_log2 - m_scaled);")
                 w.line("sum += scores(r, c);  // this thread's columns; the quad sums at the end")
             w.line("row_sum(r) = row_sum(r) * correction(r) + sum;")
+    if e.cfg.split_softmax:
+        _split_softmax(e)
     rescale = "rescale acc_o by each row's correction (after the P·V that wrote it has drained)"
     with e.tag("softmax", rescale), w.block("auto rescale_o = [&]()", "};"):
         w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
@@ -704,6 +708,69 @@ def _lambdas(e: _Emit) -> None:
         with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
             w.line("CUTE_UNROLL")
             w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= correction(r);")
+
+
+# Exps computed before the wait for P·V: FA4's SASS has ten to twelve there (d64 and d128).
+SPLIT_SOFTMAX_COLS = 6
+
+
+def _split_softmax(e: _Emit) -> None:
+    """The pipelined loop's softmax in two halves around the wait for P·V, in the order FA4's SASS has
+    them: every row's max (four chains) and its shuffles, then every score's FFMA and the first
+    SPLIT_SOFTMAX_COLS columns' exps; after the wait, the other exps, each pair converted into P and summed
+    as it leaves MUFU. Written as one pass per row, ptxas ran the next row's max chain beside this row's
+    exps and converted P in one burst after the wait (the FMNMX and F2FP stalls of the fifth round's
+    profile)."""
+    w = e.w
+    rows = "for (int r = 0; r < size<0>(scores); ++r)"
+    with e.tag("softmax", "before P·V's wait: maxes, the FFMAs and the first columns' exps"):
+        w.line("Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2")
+        with w.block("auto softmax_before_wait = [&](auto& acc_s)", "};"):
+            w.line(SCORES_ROWCOL)
+            w.line("Tensor m = make_fragment_like(row_max);")
+            w.line("CUTE_UNROLL")
+            with w.block(rows):
+                w.line("float m0 = row_max(r), m1 = m0, m2 = m0, m3 = m0;  // four chains")
+                w.line("CUTE_UNROLL")
+                with w.block("for (int c = 0; c < size<1>(scores); c += 4)"):
+                    w.line("m0 = fmaxf(m0, scores(r, c)); m1 = fmaxf(m1, scores(r, c + 1));")
+                    w.line("m2 = fmaxf(m2, scores(r, c + 2)); m3 = fmaxf(m3, scores(r, c + 3));")
+                w.line("m(r) = fmaxf(fmaxf(m0, m1), fmaxf(m2, m3));")
+            w.line("CUTE_UNROLL")
+            w.line(f"{rows} m(r) = tl::quad_max(m(r));")
+            w.line("CUTE_UNROLL")
+            with w.block(rows):
+                w.line("// a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0")
+                w.line("row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;")
+                w.line("correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - row_max_scaled(r));")
+                w.line("row_max(r) = m(r);")
+                w.line("row_sum(r) *= correction(r);")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
+                w.line("CUTE_UNROLL")
+                with w.block(rows):
+                    w.line("scores(r, c) = scores(r, c) * scale_log2 - row_max_scaled(r);")
+                    w.line(f"if (c < {SPLIT_SOFTMAX_COLS}) scores(r, c) = tl::exp2_approx(scores(r, c));")
+    after = "after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed"
+    with e.tag("softmax", after), w.block("auto softmax_after_wait = [&](auto& acc_s, auto& rP)", "};"):
+        w.line(SCORES_ROWCOL)
+        w.line("float sum[decltype(size<0>(scores))::value] = {};")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int c = 0; c < size<1>(scores); c += 2)"):
+            w.line("CUTE_UNROLL")
+            with w.block(rows):
+                with w.block(f"if (c >= {SPLIT_SOFTMAX_COLS})"):
+                    w.line("scores(r, c) = tl::exp2_approx(scores(r, c));")
+                    w.line("scores(r, c + 1) = tl::exp2_approx(scores(r, c + 1));")
+                w.line("cutlass::Array<float, 2> pair;")
+                w.line("pair[0] = scores(r, c);")
+                w.line("pair[1] = scores(r, c + 1);")
+                w.line("const int i = scores.layout()(r, c);  // (r, c) and (r, c + 1) are one word of P")
+                w.line("*reinterpret_cast<cutlass::Array<Element, 2>*>(rP.data() + i) =")
+                w.line("    cutlass::NumericArrayConverter<Element, float, 2>{}(pair);")
+                w.line("sum[r] += pair[0] + pair[1];  // this thread's columns; the quad sums at the end")
+        w.line("CUTE_UNROLL")
+        w.line(f"{rows} row_sum(r) += sum[r];")
 
 
 def _qk(e: _Emit, acc: str, *, turn: bool = False) -> None:
@@ -834,14 +901,22 @@ def _overlap_step(e: _Emit) -> None:
         if e.plan.mask != "none":
             with e.tag("mask"):
                 w.line("if constexpr (decltype(masked)::value) apply_mask(acc_s_next, n_block);")
-        with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
-            w.line("softmax_step(acc_s_next);")
-            w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax")
-        _pv_done(e, "v_stage", "P·V has drained: free V")
-        with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
-            w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
-            w.line("CUTE_UNROLL")
-            w.line("for (int i = 0; i < size(rP); ++i) rP(i) = rP_next(i);")
+        if e.cfg.split_softmax:
+            with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
+                w.line("softmax_before_wait(acc_s_next);")
+                w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half")
+            _pv_done(e, "v_stage", "P·V has drained: free V")
+            with e.tag("softmax", "the rest, writing the next P into the registers P·V has finished reading"):
+                w.line("softmax_after_wait(acc_s_next, rP);")
+        else:
+            with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
+                w.line("softmax_step(acc_s_next);")
+                w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax")
+            _pv_done(e, "v_stage", "P·V has drained: free V")
+            with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
+                w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
+                w.line("CUTE_UNROLL")
+                w.line("for (int i = 0; i < size(rP); ++i) rP(i) = rP_next(i);")
         with e.tag("loop"):
             w.line("v_stage = stage;")
             w.line("v_phase = phase;")

@@ -268,83 +268,20 @@ _WAIT_MID_SOFTMAX = (
     ),
 )
 
-# FA4's softmax schedule (round 20), as read from its SASS at d64: every row's max first (four chains),
-# all the FFMAs (score·scale − max) next, a few columns' exps, then the wait for P·V, and after it the
-# remaining exps with each pair converted into P (and summed) as it comes out of MUFU.
-def _fa4_softmax(pre_cols: int) -> tuple[tuple[str, str], ...]:
-    return (
-        (
-            r"(?P<i>[ ]*)// TL:\d+  Compute Softmax S  — online: new row max[^\n]*\n"
-            r"(?P=i)auto softmax_step = ",
-            "\\g<i>Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2\n"
-            "\\g<i>// The loop's softmax in FA4's order: maxes, FFMAs, the first columns' exps, P·V's wait\n"
-            "\\g<i>auto softmax_before_wait = [&](auto& acc_s) {\n"
-            "\\g<i>  Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));\n"
-            "\\g<i>  Tensor m = make_fragment_like(row_max);\n"
-            "\\g<i>  CUTE_UNROLL\n"
-            "\\g<i>  for (int r = 0; r < size<0>(scores); ++r) {\n"
-            "\\g<i>    float m0 = row_max(r), m1 = m0, m2 = m0, m3 = m0;\n"
-            "\\g<i>    CUTE_UNROLL\n"
-            "\\g<i>    for (int c = 0; c < size<1>(scores); c += 4) {\n"
-            "\\g<i>      m0 = fmaxf(m0, scores(r, c)); m1 = fmaxf(m1, scores(r, c + 1));\n"
-            "\\g<i>      m2 = fmaxf(m2, scores(r, c + 2)); m3 = fmaxf(m3, scores(r, c + 3));\n"
-            "\\g<i>    }\n"
-            "\\g<i>    m(r) = fmaxf(fmaxf(m0, m1), fmaxf(m2, m3));\n"
-            "\\g<i>  }\n"
-            "\\g<i>  CUTE_UNROLL\n"
-            "\\g<i>  for (int r = 0; r < size<0>(scores); ++r) m(r) = tl::quad_max(m(r));\n"
-            "\\g<i>  CUTE_UNROLL\n"
-            "\\g<i>  for (int r = 0; r < size<0>(scores); ++r) {\n"
-            "\\g<i>    row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;\n"
-            "\\g<i>    correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - row_max_scaled(r));\n"
-            "\\g<i>    row_max(r) = m(r);\n"
-            "\\g<i>    row_sum(r) *= correction(r);\n"
-            "\\g<i>  }\n"
-            "\\g<i>  CUTE_UNROLL\n"
-            "\\g<i>  for (int c = 0; c < size<1>(scores); ++c) {\n"
-            "\\g<i>    CUTE_UNROLL\n"
-            "\\g<i>    for (int r = 0; r < size<0>(scores); ++r) {\n"
-            "\\g<i>      scores(r, c) = scores(r, c) * scale_log2 - row_max_scaled(r);\n"
-            f"\\g<i>      if (c < {pre_cols}) scores(r, c) = tl::exp2_approx(scores(r, c));\n"
-            "\\g<i>    }\n"
-            "\\g<i>  }\n"
-            "\\g<i>};\n"
-            "\\g<i>// ... and after it the other exps, each pair converted into P and summed as it comes\n"
-            "\\g<i>auto softmax_after_wait = [&](auto& acc_s, auto& rP) {\n"
-            "\\g<i>  Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));\n"
-            "\\g<i>  float sum[decltype(size<0>(scores))::value] = {};\n"
-            "\\g<i>  CUTE_UNROLL\n"
-            "\\g<i>  for (int c = 0; c < size<1>(scores); c += 2) {\n"
-            "\\g<i>    CUTE_UNROLL\n"
-            "\\g<i>    for (int r = 0; r < size<0>(scores); ++r) {\n"
-            f"\\g<i>      if (c >= {pre_cols}) {{\n"
-            "\\g<i>        scores(r, c) = tl::exp2_approx(scores(r, c));\n"
-            "\\g<i>        scores(r, c + 1) = tl::exp2_approx(scores(r, c + 1));\n"
-            "\\g<i>      }\n"
-            "\\g<i>      cutlass::Array<float, 2> pair;\n"
-            "\\g<i>      pair[0] = scores(r, c);\n"
-            "\\g<i>      pair[1] = scores(r, c + 1);\n"
-            "\\g<i>      const int i = scores.layout()(r, c);  // (r, c), (r, c + 1): one word of P\n"
-            "\\g<i>      *reinterpret_cast<cutlass::Array<Element, 2>*>(rP.data() + i) =\n"
-            "\\g<i>          cutlass::NumericArrayConverter<Element, float, 2>{}(pair);\n"
-            "\\g<i>      sum[r] += pair[0] + pair[1];\n"
-            "\\g<i>    }\n"
-            "\\g<i>  }\n"
-            "\\g<i>  CUTE_UNROLL\n"
-            "\\g<i>  for (int r = 0; r < size<0>(scores); ++r) row_sum(r) += sum[r];\n"
-            "\\g<i>};\n"
-            "\\g<0>",
-        ),
-        (
-            r"(?P<i>[ ]*)softmax_step\(acc_s_next\);\n",
-            "\\g<i>softmax_before_wait(acc_s_next);\n",
-        ),
-        (
-            r"(?P<i>[ ]*)Tensor rP_next = tl::convert_fragment<Element>\(acc_s_next\);\n[ ]*CUTE_UNROLL\n"
-            r"[ ]*for \(int i = 0; i < size\(rP\); \+\+i\) rP\(i\) = rP_next\(i\);\n",
-            "\\g<i>softmax_after_wait(acc_s_next, rP);\n",
-        ),
-    )
+# Before round 20 the pipelined loop ran the whole softmax one row at a time (max, shuffles, exps and
+# sum) before P·V's wait and converted P in one pass after it; the emitter now splits it around the wait
+# in FA4's order at d_v <= 128 (`HopperConfig.split_softmax`). This restores the one pass, for the A/B.
+_ONE_PASS_SOFTMAX = (
+    (
+        r"(?P<i>[ ]*)softmax_before_wait\(acc_s_next\);\n[ ]*tl::block_boundary\(seqlen_k >> 30\);[^\n]*\n",
+        "\\g<i>softmax_step(acc_s_next);\n\\g<i>tl::block_boundary(seqlen_k >> 30);\n",
+    ),
+    (
+        r"(?P<i>[ ]*)softmax_after_wait\(acc_s_next, rP\);\n",
+        "\\g<i>Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);\n\\g<i>CUTE_UNROLL\n"
+        "\\g<i>for (int i = 0; i < size(rP); ++i) rP(i) = rP_next(i);\n",
+    ),
+)
 
 
 # The d64 and d128 defaults (with and without a causal mask) that the later rounds measure against.
@@ -358,9 +295,10 @@ _DEFAULTS = (
 
 def _on_the_defaults(suffix: str, patches: tuple[tuple[str, Any], ...]) -> tuple[Variant, ...]:
     """Each default with `patches` (NAME_suffix), and with round 1's rescale and then them (NAME_suffix_r1:
-    the rescale's patch goes first, so `patches` may move the rescale it put after P·V's wait)."""
+    the rescale's patch goes first, so `patches` may move the rescale it put after P·V's wait). The rounds
+    that use this (14, 16, 19) measured against the one-pass softmax, so that is restored before both."""
     return tuple(
-        replace(v, name=f"{v.name}_{suffix}{tag}", patches=extra + patches)
+        replace(v, name=f"{v.name}_{suffix}{tag}", patches=_ONE_PASS_SOFTMAX + extra + patches)
         for v in _DEFAULTS
         for tag, extra in (("", ()), ("_r1", _RESCALE_AFTER_PV))
     )
@@ -461,11 +399,16 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("h256_bf16_thr", block_n=80, d_qk=256, d_v=256, warps=4, patches=_THREAD_SLICED_OPERANDS),
     # Twelfth (prepared, not run: no device time left): FA4's four-chain row max, and round 1's rescale
     # placement (FA4's for d ≤ 128) once more, now that the loop has changed; each against the plain default.
-    Variant("h128_bf16_bn160_pp_max4", block_n=160, pingpong=True, patches=_MAX_IN_FOUR_CHAINS),
-    Variant("h64_bf16_pp3_max4", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_MAX_IN_FOUR_CHAINS),
+    Variant(
+        "h128_bf16_bn160_pp_max4", block_n=160, pingpong=True, patches=_ONE_PASS_SOFTMAX + _MAX_IN_FOUR_CHAINS
+    ),
+    Variant(
+        "h64_bf16_pp3_max4", block_m=192, d_qk=64, d_v=64, pingpong=True,
+        patches=_ONE_PASS_SOFTMAX + _MAX_IN_FOUR_CHAINS,
+    ),
     Variant(
         "h64_bf16_causal_pp3_max4", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
-        patches=_MAX_IN_FOUR_CHAINS,
+        patches=_ONE_PASS_SOFTMAX + _MAX_IN_FOUR_CHAINS,
     ),
     Variant("h64_bf16_pp3_r1", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_RESCALE_AFTER_PV),
     # Thirteenth: FA4's longest-first order over L2 sections of heads for masked tiles (now the emitter's;
@@ -511,12 +454,7 @@ VARIANTS: tuple[Variant, ...] = (
     # Nineteenth: the wait for P·V between the two halves of the softmax, with the rescale where it is and
     # after the second half (round 1's place), against the defaults.
     *_on_the_defaults("mid", _WAIT_MID_SOFTMAX),
-    # Twentieth: FA4's softmax schedule (maxes, FFMAs, six columns' exps, the wait, then exps with P's
-    # conversion and the sums), with the rescale where it is and after the wait, against the defaults.
-    *_on_the_defaults("fs", _fa4_softmax(6)),
-    Variant("h256_bf16_fs", block_n=80, d_qk=256, d_v=256, warps=4, patches=_fa4_softmax(6)),
-    Variant(
-        "h256_bf16_causal_fs", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4,
-        patches=_fa4_softmax(6),
-    ),
+    # Twentieth: FA4's softmax schedule is the emitter's at d_v <= 128; `_1p` is the one-pass softmax before
+    # it (round 20 measured the schedule as a patch on the one pass: docs/hopper.md, "Sixth round").
+    *(replace(v, name=f"{v.name}_1p", patches=_ONE_PASS_SOFTMAX) for v in _DEFAULTS),
 )
