@@ -727,15 +727,15 @@ def _split_softmax(e: _Emit) -> None:
         w.line("Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2")
         with w.block("auto softmax_before_wait = [&](auto& acc_s)", "};"):
             w.line(SCORES_ROWCOL)
-            w.line("Tensor m = make_fragment_like(row_max);")
+            w.line("Tensor m = make_fragment_like(row_max);  // the new maxes, each in four chains")
             w.line("CUTE_UNROLL")
             with w.block(rows):
-                w.line("float m0 = row_max(r), m1 = m0, m2 = m0, m3 = m0;  // four chains")
+                w.line("float m0 = scores(r, 0), m1 = scores(r, 1), m2 = scores(r, 2), m3 = scores(r, 3);")
                 w.line("CUTE_UNROLL")
-                with w.block("for (int c = 0; c < size<1>(scores); c += 4)"):
+                with w.block("for (int c = 4; c < size<1>(scores); c += 4)"):
                     w.line("m0 = fmaxf(m0, scores(r, c)); m1 = fmaxf(m1, scores(r, c + 1));")
                     w.line("m2 = fmaxf(m2, scores(r, c + 2)); m3 = fmaxf(m3, scores(r, c + 3));")
-                w.line("m(r) = fmaxf(fmaxf(m0, m1), fmaxf(m2, m3));")
+                w.line("m(r) = fmaxf(fmaxf(fmaxf(m0, m1), fmaxf(m2, m3)), row_max(r));  // one FMNMX a score")
             w.line("CUTE_UNROLL")
             w.line(f"{rows} m(r) = tl::quad_max(m(r));")
             w.line("CUTE_UNROLL")
@@ -744,7 +744,6 @@ def _split_softmax(e: _Emit) -> None:
                 w.line("row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;")
                 w.line("correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - row_max_scaled(r));")
                 w.line("row_max(r) = m(r);")
-                w.line("row_sum(r) *= correction(r);")
             w.line("CUTE_UNROLL")
             with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
                 w.line("CUTE_UNROLL")
@@ -754,7 +753,9 @@ def _split_softmax(e: _Emit) -> None:
     after = "after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed"
     with e.tag("softmax", after), w.block("auto softmax_after_wait = [&](auto& acc_s, auto& rP)", "};"):
         w.line(SCORES_ROWCOL)
-        w.line("float sum[decltype(size<0>(scores))::value] = {};")
+        w.line("float sum[decltype(size<0>(scores))::value];")
+        w.line("CUTE_UNROLL")
+        w.line(f"{rows} sum[r] = row_sum(r) * correction(r);")
         w.line("CUTE_UNROLL")
         with w.block("for (int c = 0; c < size<1>(scores); c += 2)"):
             w.line("CUTE_UNROLL")
@@ -770,7 +771,7 @@ def _split_softmax(e: _Emit) -> None:
                 w.line("    cutlass::NumericArrayConverter<Element, float, 2>{}(pair);")
                 w.line("sum[r] += pair[0] + pair[1];  // this thread's columns; the quad sums at the end")
         w.line("CUTE_UNROLL")
-        w.line(f"{rows} row_sum(r) += sum[r];")
+        w.line(f"{rows} row_sum(r) = sum[r];")
 
 
 def _qk(e: _Emit, acc: str, *, turn: bool = False) -> None:

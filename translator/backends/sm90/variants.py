@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from translator.backends.sm90.emit import SPLIT_SOFTMAX_COLS
+
 
 @dataclass(frozen=True, slots=True)
 class Variant:
@@ -284,6 +286,18 @@ _ONE_PASS_SOFTMAX = (
 )
 
 
+
+
+def _exps_before_wait(cols: int) -> tuple[tuple[str, str], ...]:
+    """Round 21: the split softmax with `cols` columns' exps before P·V's wait instead of the emitter's
+    SPLIT_SOFTMAX_COLS (FA4's SASS has ten to twelve exps there: the six columns of two rows)."""
+    n = SPLIT_SOFTMAX_COLS
+    return (
+        (rf"if \(c < {n}\) scores", f"if (c < {cols}) scores"),
+        (rf"if \(c >= {n}\) \{{", f"if (c >= {cols}) {{"),
+    )
+
+
 # The d64 and d128 defaults (with and without a causal mask) that the later rounds measure against.
 _DEFAULTS = (
     Variant("h64_bf16_pp3", block_m=192, d_qk=64, d_v=64, pingpong=True),
@@ -457,4 +471,10 @@ VARIANTS: tuple[Variant, ...] = (
     # Twentieth: FA4's softmax schedule is the emitter's at d_v <= 128; `_1p` is the one-pass softmax before
     # it (round 20 measured the schedule as a patch on the one pass: docs/hopper.md, "Sixth round").
     *(replace(v, name=f"{v.name}_1p", patches=_ONE_PASS_SOFTMAX) for v in _DEFAULTS),
+    # Twenty-first: 2, 4, 8 and 10 columns' exps before P·V's wait instead of six.
+    *(
+        replace(v, name=f"{v.name}_pre{c}", patches=_exps_before_wait(c))
+        for v in _DEFAULTS
+        for c in (2, 4, 8, 10)
+    ),
 )
