@@ -565,17 +565,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 #line 31 "hopper_mha_fwd.tl"
       Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
 #line 31 "hopper_mha_fwd.tl"
-      Tensor m = make_fragment_like(row_max);
+      Tensor m = make_fragment_like(row_max);  // the new maxes, each in four chains
 #line 31 "hopper_mha_fwd.tl"
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
       for (int r = 0; r < size<0>(scores); ++r) {
 #line 31 "hopper_mha_fwd.tl"
-        float m0 = row_max(r), m1 = m0, m2 = m0, m3 = m0;  // four chains
+        float m0 = scores(r, 0), m1 = scores(r, 1), m2 = scores(r, 2), m3 = scores(r, 3);
 #line 31 "hopper_mha_fwd.tl"
         CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
-        for (int c = 0; c < size<1>(scores); c += 4) {
+        for (int c = 4; c < size<1>(scores); c += 4) {
 #line 31 "hopper_mha_fwd.tl"
           m0 = fmaxf(m0, scores(r, c)); m1 = fmaxf(m1, scores(r, c + 1));
 #line 31 "hopper_mha_fwd.tl"
@@ -583,7 +583,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 #line 31 "hopper_mha_fwd.tl"
         }
 #line 31 "hopper_mha_fwd.tl"
-        m(r) = fmaxf(fmaxf(m0, m1), fmaxf(m2, m3));
+        m(r) = fmaxf(fmaxf(fmaxf(m0, m1), fmaxf(m2, m3)), row_max(r));  // one FMNMX a score
 #line 31 "hopper_mha_fwd.tl"
       }
 #line 31 "hopper_mha_fwd.tl"
@@ -602,8 +602,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - row_max_scaled(r));
 #line 31 "hopper_mha_fwd.tl"
         row_max(r) = m(r);
-#line 31 "hopper_mha_fwd.tl"
-        row_sum(r) *= correction(r);
 #line 31 "hopper_mha_fwd.tl"
       }
 #line 31 "hopper_mha_fwd.tl"
@@ -624,14 +622,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 628 "hopper_mha_fwd.cu"
+#line 626 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_after_wait = [&](auto& acc_s, auto& rP) {
 #line 31 "hopper_mha_fwd.tl"
       Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
 #line 31 "hopper_mha_fwd.tl"
-      float sum[decltype(size<0>(scores))::value] = {};
+      float sum[decltype(size<0>(scores))::value];
+#line 31 "hopper_mha_fwd.tl"
+      CUTE_UNROLL
+#line 31 "hopper_mha_fwd.tl"
+      for (int r = 0; r < size<0>(scores); ++r) sum[r] = row_sum(r) * correction(r);
 #line 31 "hopper_mha_fwd.tl"
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
@@ -669,10 +671,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 #line 31 "hopper_mha_fwd.tl"
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
-      for (int r = 0; r < size<0>(scores); ++r) row_sum(r) += sum[r];
+      for (int r = 0; r < size<0>(scores); ++r) row_sum(r) = sum[r];
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 676 "hopper_mha_fwd.cu"
+#line 678 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — rescale acc_o by each row's correction (after the P·V that wrote it has drained)
 #line 31 "hopper_mha_fwd.tl"
     auto rescale_o = [&]() {
@@ -690,43 +692,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 694 "hopper_mha_fwd.cu"
+#line 696 "hopper_mha_fwd.cu"
 
     // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — consumers wait for Q once per tile (also before O reuses its buffer)
 #line 22 "hopper_mha_fwd.tl"
     FullBarrier::wait(bar_q, 0);
-#line 699 "hopper_mha_fwd.cu"
+#line 701 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: the last group hands group 0 the first turn
 #line 26 "hopper_mha_fwd.tl"
     if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();
-#line 704 "hopper_mha_fwd.cu"
+#line 706 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the first key block alone: its P feeds the pipelined loop
 #line 26 "hopper_mha_fwd.tl"
     if (n_block_max > n_block_min) {
 #line 26 "hopper_mha_fwd.tl"
       int n_block = n_block_max - 1;
-#line 710 "hopper_mha_fwd.cu"
+#line 712 "hopper_mha_fwd.cu"
       // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
       Tensor acc_s = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 714 "hopper_mha_fwd.cu"
+#line 716 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_k[stage], phase);
-#line 718 "hopper_mha_fwd.cu"
+#line 720 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 722 "hopper_mha_fwd.cu"
+#line 724 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s);
-#line 726 "hopper_mha_fwd.cu"
+#line 728 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       your_turn();
-#line 730 "hopper_mha_fwd.cu"
+#line 732 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -734,21 +736,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       warpgroup_fence_operand(acc_s);
 #line 29 "hopper_mha_fwd.tl"
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 738 "hopper_mha_fwd.cu"
+#line 740 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       apply_mask(acc_s, n_block);
-#line 742 "hopper_mha_fwd.cu"
+#line 744 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — first block: acc_o is still zero, nothing to rescale
 #line 31 "hopper_mha_fwd.tl"
       softmax_step(acc_s);
-#line 746 "hopper_mha_fwd.cu"
+#line 748 "hopper_mha_fwd.cu"
       // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the wgmma A operand
 #line 32 "hopper_mha_fwd.tl"
       Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 32 "hopper_mha_fwd.tl"
       Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)
-#line 752 "hopper_mha_fwd.cu"
+#line 754 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — V of this block is consumed one iteration later, with the P just made
 #line 26 "hopper_mha_fwd.tl"
       int v_stage = stage;
@@ -756,41 +758,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       uint32_t v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
       if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 760 "hopper_mha_fwd.cu"
+#line 762 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)
 #line 26 "hopper_mha_fwd.tl"
       auto overlap_step = [&](const int n_block, auto masked) {
-#line 764 "hopper_mha_fwd.cu"
+#line 766 "hopper_mha_fwd.cu"
         // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
         Tensor acc_s_next = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 768 "hopper_mha_fwd.cu"
+#line 770 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_k[stage], phase);
-#line 772 "hopper_mha_fwd.cu"
+#line 774 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         my_turn();
-#line 776 "hopper_mha_fwd.cu"
+#line 778 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s_next);
-#line 780 "hopper_mha_fwd.cu"
+#line 782 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it
 #line 31 "hopper_mha_fwd.tl"
         rescale_o();
-#line 784 "hopper_mha_fwd.cu"
+#line 786 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 790 "hopper_mha_fwd.cu"
+#line 792 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         your_turn();
-#line 794 "hopper_mha_fwd.cu"
+#line 796 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)
 #line 29 "hopper_mha_fwd.tl"
         warpgroup_wait<1>();
@@ -798,13 +800,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_s_next);
 #line 29 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 802 "hopper_mha_fwd.cu"
+#line 804 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — runs on the CUDA cores while the tensor cores finish P·V
 #line 31 "hopper_mha_fwd.tl"
         softmax_before_wait(acc_s_next);
 #line 31 "hopper_mha_fwd.tl"
         tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half
-#line 808 "hopper_mha_fwd.cu"
+#line 810 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — P·V has drained: free V
 #line 35 "hopper_mha_fwd.tl"
         warpgroup_wait<0>();
@@ -812,11 +814,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_o);
 #line 35 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
-#line 816 "hopper_mha_fwd.cu"
+#line 818 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — the rest, writing the next P into the registers P·V has finished reading
 #line 31 "hopper_mha_fwd.tl"
         softmax_after_wait(acc_s_next, rP);
-#line 820 "hopper_mha_fwd.cu"
+#line 822 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         v_stage = stage;
@@ -824,37 +826,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
         if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 828 "hopper_mha_fwd.cu"
+#line 830 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       };
 #line 26 "hopper_mha_fwd.tl"
       n_block = n_block_max - 2;
-#line 834 "hopper_mha_fwd.cu"
+#line 836 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — every block left of the first: no mask
 #line 26 "hopper_mha_fwd.tl"
       CUTE_NO_UNROLL
 #line 26 "hopper_mha_fwd.tl"
       for (; n_block >= n_block_min; --n_block) overlap_step(n_block, cute::false_type{});
-#line 840 "hopper_mha_fwd.cu"
+#line 842 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 844 "hopper_mha_fwd.cu"
+#line 846 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — the last rescale, before the last P·V
 #line 31 "hopper_mha_fwd.tl"
       rescale_o();
-#line 848 "hopper_mha_fwd.cu"
+#line 850 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 854 "hopper_mha_fwd.cu"
+#line 856 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first
-#line 858 "hopper_mha_fwd.cu"
+#line 860 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — the last P·V
 #line 35 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -864,7 +866,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
 #line 26 "hopper_mha_fwd.tl"
     }
-#line 868 "hopper_mha_fwd.cu"
+#line 870 "hopper_mha_fwd.cu"
 
     // TL:37  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 37 "hopper_mha_fwd.tl"
@@ -889,7 +891,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 37 "hopper_mha_fwd.tl"
     }
-#line 893 "hopper_mha_fwd.cu"
+#line 895 "hopper_mha_fwd.cu"
 
     // TL:38  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — LSE from registers; O registers → shared (stmatrix) → TMA store (rows past seqlen_q are clipped by TMA)
     // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
@@ -913,7 +915,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 917 "hopper_mha_fwd.cu"
+#line 919 "hopper_mha_fwd.cu"
 
 #line 38 "hopper_mha_fwd.tl"
     Tensor rO = tl::convert_fragment<Element>(acc_o);
@@ -947,6 +949,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 951 "hopper_mha_fwd.cu"
+#line 953 "hopper_mha_fwd.cu"
   }
 }

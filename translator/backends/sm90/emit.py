@@ -710,18 +710,14 @@ def _lambdas(e: _Emit) -> None:
             w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= correction(r);")
 
 
-# Exps computed before the wait for P·V: FA4's SASS has ten to twelve there (d64 and d128).
-SPLIT_SOFTMAX_COLS = 6
-
-
 def _split_softmax(e: _Emit) -> None:
     """The pipelined loop's softmax in two halves around the wait for P·V, in the order FA4's SASS has
     them: every row's max (four chains) and its shuffles, then every score's FFMA and the first
-    SPLIT_SOFTMAX_COLS columns' exps; after the wait, the other exps, each pair converted into P and summed
+    `split_softmax_cols` columns' exps; after the wait, the other exps, each pair converted into P and summed
     as it leaves MUFU. Written as one pass per row, ptxas ran the next row's max chain beside this row's
     exps and converted P in one burst after the wait (the FMNMX and F2FP stalls of the fifth round's
     profile)."""
-    w = e.w
+    w, cols = e.w, e.cfg.split_softmax_cols
     rows = "for (int r = 0; r < size<0>(scores); ++r)"
     with e.tag("softmax", "before P·V's wait: maxes, the FFMAs and the first columns' exps"):
         w.line("Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2")
@@ -749,7 +745,7 @@ def _split_softmax(e: _Emit) -> None:
                 w.line("CUTE_UNROLL")
                 with w.block(rows):
                     w.line("scores(r, c) = scores(r, c) * scale_log2 - row_max_scaled(r);")
-                    w.line(f"if (c < {SPLIT_SOFTMAX_COLS}) scores(r, c) = tl::exp2_approx(scores(r, c));")
+                    w.line(f"if (c < {cols}) scores(r, c) = tl::exp2_approx(scores(r, c));")
     after = "after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed"
     with e.tag("softmax", after), w.block("auto softmax_after_wait = [&](auto& acc_s, auto& rP)", "};"):
         w.line(SCORES_ROWCOL)
@@ -760,7 +756,7 @@ def _split_softmax(e: _Emit) -> None:
         with w.block("for (int c = 0; c < size<1>(scores); c += 2)"):
             w.line("CUTE_UNROLL")
             with w.block(rows):
-                with w.block(f"if (c >= {SPLIT_SOFTMAX_COLS})"):
+                with w.block(f"if (c >= {cols})"):
                     w.line("scores(r, c) = tl::exp2_approx(scores(r, c));")
                     w.line("scores(r, c + 1) = tl::exp2_approx(scores(r, c + 1));")
                 w.line("cutlass::Array<float, 2> pair;")

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from translator.backends.sm90.emit import SPLIT_SOFTMAX_COLS
-
 
 @dataclass(frozen=True, slots=True)
 class Variant:
@@ -290,11 +288,10 @@ _ONE_PASS_SOFTMAX = (
 
 def _exps_before_wait(cols: int) -> tuple[tuple[str, str], ...]:
     """Round 21: the split softmax with `cols` columns' exps before P·V's wait instead of the emitter's
-    SPLIT_SOFTMAX_COLS (FA4's SASS has ten to twelve exps there: the six columns of two rows)."""
-    n = SPLIT_SOFTMAX_COLS
+    `HopperConfig.split_softmax_cols` (FA4's SASS has ten to twelve exps there: five or six columns)."""
     return (
-        (rf"if \(c < {n}\) scores", f"if (c < {cols}) scores"),
-        (rf"if \(c >= {n}\) \{{", f"if (c >= {cols}) {{"),
+        (r"if \(c < \d+\) scores", f"if (c < {cols}) scores"),
+        (r"if \(c >= \d+\) \{", f"if (c >= {cols}) {{"),
     )
 
 
@@ -471,10 +468,10 @@ VARIANTS: tuple[Variant, ...] = (
     # Twentieth: FA4's softmax schedule is the emitter's at d_v <= 128; `_1p` is the one-pass softmax before
     # it (round 20 measured the schedule as a patch on the one pass: docs/hopper.md, "Sixth round").
     *(replace(v, name=f"{v.name}_1p", patches=_ONE_PASS_SOFTMAX) for v in _DEFAULTS),
-    # Twenty-first: 2, 4, 8 and 10 columns' exps before P·V's wait instead of six.
+    # Twenty-first: 2, 4, 6, 8 and 10 columns' exps before P·V's wait (the emitter's: 4 at d64, 6 at d128).
     *(
         replace(v, name=f"{v.name}_pre{c}", patches=_exps_before_wait(c))
         for v in _DEFAULTS
-        for c in (2, 4, 8, 10)
+        for c in (2, 4, 6, 8, 10)
     ),
 )
