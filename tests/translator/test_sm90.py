@@ -216,9 +216,10 @@ def test_persistent_is_a_tl_switch_with_a_grid_of_one_block_per_sm() -> None:
 
 @pytest.mark.nvrtc
 def test_default_hd128_kernel_compiles_and_its_softmax_overlaps_pv_in_the_sass(tmp_path, monkeypatch) -> None:
-    """The default hd128 kernel (128 × 160, one block per tile) compiles, and in its SASS the loop's
-    exp2s come between the wait for Q·Kᵀ and the wait for P·V: ptxas hoists a wgmma wait to the top of its
-    basic block, which without `tl::block_boundary` put every MUFU.EX2 after P·V had drained."""
+    """The default hd128 kernel (128 × 160, one block per tile) compiles, and in its SASS the loop's softmax
+    starts while P·V runs: every score's FFMA and the first columns' exp2s come between the wait for Q·Kᵀ
+    and the wait for P·V (FA4's order). ptxas hoists a wgmma wait to the top of its basic block, which
+    without `tl::block_boundary` put the whole softmax after P·V had drained."""
     pytest.importorskip("cuda.bindings")
     pytest.importorskip("cutlass_library")
     from pipeline.variants import KernelConfig
@@ -242,7 +243,17 @@ def test_default_hd128_kernel_compiles_and_its_softmax_overlaps_pv_in_the_sass(t
         i for i, ln in enumerate(lines[qk_done:], qk_done) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in ln
     )
     exps = sum("MUFU.EX2" in ln for ln in lines[qk_done:pv_done])
-    assert exps >= built.spec.block_n // 2, f"only {exps} MUFU.EX2 while P·V runs"  # 2 rows × BN/4 columns
+    ffmas = sum("FFMA" in ln for ln in lines[qk_done:pv_done])
+    # a thread holds 2 rows × BN/4 columns of S: 6 columns' exps before the wait (and the rows' corrections)
+    assert exps >= 2 * 6, f"only {exps} MUFU.EX2 while P·V runs"
+    assert ffmas >= built.spec.block_n // 2, f"only {ffmas} FFMA while P·V runs"
+    # ... and the rest after it, each pair converted into P as it leaves MUFU (no burst of conversions)
+    turn = next(i for i, ln in enumerate(lines[pv_done:], pv_done) if "BAR.SYNC" in ln or "BRA" in ln)
+    after = [ln for ln in lines[pv_done:turn] if "MUFU.EX2" in ln or "F2FP" in ln]
+    exps_after = sum("MUFU.EX2" in ln for ln in after)
+    assert exps + exps_after == built.spec.block_n // 2 + 2, (exps, exps_after)  # + each row's correction
+    assert exps_after >= built.spec.block_n // 2 - 16, f"only {exps_after} exps after the wait"
+    assert "MUFU.EX2" in after[-3] or "MUFU.EX2" in after[-2], "P's conversions trail the exps"
     # No mask in the pipelined loop: ptxas had turned the last-block check into a compare and select per
     # score (FSEL), 23% of the loop's instructions. Two FSELs stay: the -inf guard of each row's max.
     fsel = sum("FSEL" in ln for ln in lines[qk_done:pv_done])
