@@ -689,10 +689,7 @@ def _lambdas(e: _Emit) -> None:
             w.line("CUTE_UNROLL")
             w.line("for (int c = 0; c < size<1>(scores); ++c) m = fmaxf(m, scores(r, c));")
             w.line("m = tl::quad_max(m);")
-            w.line("// a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0")
-            w.line("const float m_scaled = m == -__int_as_float(0x7f800000) ? 0.f : m * scale_log2;")
-            w.line("correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - m_scaled);")
-            w.line("row_max(r) = m;")
+            _take_new_max(w, "m", "const float m_scaled")
             w.line("float sum = 0.f;")
             w.line("CUTE_UNROLL")
             with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
@@ -708,6 +705,16 @@ def _lambdas(e: _Emit) -> None:
         with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
             w.line("CUTE_UNROLL")
             w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= correction(r);")
+
+
+def _take_new_max(w: CodeWriter, m: str, scaled: str) -> None:
+    """Row r's new max `m`: its scaled form (declared by `scaled`), the factor that rescales acc_o and the
+    sum, and the running max."""
+    name = scaled.split()[-1]
+    w.line("// a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0")
+    w.line(f"{scaled} = {m} == -__int_as_float(0x7f800000) ? 0.f : {m} * scale_log2;")
+    w.line(f"correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - {name});")
+    w.line(f"row_max(r) = {m};")
 
 
 def _split_softmax(e: _Emit) -> None:
@@ -736,10 +743,7 @@ def _split_softmax(e: _Emit) -> None:
             w.line(f"{rows} m(r) = tl::quad_max(m(r));")
             w.line("CUTE_UNROLL")
             with w.block(rows):
-                w.line("// a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0")
-                w.line("row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;")
-                w.line("correction(r) = tl::exp2_approx(row_max(r) * scale_log2 - row_max_scaled(r));")
-                w.line("row_max(r) = m(r);")
+                _take_new_max(w, "m(r)", "row_max_scaled(r)")
             w.line("CUTE_UNROLL")
             with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
                 w.line("CUTE_UNROLL")
