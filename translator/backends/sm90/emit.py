@@ -902,18 +902,16 @@ def _overlap_step(e: _Emit) -> None:
         if e.plan.mask != "none":
             with e.tag("mask"):
                 w.line("if constexpr (decltype(masked)::value) apply_mask(acc_s_next, n_block);")
-        if e.cfg.split_softmax:
-            with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
-                w.line("softmax_before_wait(acc_s_next);")
-                w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half")
-            _pv_done(e, "v_stage", "P·V has drained: free V")
+        split = e.cfg.split_softmax
+        with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
+            w.line("softmax_before_wait(acc_s_next);" if split else "softmax_step(acc_s_next);")
+            below = "this half" if split else "the softmax"
+            w.line(f"tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below {below}")
+        _pv_done(e, "v_stage", "P·V has drained: free V")
+        if split:
             with e.tag("softmax", "the rest, writing the next P into the registers P·V has finished reading"):
                 w.line("softmax_after_wait(acc_s_next, rP);")
         else:
-            with e.tag("softmax", "runs on the CUDA cores while the tensor cores finish P·V"):
-                w.line("softmax_step(acc_s_next);")
-                w.line("tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below the softmax")
-            _pv_done(e, "v_stage", "P·V has drained: free V")
             with e.tag("reshape", "the next P, into the registers P·V has finished reading"):
                 w.line("Tensor rP_next = tl::convert_fragment<Element>(acc_s_next);")
                 w.line("CUTE_UNROLL")

@@ -284,8 +284,6 @@ _ONE_PASS_SOFTMAX = (
 )
 
 
-
-
 def _exps_before_wait(cols: int) -> tuple[tuple[str, str], ...]:
     """Round 21: the split softmax with `cols` columns' exps before P·V's wait instead of the emitter's
     `HopperConfig.split_softmax_cols` (FA4's SASS has ten to twelve exps there: five or six columns)."""
