@@ -516,8 +516,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 #line 31 "hopper_mha_fwd.tl"
       Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
 #line 519 "hopper_mha_fwd.cu"
-      // One max and one sum chain per row: measured on the H200, four independent chains (for a
-      // shallower dependency) were 1–4% slower at every head dim.
+      // One max and one sum chain per row: in this one-pass form four chains measured 1–4% slower
+      // on the H200. The pipelined loop at d_v <= 128 takes the split form instead (four max
+      // chains there, with every row's max before the exps).
 #line 31 "hopper_mha_fwd.tl"
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
@@ -530,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         for (int c = 0; c < size<1>(scores); ++c) m = fmaxf(m, scores(r, c));
 #line 31 "hopper_mha_fwd.tl"
         m = tl::quad_max(m);
-#line 534 "hopper_mha_fwd.cu"
+#line 535 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         const float m_scaled = m == -__int_as_float(0x7f800000) ? 0.f : m * scale_log2;
@@ -556,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 560 "hopper_mha_fwd.cu"
+#line 561 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — before P·V's wait: maxes, the FFMAs and the first columns' exps
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2
@@ -594,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
       for (int r = 0; r < size<0>(scores); ++r) {
-#line 598 "hopper_mha_fwd.cu"
+#line 599 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;
@@ -622,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 626 "hopper_mha_fwd.cu"
+#line 627 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_after_wait = [&](auto& acc_s, auto& rP) {
@@ -674,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int r = 0; r < size<0>(scores); ++r) row_sum(r) = sum[r];
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 678 "hopper_mha_fwd.cu"
+#line 679 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — rescale acc_o by each row's correction (after the P·V that wrote it has drained)
 #line 31 "hopper_mha_fwd.tl"
     auto rescale_o = [&]() {
@@ -692,43 +693,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 696 "hopper_mha_fwd.cu"
+#line 697 "hopper_mha_fwd.cu"
 
     // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — consumers wait for Q once per tile (also before O reuses its buffer)
 #line 22 "hopper_mha_fwd.tl"
     FullBarrier::wait(bar_q, 0);
-#line 701 "hopper_mha_fwd.cu"
+#line 702 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: the last group hands group 0 the first turn
 #line 26 "hopper_mha_fwd.tl"
     if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();
-#line 706 "hopper_mha_fwd.cu"
+#line 707 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the first key block alone: its P feeds the pipelined loop
 #line 26 "hopper_mha_fwd.tl"
     if (n_block_max > n_block_min) {
 #line 26 "hopper_mha_fwd.tl"
       int n_block = n_block_max - 1;
-#line 712 "hopper_mha_fwd.cu"
+#line 713 "hopper_mha_fwd.cu"
       // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
       Tensor acc_s = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 716 "hopper_mha_fwd.cu"
+#line 717 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_k[stage], phase);
-#line 720 "hopper_mha_fwd.cu"
+#line 721 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 724 "hopper_mha_fwd.cu"
+#line 725 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s);
-#line 728 "hopper_mha_fwd.cu"
+#line 729 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       your_turn();
-#line 732 "hopper_mha_fwd.cu"
+#line 733 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -736,21 +737,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       warpgroup_fence_operand(acc_s);
 #line 29 "hopper_mha_fwd.tl"
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 740 "hopper_mha_fwd.cu"
+#line 741 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       apply_mask(acc_s, n_block);
-#line 744 "hopper_mha_fwd.cu"
+#line 745 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — first block: acc_o is still zero, nothing to rescale
 #line 31 "hopper_mha_fwd.tl"
       softmax_step(acc_s);
-#line 748 "hopper_mha_fwd.cu"
+#line 749 "hopper_mha_fwd.cu"
       // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the wgmma A operand
 #line 32 "hopper_mha_fwd.tl"
       Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 32 "hopper_mha_fwd.tl"
       Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)
-#line 754 "hopper_mha_fwd.cu"
+#line 755 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — V of this block is consumed one iteration later, with the P just made
 #line 26 "hopper_mha_fwd.tl"
       int v_stage = stage;
@@ -758,41 +759,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       uint32_t v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
       if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 762 "hopper_mha_fwd.cu"
+#line 763 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)
 #line 26 "hopper_mha_fwd.tl"
       auto overlap_step = [&](const int n_block, auto masked) {
-#line 766 "hopper_mha_fwd.cu"
+#line 767 "hopper_mha_fwd.cu"
         // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
         Tensor acc_s_next = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-#line 770 "hopper_mha_fwd.cu"
+#line 771 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_k[stage], phase);
-#line 774 "hopper_mha_fwd.cu"
+#line 775 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         my_turn();
-#line 778 "hopper_mha_fwd.cu"
+#line 779 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s_next);
-#line 782 "hopper_mha_fwd.cu"
+#line 783 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it
 #line 31 "hopper_mha_fwd.tl"
         rescale_o();
-#line 786 "hopper_mha_fwd.cu"
+#line 787 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 792 "hopper_mha_fwd.cu"
+#line 793 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         your_turn();
-#line 796 "hopper_mha_fwd.cu"
+#line 797 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)
 #line 29 "hopper_mha_fwd.tl"
         warpgroup_wait<1>();
@@ -800,13 +801,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_s_next);
 #line 29 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 804 "hopper_mha_fwd.cu"
+#line 805 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — runs on the CUDA cores while the tensor cores finish P·V
 #line 31 "hopper_mha_fwd.tl"
         softmax_before_wait(acc_s_next);
 #line 31 "hopper_mha_fwd.tl"
         tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half
-#line 810 "hopper_mha_fwd.cu"
+#line 811 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — P·V has drained: free V
 #line 35 "hopper_mha_fwd.tl"
         warpgroup_wait<0>();
@@ -814,11 +815,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_o);
 #line 35 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
-#line 818 "hopper_mha_fwd.cu"
+#line 819 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — the rest, writing the next P into the registers P·V has finished reading
 #line 31 "hopper_mha_fwd.tl"
         softmax_after_wait(acc_s_next, rP);
-#line 822 "hopper_mha_fwd.cu"
+#line 823 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         v_stage = stage;
@@ -826,37 +827,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
         if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 830 "hopper_mha_fwd.cu"
+#line 831 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       };
 #line 26 "hopper_mha_fwd.tl"
       n_block = n_block_max - 2;
-#line 836 "hopper_mha_fwd.cu"
+#line 837 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — every block left of the first: no mask
 #line 26 "hopper_mha_fwd.tl"
       CUTE_NO_UNROLL
 #line 26 "hopper_mha_fwd.tl"
       for (; n_block >= n_block_min; --n_block) overlap_step(n_block, cute::false_type{});
-#line 842 "hopper_mha_fwd.cu"
+#line 843 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 846 "hopper_mha_fwd.cu"
+#line 847 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — the last rescale, before the last P·V
 #line 31 "hopper_mha_fwd.tl"
       rescale_o();
-#line 850 "hopper_mha_fwd.cu"
+#line 851 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 856 "hopper_mha_fwd.cu"
+#line 857 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first
-#line 860 "hopper_mha_fwd.cu"
+#line 861 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — the last P·V
 #line 35 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -866,7 +867,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
 #line 26 "hopper_mha_fwd.tl"
     }
-#line 870 "hopper_mha_fwd.cu"
+#line 871 "hopper_mha_fwd.cu"
 
     // TL:37  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 37 "hopper_mha_fwd.tl"
@@ -891,7 +892,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 37 "hopper_mha_fwd.tl"
     }
-#line 895 "hopper_mha_fwd.cu"
+#line 896 "hopper_mha_fwd.cu"
 
     // TL:38  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — LSE from registers; O registers → shared (stmatrix) → TMA store (rows past seqlen_q are clipped by TMA)
     // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
@@ -915,7 +916,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 919 "hopper_mha_fwd.cu"
+#line 920 "hopper_mha_fwd.cu"
 
 #line 38 "hopper_mha_fwd.tl"
     Tensor rO = tl::convert_fragment<Element>(acc_o);
@@ -949,6 +950,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 953 "hopper_mha_fwd.cu"
+#line 954 "hopper_mha_fwd.cu"
   }
 }
