@@ -55,6 +55,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--target-s", type=float, default=0.4, help="measured time per candidate and configuration"
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=8,
+        help="interleaved passes per configuration, each in its own shuffled order (runner.bench)",
+    )
     p.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
     p.add_argument(
         "--sm90-params",
@@ -158,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     baselines = [b for b in BASELINES if b.name in wanted]
     flex_seqlens = set(_ints(args.flex_seqlens))
     gpu = torch.cuda.get_device_name()
-    timing = {"warmup_s": args.warmup_s, "target_s": args.target_s}
+    timing = {"warmup_s": args.warmup_s, "target_s": args.target_s, "rounds": args.rounds}
     loaded_cache: dict[int, Any] = {}
     meta = {"device_arch": device_arch, "torch": torch.__version__}
     cases, start, status = [], time.perf_counter(), 0

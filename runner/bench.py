@@ -10,6 +10,7 @@ configuration are timed in the same process, one after another, on the same inpu
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -48,17 +49,21 @@ def summarize(times: list[float]) -> Timing:
 
 
 def time_interleaved(
-    fns: dict[str, Callable[[int], Any]], *, rounds: int = 3, target_s: float = 1.0, **kw: Any
+    fns: dict[str, Callable[[int], Any]], *, rounds: int = 8, target_s: float = 1.0, **kw: Any
 ) -> dict[str, Timing | Exception]:
     """Time every candidate in `rounds` passes, one after another within each pass, and pool each one's runs.
 
     On the H200 the same kernel timed right after another one measured up to 5% apart from its twin timed
     later in the same process (clocks and power drift over a configuration's seconds of timing); spreading
-    every candidate over the whole window turns that drift into spread instead of a bias."""
+    every candidate over the whole window turns that drift into spread instead of a bias. Each pass takes
+    the candidates in its own (seeded, so repeatable) shuffled order, so no candidate always follows the
+    same one: the H200 runs attention at its 700 W power cap, and a kernel timed right after a light one
+    (a slow baseline) starts at boosted clocks."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     failed: dict[str, Exception] = {}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    for r in range(rounds):
+        for name in random.Random(r).sample(list(fns), len(fns)):
+            fn = fns[name]
             if name in failed:
                 continue
             try:
