@@ -58,8 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--rounds",
         type=int,
-        default=8,
-        help="interleaved passes per configuration, each in its own shuffled order (runner.bench)",
+        default=None,
+        help="interleaved passes per configuration (default: one balanced design, runner.bench)",
     )
     p.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
     p.add_argument(

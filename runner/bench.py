@@ -10,7 +10,6 @@ configuration are timed in the same process, one after another, on the same inpu
 from __future__ import annotations
 
 import math
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -48,26 +47,50 @@ def summarize(times: list[float]) -> Timing:
     return Timing(median_ms=statistics.median(times), p10_ms=q[0], p90_ms=q[-1], runs=len(times))
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """A Williams design: orders of 0..n-1 in which every candidate comes right after every other one
+    equally often (n orders for even n, 2n for odd n, where each order is followed by its reverse)."""
+    if n <= 1:
+        return [list(range(n))]
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    orders = []
+    for r in range(n):
+        row = [(x + r) % n for x in first]
+        orders.append(row)
+        if n % 2:
+            orders.append(row[::-1])
+    return orders
+
+
 def time_interleaved(
-    fns: dict[str, Callable[[int], Any]], *, rounds: int = 8, target_s: float = 1.0, **kw: Any
+    fns: dict[str, Callable[[int], Any]], *, rounds: int | None = None, target_s: float = 1.0, **kw: Any
 ) -> dict[str, Timing | Exception]:
     """Time every candidate in `rounds` passes, one after another within each pass, and pool each one's runs.
 
     On the H200 the same kernel timed right after another one measured up to 5% apart from its twin timed
     later in the same process (clocks and power drift over a configuration's seconds of timing); spreading
-    every candidate over the whole window turns that drift into spread instead of a bias. Each pass takes
-    the candidates in its own (seeded, so repeatable) shuffled order, so no candidate always follows the
-    same one: the H200 runs attention at its 700 W power cap, and a kernel timed right after a light one
-    (a slow baseline) starts at boosted clocks."""
+    every candidate over the whole window turns that drift into spread instead of a bias. The H200 runs
+    attention at its 700 W power cap, and a kernel timed right after a light one (a slow baseline) starts
+    at boosted clocks: with one fixed order FA4, always timed after the light baselines, gained 3-5% on
+    our kernel. So the passes follow `balanced_orders`, where every candidate follows every other one
+    equally often; `rounds=None` runs one whole design (n passes for n candidates, 2n when n is odd)."""
+    names = list(fns)
+    orders = balanced_orders(len(names))
+    rounds = rounds or len(orders)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     failed: dict[str, Exception] = {}
     for r in range(rounds):
-        for name in random.Random(r).sample(list(fns), len(fns)):
-            fn = fns[name]
+        for name in (names[i] for i in orders[r % len(orders)]):
             if name in failed:
                 continue
             try:
-                samples[name] += timed_samples(fn, target_s=target_s / rounds, **kw)
+                samples[name] += timed_samples(fns[name], target_s=target_s / rounds, **kw)
             except Exception as exc:  # a candidate that cannot run is reported, the others go on
                 failed[name] = exc
     return {name: failed.get(name) or summarize(samples[name]) for name in fns}
