@@ -69,7 +69,12 @@ def balanced_orders(n: int) -> list[list[int]]:
 
 
 def time_interleaved(
-    fns: dict[str, Callable[[int], Any]], *, rounds: int | None = None, target_s: float = 1.0, **kw: Any
+    fns: dict[str, Callable[[int], Any]],
+    *,
+    rounds: int | None = None,
+    target_s: float = 1.0,
+    orders: list[list[int]] | None = None,
+    **kw: Any,
 ) -> dict[str, Timing | Exception]:
     """Time every candidate in `rounds` passes, one after another within each pass, and pool each one's runs.
 
@@ -79,9 +84,11 @@ def time_interleaved(
     attention at its 700 W power cap, and a kernel timed right after a light one (a slow baseline) starts
     at boosted clocks: with one fixed order FA4, always timed after the light baselines, gained 3-5% on
     our kernel. So the passes follow `balanced_orders`, where every candidate follows every other one
-    equally often; `rounds=None` runs one whole design (n passes for n candidates, 2n when n is odd)."""
+    equally often; `rounds=None` runs one whole design (n passes for n candidates, 2n when n is odd).
+    `orders` (indices into `fns`, cycled) replaces the design: `benchmarks/timing_bias.py` times the fixed
+    order `[list(range(n))]` beside it."""
     names = list(fns)
-    orders = balanced_orders(len(names))
+    orders = orders or balanced_orders(len(names))
     rounds = rounds or len(orders)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     failed: dict[str, Exception] = {}

@@ -75,3 +75,10 @@ def test_a_failing_candidate_is_reported_and_the_others_still_run(monkeypatch: p
     assert isinstance(y, bench.Timing) and y.median_ms == 2.0 and y.runs == 4
     case_result = bench.result_of(None, "x", out["x"])  # type: ignore[arg-type]
     assert not case_result.ok and "unsupported head dim" in (case_result.error or "")
+
+
+def test_given_orders_replace_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(bench, "timed_samples", lambda fn, **kw: order.append(fn(0)) or [1.0])
+    bench.time_interleaved({n: _returns(n) for n in "abc"}, rounds=3, orders=[[0, 1, 2]])
+    assert order == list("abc") * 3  # the fixed order the benchmark used before the balanced design
