@@ -70,7 +70,7 @@ def window_mean(lines: list[str], t0: float, t1: float) -> tuple[float, float]:
 
 
 class ClockLog:
-    """`nvidia-smi` sampling the SM clock and board power into a file; averages over wall-clock windows."""
+    """`nvidia-smi` sampling the SM clock and board power into a file until `close`."""
 
     def __init__(self) -> None:
         self._file = tempfile.NamedTemporaryFile("w+", suffix=".csv")  # noqa: SIM115 (lives with the log)
@@ -78,15 +78,13 @@ class ClockLog:
         cmd = ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-lms", "20"]
         self._proc = subprocess.Popen(cmd, stdout=self._file, stderr=subprocess.DEVNULL)
 
-    def window(self, t0: float, t1: float) -> tuple[float, float]:
-        """Mean (SM MHz, watts) of the samples in [t0, t1] (seconds since the epoch); NaN if none."""
-        self._file.flush()
-        return window_mean(Path(self._file.name).read_text().splitlines(), t0, t1)
-
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Stop sampling; every line it wrote."""
         self._proc.terminate()
         self._proc.wait()
+        lines = Path(self._file.name).read_text().splitlines()
         self._file.close()
+        return lines
 
 
 @contextmanager
@@ -95,7 +93,7 @@ def configuration(d: int, mask: str, seqlen: int, baselines: tuple[str, ...] | N
     import torch
 
     from pipeline.benchmark import sweep_shape
-    from pipeline.build import compile_all
+    from pipeline.build import BuildError, compile_all
     from pipeline.variants import bench_kernels
     from runner.baselines import BASELINES, default_scale
     from runner.bench import kernel_run, make_bench_inputs
@@ -109,6 +107,8 @@ def configuration(d: int, mask: str, seqlen: int, baselines: tuple[str, ...] | N
     inputs = make_bench_inputs(shape, d, d, "bf16")
     runs: dict[str, Any] = {}
     for (label, _), b in zip(labelled, built, strict=True):
+        if isinstance(b, BuildError):
+            raise SystemExit(f"{label}: build failed ({b.stage}): {b.message}")
         loaded = load(b.compiled, b.spec)
         result = verify(loaded, shape)
         print(result, flush=True)
@@ -117,7 +117,12 @@ def configuration(d: int, mask: str, seqlen: int, baselines: tuple[str, ...] | N
         runs[label] = kernel_run(loaded, inputs)
     for b in BASELINES:
         if baselines is None or b.name in baselines:
-            runs[b.name] = b.prepare(inputs, mask, default_scale(d))
+            try:
+                runs[b.name] = b.prepare(inputs, mask, default_scale(d))
+            except Exception as exc:  # not installed or no such mask: said, and left out
+                print(f"{b.name}: n/a ({type(exc).__name__}: {exc})"[:200], flush=True)
+    if "fa4" not in runs:
+        raise SystemExit("timing_bias compares against FA4, which did not load (see above)")
     flops = attention_flops(shape.batch, shape.heads, seqlen, seqlen, d, d, mask=mask)
     try:
         yield runs, flops
@@ -139,14 +144,21 @@ def order_mode(args: argparse.Namespace) -> dict[str, Any]:
                         runs, target_s=0.4, warmup_s=0.1, **(kw if method == "fixed" else {})
                     )
                     med = {n: t.median_ms for n, t in timings.items() if not isinstance(t, Exception)}
+                    if "tl-sm90" not in med:
+                        raise SystemExit(f"tl-sm90 could not be timed: {timings['tl-sm90']}")
                     ratios = {ref: med[ref] / med["tl-sm90"] for ref in ("fa4", "sdpa-cudnn") if ref in med}
                     out.setdefault(f"hd{d}-{mask}", {}).setdefault(method, []).append(ratios)
                     print(f"hd{d} {mask} rep {rep} {method}: {ratios}", flush=True)
     return out
 
 
-def soak_mode(args: argparse.Namespace, clocks: ClockLog) -> list[dict[str, Any]]:
+def soak_mode(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Sustained runs; the clock and power of each window are read after the sampler stops (a running
+    nvidia-smi may still hold its last lines)."""
     import torch
+
+    clocks = ClockLog()
+    windows: list[tuple[float, float]] = []
 
     rows = []
     for d, mask in args.case_list:
@@ -162,9 +174,8 @@ def soak_mode(args: argparse.Namespace, clocks: ClockLog) -> list[dict[str, Any]
                             n += 1
                         torch.cuda.synchronize()
                     t1 = time.time()
-                    time.sleep(0.1)  # nvidia-smi's last samples of the window
                     # the first 0.3 s are the clock's fall from idle boost to the cap
-                    mhz, watts = clocks.window(t0 + 0.3, t1)
+                    windows.append((t0 + 0.3, t1))
                     tf = flops * n / (t1 - t0) / 1e12
                     rows.append(
                         {
@@ -173,12 +184,13 @@ def soak_mode(args: argparse.Namespace, clocks: ClockLog) -> list[dict[str, Any]
                             "turn": turn,
                             "ms": (t1 - t0) / n * 1e3,
                             "tflops": tf,
-                            "sm_mhz": mhz,
-                            "watts": watts,
-                            "tflops_per_ghz": tf / mhz * 1e3,
                         }
                     )
                     print(rows[-1], flush=True)
+    lines = clocks.close()
+    for row, (t0, t1) in zip(rows, windows, strict=True):
+        row["sm_mhz"], row["watts"] = window_mean(lines, t0, t1)
+        row["tflops_per_ghz"] = row["tflops"] / row["sm_mhz"] * 1e3
     return rows
 
 
@@ -210,11 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"mean {statistics.mean(xs):.3f} sd {statistics.stdev(xs):.3f}"
                         )
     else:
-        clocks = ClockLog()
-        try:
-            result = soak_mode(args, clocks)
-        finally:
-            clocks.close()
+        result = soak_mode(args)
         print(f"\n{head}: sustained runs")
         print(
             f"{'case':14s} {'kernel':8s} {'turn':>4s} {'ms':>7s} {'TFLOPS':>7s} {'SM MHz':>7s} {'W':>5s} "

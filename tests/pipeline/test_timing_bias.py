@@ -45,3 +45,63 @@ def test_cases_parse_and_a_bad_name_is_a_usage_error(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as exc:
         timing_bias.parse_args(["order", "--cases", "hd64causal"])
     assert exc.value.code == 2 and "hd64causal" in capsys.readouterr().err
+
+
+def _returns(ms: float):
+    return lambda i: ms
+
+
+def _fake_configuration(times: dict[str, float]):  # stands in for compile, verify and the baselines
+    from contextlib import contextmanager
+
+    @contextmanager
+    def configuration(d: int, mask: str, seqlen: int, baselines: tuple[str, ...] | None):
+        yield {name: _returns(ms) for name, ms in times.items()}, 2e9
+
+    return configuration
+
+
+def test_order_mode_reports_our_ratio_to_fa4_and_cudnn_for_both_orders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runner import bench
+
+    monkeypatch.setattr(
+        timing_bias, "configuration", _fake_configuration({"tl-sm90": 2.0, "sdpa-cudnn": 2.2, "fa4": 1.9})
+    )
+    monkeypatch.setattr(bench, "timed_samples", lambda fn, **kw: [fn(0)])
+    out = timing_bias.order_mode(timing_bias.parse_args(["order", "--cases", "hd64-causal", "--reps", "2"]))
+    assert set(out["hd64-causal"]) == {"fixed", "balanced"}
+    for reps in out["hd64-causal"].values():
+        assert reps == [{"fa4": pytest.approx(0.95), "sdpa-cudnn": pytest.approx(1.1)}] * 2
+
+
+def test_soak_mode_reads_each_windows_clock_after_the_sampler_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import torch
+
+    class FakeClocks:  # nvidia-smi at 1650 MHz, 690 W, one sample every 20 ms from start to close
+        def __init__(self) -> None:
+            self.start = time.time()
+
+        def close(self) -> list[str]:
+            stamps = [self.start + 0.02 * i for i in range(int((time.time() - self.start) / 0.02) + 1)]
+            return [
+                f"{datetime.fromtimestamp(t).strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]}, 1650, 690.0"
+                for t in stamps
+            ]
+
+    monkeypatch.setattr(timing_bias, "configuration", _fake_configuration({"tl-sm90": 1.0, "fa4": 1.0}))
+    monkeypatch.setattr(timing_bias, "ClockLog", FakeClocks)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    rows = timing_bias.soak_mode(timing_bias.parse_args(["soak", "--cases", "hd128", "--soak-s", "0.4"]))
+    assert [(r["kernel"], r["turn"]) for r in rows] == [
+        ("tl-sm90", 0),
+        ("fa4", 0),
+        ("tl-sm90", 1),
+        ("fa4", 1),
+    ]
+    for r in rows:
+        assert r["sm_mhz"] == 1650 and r["watts"] == 690.0
+        assert r["tflops"] > 0 and r["tflops_per_ghz"] == pytest.approx(r["tflops"] / 1.65)
