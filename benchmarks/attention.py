@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.benchmark import BENCH_TIMING
+
 EXIT_NO_DEVICE = 3
 
 
@@ -51,9 +53,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--budget-s", type=float, default=0.0, help="stop starting configurations after this (0: none)"
     )
-    p.add_argument("--warmup-s", type=float, default=0.1)
+    p.add_argument("--warmup-s", type=float, default=BENCH_TIMING["warmup_s"], help="warm-up per pass")
     p.add_argument(
-        "--target-s", type=float, default=0.4, help="measured time per candidate and configuration"
+        "--target-s",
+        type=float,
+        default=BENCH_TIMING["target_s"],
+        help="measured time per candidate and configuration",
     )
     p.add_argument(
         "--rounds",

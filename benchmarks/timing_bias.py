@@ -92,7 +92,7 @@ def configuration(d: int, mask: str, seqlen: int, baselines: tuple[str, ...] | N
     """(runs by name, FLOPs of one run) for one bf16 configuration: our verified kernels, then baselines."""
     import torch
 
-    from pipeline.benchmark import sweep_shape
+    from pipeline.benchmark import prepare_baselines, sweep_shape
     from pipeline.build import BuildError, compile_all
     from pipeline.variants import bench_kernels
     from runner.baselines import BASELINES, default_scale
@@ -115,12 +115,11 @@ def configuration(d: int, mask: str, seqlen: int, baselines: tuple[str, ...] | N
         if not result.passed:
             raise SystemExit(f"{label} failed verification: not timed")
         runs[label] = kernel_run(loaded, inputs)
-    for b in BASELINES:
-        if baselines is None or b.name in baselines:
-            try:
-                runs[b.name] = b.prepare(inputs, mask, default_scale(d))
-            except Exception as exc:  # not installed or no such mask: said, and left out
-                print(f"{b.name}: n/a ({type(exc).__name__}: {exc})"[:200], flush=True)
+    wanted = [b for b in BASELINES if baselines is None or b.name in baselines]
+    baseline_runs, unavailable = prepare_baselines(wanted, inputs, mask, default_scale(d))
+    runs.update(baseline_runs)
+    for name, reason in unavailable.items():  # not installed or no such mask: said, and left out
+        print(f"{name}: n/a ({reason})", flush=True)
     if "fa4" not in runs:
         raise SystemExit("timing_bias compares against FA4, which did not load (see above)")
     flops = attention_flops(shape.batch, shape.heads, seqlen, seqlen, d, d, mask=mask)
@@ -132,17 +131,20 @@ def configuration(d: int, mask: str, seqlen: int, baselines: tuple[str, ...] | N
 
 
 def order_mode(args: argparse.Namespace) -> dict[str, Any]:
+    from pipeline.benchmark import BENCH_TIMING
     from runner.bench import time_interleaved
 
     out: dict[str, Any] = {}
     for d, mask in args.case_list:
         with configuration(d, mask, args.seqlen, None) as (runs, _):
+            # the benchmark's timing before the balanced design: three passes in one order
+            methods: dict[str, dict[str, Any]] = {
+                "fixed": {"rounds": 3, "orders": [list(range(len(runs)))]},
+                "balanced": {},
+            }
             for rep in range(args.reps):
-                for method in ("fixed", "balanced"):
-                    kw: dict[str, Any] = {"rounds": 3, "orders": [list(range(len(runs)))]}
-                    timings = time_interleaved(
-                        runs, target_s=0.4, warmup_s=0.1, **(kw if method == "fixed" else {})
-                    )
+                for method, kw in methods.items():
+                    timings = time_interleaved(runs, **BENCH_TIMING, **kw)
                     med = {n: t.median_ms for n, t in timings.items() if not isinstance(t, Exception)}
                     if "tl-sm90" not in med:
                         raise SystemExit(f"tl-sm90 could not be timed: {timings['tl-sm90']}")
