@@ -105,8 +105,8 @@ HOPPER_REGISTERS = {1: (24, 240), 2: (24, 240), 3: (24, 160)}
 # `Param persistent` when absent: off. On the H200 the persistent grid won 1–3% without a mask while the
 # softmax did not overlap P·V; once it did, one block per tile measured the same or better at 8k–16k
 # (within the benchmark's run-order noise, docs/performance.md). With a mask it loses outright, even in the
-# one-tile grid's longest-first order (round 15: 1-21 %): its static round robin cannot balance tiles of
-# different lengths as the hardware's block scheduler does.
+# one-tile grid's longest-first order (1-21 %, docs/results/2026-11-30-h200-sm90-sweeps-night.json): its
+# static round robin cannot balance tiles of different lengths as the hardware's block scheduler does.
 HOPPER_PERSISTENT = 0
 
 
@@ -115,11 +115,14 @@ def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
     d ≤ 64: 192×128, 3 consumers; d ≤ 128: 128×160 (128×128 causal), 2 consumers; 192 (MLA): 128×128;
     256: 128×80, 2 consumers. Ping-pong up to head dim 128, 2 stages, overlap on."""
     causal = mask == "causal"
-    if head_dim <= 64:  # FA4's tile; with the 3-group ping-pong ring it beat 128×128 on 2 groups (round 8)
+    if head_dim <= 64:
+        # FA4's tile; with the 3-group ping-pong ring it beat 128×128 on 2 groups
+        # (docs/results/2026-11-30-h200-sm90-sweeps-evening.json)
         tile = {"BM": 192, "BN": 128, "consumers": 3}
     elif head_dim <= 128:
-        # 160 without a mask: the best of 128/144/160/176/192 on the H200 (round 6); rounds 18-19 had 128
-        # ahead by 1-2 % at 4k-8k and level at 16k, inside a call's noise (docs/hopper.md)
+        # 160 without a mask: the best of 128/144/160/176/192 on the H200
+        # (docs/results/2026-11-30-h200-sm90-sweeps.json); a later sweep had 128 ahead by 1-2 % at 4k-8k
+        # and level at 16k, inside a call's noise (docs/results/2026-11-30-h200-sm90-sweeps-late.json)
         tile = {"BM": 128, "BN": 128 if causal else 160, "consumers": 2}
     elif head_dim <= 192:  # MLA-style 192/128: the measured 128×128 tile
         tile = {"BM": 128, "BN": 128, "consumers": 2}

@@ -70,8 +70,8 @@ _RATES: dict[str, Rates] = {
 
 # sm_90: cycles per main-loop iteration that neither the tensor cores nor the exp2 units fill (barrier and
 # ping-pong hand-overs, wgmma issue and waits). Order of magnitude from the H200 key-tile sweep at head dim
-# 128 (docs/hopper.md, round 6): BN 128 to 176 within 2 %, i.e. a few hundred cycles against ~2,600 of
-# wgmma per 128×160 block.
+# 128 (docs/hopper.md; docs/results/2026-11-30-h200-sm90-sweeps.json): BN 128 to 176 within 2 %, i.e. a
+# few hundred cycles against ~2,600 of wgmma per 128×160 block.
 HOPPER_ITER_CYCLES = 200
 
 

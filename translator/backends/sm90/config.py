@@ -51,16 +51,17 @@ class HopperConfig:
 
     @property
     def split_softmax(self) -> bool:
-        """The pipelined loop waits for P·V in the middle of the softmax, FA4's schedule (round 20 on the
-        H200: d64 +3 %, d128 +1–2 %); at d_v 256 it measured −1 to −3 %, and the plain loop has no P·V in
-        flight to wait for."""
+        """The pipelined loop waits for P·V in the middle of the softmax, FA4's schedule (on the H200:
+        d64 +3 %, d128 +1–2 %; at d_v 256 −1 to −3 %: docs/results/2026-11-30-h200-sm90-sweeps-sixth.json),
+        and the plain loop has no P·V in flight to wait for."""
         return self.overlap and self.plan.head_dim_v <= 128
 
     @property
     def split_softmax_cols(self) -> int:
         """Columns of each row whose exps run before P·V's wait (two rows a thread: twice as many exps). FA4's
-        SASS has ten to twelve exps there; measured on the H200 (rounds 20-21), d_v 64 is 3-4 % faster with
-        4 columns than with 6 and d_v 128 without a mask 1-2 % slower, 8 and 10 no better anywhere."""
+        SASS has ten to twelve exps there; on the H200 d_v 64 is 3-4 % faster with 4 columns than with 6
+        and d_v 128 without a mask 1-2 % slower, 8 and 10 no better anywhere
+        (docs/results/2026-11-30-h200-sm90-sweeps-sixth.json)."""
         return 4 if self.plan.head_dim_v <= 64 else 6
 
     @property
