@@ -151,10 +151,10 @@ fi
 SWEEP_STATUS="not run"
 if [ "$MODE" = sweep ]; then
     # The Hopper backend's A/B sweep: compile, SASS, hang-safe verification and timing of the
-    # translator/backends/sm90/variants.py variants named in the arguments (e.g. --only a,b --seqlens 4096).
+    # benchmarks/sm90_variants.py variants named in the arguments (e.g. --only a,b --seqlens 4096).
     T=$(( $(left) - 15 ))
     log "sm_90 variant sweep (timeout ${T}s): $*"
-    OUT="$OUT/sweep" timeout --kill-after=10 "$T" python3 -m translator.backends.sm90.device_check "$@" \
+    OUT="$OUT/sweep" timeout --kill-after=10 "$T" python3 -m benchmarks.sm90_device_check "$@" \
         >"$OUT/sweep.log" 2>&1
     rc=$?
     SWEEP_STATUS="exit $rc"

@@ -1,4 +1,5 @@
-"""benchmarks/run_on_device.sh sweep: the sm_90 A/B sweep runs as a mode, its arguments reach device_check."""
+"""benchmarks/run_on_device.sh sweep: the sm_90 A/B sweep runs as a mode, its arguments reach
+benchmarks/sm90_device_check.py."""
 
 from __future__ import annotations
 

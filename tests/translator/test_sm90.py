@@ -7,11 +7,11 @@ import re
 
 import pytest
 
+from benchmarks.sm90_variants import VARIANTS, Variant, tl_text
 from runner.abi import ATTENTION_PARAMS
 from tl_language import analyze
 from translator.backends.sm90 import NVRTC_ARCH, TMA_PARAMS, emit_sm90
 from translator.backends.sm90.config import SMEM_LIMIT, hopper_config
-from translator.backends.sm90.variants import VARIANTS, Variant, tl_text
 from translator.errors import TranslateError
 from translator.plan import KernelPlan, make_plan
 
@@ -35,8 +35,8 @@ def test_variant_documents_are_clean_tl() -> None:
 
 def test_every_ab_variant_still_builds_its_patches_included() -> None:
     """The A/B catalogue stays runnable: each variant's regex patches must still match the generated source
-    (device_check refuses a variant whose patch no longer applies)."""
-    from translator.backends.sm90.device_check import translate
+    (benchmarks/sm90_device_check.py refuses a variant whose patch no longer applies)."""
+    from benchmarks.sm90_device_check import translate
 
     for v in VARIANTS:
         source, _, _ = translate(v)

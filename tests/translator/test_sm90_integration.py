@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.sm90_variants import Variant, tl_text
 from pipeline.variants import variant
 from runner.abi import TMA_PARAMS
 from runner.toolchain import ToolchainError, compile_target
@@ -14,7 +15,6 @@ from tl_language import analyze
 from tl_language.resources import hopper_shared_bytes, register_estimate, shared_memory_bytes
 from translator.backends import backend_for
 from translator.backends.sm90.config import STATIC_SMEM, hopper_config
-from translator.backends.sm90.variants import Variant, tl_text
 from translator.errors import TranslateError
 from translator.plan import make_plan
 

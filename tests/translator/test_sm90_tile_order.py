@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from translator.backends.sm90.device_check import translate
-from translator.backends.sm90.variants import Variant
+from benchmarks.sm90_device_check import translate
+from benchmarks.sm90_variants import Variant
 
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")

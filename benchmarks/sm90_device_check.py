@@ -1,6 +1,9 @@
 """One device run of the Hopper backend: compile every variant, check the SASS, verify, time, print a table.
 
-    python -m translator.backends.sm90.device_check [--only NAME,...] [--no-bench]
+    python3 -m benchmarks.sm90_device_check [--only NAME,...] [--no-bench] [--seqlens 4096,16384]
+
+(from the repository root; `bash benchmarks/run_on_device.sh sweep ARGS` runs it on the GPU machine). The
+variants are the A/B catalogue of `benchmarks/sm90_variants.py`.
 
 Writes everything under $OUT (default ./sm90-out): each variant's .cu, its ptxas report, the SASS of the
 first kernel, `results.json`, and prints the table last. Compiles run in parallel processes (NVRTC is
@@ -24,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from translator.backends.sm90.variants import VARIANTS, Variant, tl_text
+from benchmarks.sm90_variants import VARIANTS, Variant, tl_text
 
 # (batch, heads, heads_kv, seqlen_q, seqlen_k, strided): tails, Sq ≠ Sk both ways, GQA 4, MQA, one token.
 VERIFY_SHAPES: tuple[tuple[int, int, int, int, int, bool], ...] = (

@@ -1,8 +1,13 @@
-"""The sm_90 kernels the Hopper backend is checked with: TL documents written out from a few numbers.
+"""The sm_90 A/B catalogue that `benchmarks/sm90_device_check.py` compiles, verifies and times.
 
 Each variant is an ordinary TL document (`Target sm_90`), so it goes through the language core, the plan
 and the backend exactly as a user's file would. The tiles follow FlashAttention 3's table (`tile_size.h`):
 head dim 64 → 192 × 128 (3 consumer warp groups), 128 → 128 × 128 or 128 × 176, 256 → 128 × 80.
+
+The groups of `VARIANTS` and the patches are labelled by the sweep ("round N", "Nth round") that measured
+them: the labels are the keys of `rounds` in the JSON `docs/results/2026-11-30-h200-sm90-sweeps*.json`
+(3-6 in `…-sweeps.json`, 7-11 `…-evening`, 12-17 `…-night`, 18-19 `…-late`, 20-21 `…-sixth`), and of the
+"Round N" paragraphs of docs/hopper.md, where each measurement and its outcome are written up.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ class Variant:
     pingpong: bool = False  # the consumer groups take turns issuing their GEMMs, a ring (`Param pingpong`)
     persistent: bool = False  # one block per SM walks the tiles (`Param persistent`)
     # Regex edits (pattern, replacement) of the generated source, for A/B experiments on code the TL has
-    # no switch for (device_check only, which emits patched variants without #line directives; each
+    # no switch for (`sm90_device_check.translate` emits patched variants without #line directives; each
     # pattern must match).
     patches: tuple[tuple[str, Any], ...] = ()
     # Read only by the plan's sm_80 checks (a cp.async split of the tiles); the sm_90 kernel ignores it.
@@ -412,11 +417,20 @@ VARIANTS: tuple[Variant, ...] = (
         "h128_bf16_bn160_pp_max4", block_n=160, pingpong=True, patches=_ONE_PASS_SOFTMAX + _MAX_IN_FOUR_CHAINS
     ),
     Variant(
-        "h64_bf16_pp3_max4", block_m=192, d_qk=64, d_v=64, pingpong=True,
+        "h64_bf16_pp3_max4",
+        block_m=192,
+        d_qk=64,
+        d_v=64,
+        pingpong=True,
         patches=_ONE_PASS_SOFTMAX + _MAX_IN_FOUR_CHAINS,
     ),
     Variant(
-        "h64_bf16_causal_pp3_max4", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        "h64_bf16_causal_pp3_max4",
+        block_m=192,
+        d_qk=64,
+        d_v=64,
+        mask="causal",
+        pingpong=True,
         patches=_ONE_PASS_SOFTMAX + _MAX_IN_FOUR_CHAINS,
     ),
     Variant("h64_bf16_pp3_r1", block_m=192, d_qk=64, d_v=64, pingpong=True, patches=_RESCALE_AFTER_PV),
@@ -424,7 +438,12 @@ VARIANTS: tuple[Variant, ...] = (
     # `_grid` is the grid's own order, measured as the baseline then), and FA3's d128 key tiles.
     Variant("h128_bf16_causal_pp_grid", mask="causal", pingpong=True, patches=_GRID_ORDER),
     Variant(
-        "h64_bf16_causal_pp3_grid", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        "h64_bf16_causal_pp3_grid",
+        block_m=192,
+        d_qk=64,
+        d_v=64,
+        mask="causal",
+        pingpong=True,
         patches=_GRID_ORDER,
     ),
     Variant(
@@ -438,7 +457,12 @@ VARIANTS: tuple[Variant, ...] = (
     # Fifteenth: the persistent grid walking the masked tiles in the same longest-first order (block b takes
     # tiles b, b + gridDim.x, …, so every block's tiles shrink at the same pace), against one block per tile.
     Variant(
-        "h64_bf16_causal_pp3_pers", block_m=192, d_qk=64, d_v=64, mask="causal", pingpong=True,
+        "h64_bf16_causal_pp3_pers",
+        block_m=192,
+        d_qk=64,
+        d_v=64,
+        mask="causal",
+        pingpong=True,
         persistent=True,
     ),
     Variant("h128_bf16_causal_pp_pers", mask="causal", pingpong=True, persistent=True),
@@ -457,7 +481,12 @@ VARIANTS: tuple[Variant, ...] = (
     ),
     Variant("h256_bf16_d32", block_n=80, d_qk=256, d_v=256, warps=4, patches=_DESCRIPTOR_LOW_WORD),
     Variant(
-        "h256_bf16_causal_d32", block_n=80, d_qk=256, d_v=256, mask="causal", warps=4,
+        "h256_bf16_causal_d32",
+        block_n=80,
+        d_qk=256,
+        d_v=256,
+        mask="causal",
+        warps=4,
         patches=_DESCRIPTOR_LOW_WORD,
     ),
     # Nineteenth: the wait for P·V between the two halves of the softmax, with the rescale where it is and
