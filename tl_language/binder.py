@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tl_language import gpu
 from tl_language import syntax as ast
-from tl_language.model import Model, Param, Placement, Tensor
+from tl_language.model import Model, Param, Placement, ScalarDecl, Tensor
 
 
 def _tensor(model: Model, ident: ast.Ident) -> Tensor:
@@ -37,6 +37,9 @@ def build_model(doc: ast.Document) -> Model:
             value = None if hole else model.evaluate(stmt.value)
             model.params[stmt.name.name] = Param(stmt.name.name, stmt.name, value, hole, stmt)
             model.is_sketch |= isinstance(stmt.value, ast.Hole)
+        elif isinstance(stmt, ast.ScalarStmt) and stmt.name and stmt.name.name not in model.scalars:
+            value, real = _constant(stmt.value)
+            model.scalars[stmt.name.name] = ScalarDecl(stmt.name.name, stmt.name, value, real, stmt)
         elif isinstance(stmt, ast.MaskStmt) and stmt.kind and not mask_seen:
             kind = stmt.kind.name.lower()
             if kind not in ("none", "causal", "window"):
@@ -79,6 +82,21 @@ def build_model(doc: ast.Document) -> Model:
                 if stmt.dst_layout:
                     reshaped.layout = stmt.dst_layout[0].name.upper()
     return model
+
+
+def _constant(e: ast.Expr | None) -> tuple[float | int | None, bool]:
+    """A Scalar's default: a number, optionally negated; (None, …) for anything else (TL126)."""
+    sign = 1
+    while isinstance(e, ast.Unary | ast.Paren) and (isinstance(e, ast.Paren) or e.op == "-"):
+        if isinstance(e, ast.Unary):
+            sign, e = -sign, e.operand
+        else:
+            e = e.inner
+    if isinstance(e, ast.Real):
+        return sign * e.value, True
+    if isinstance(e, ast.Num):
+        return sign * e.value, False
+    return None, False
 
 
 def _reference_args(model: Model, args: list[ast.Expr]) -> None:

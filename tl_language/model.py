@@ -29,6 +29,16 @@ BUILTINS: dict[str, str] = {
     "lse": "the row log-sum-exp, written beside O",
 }
 
+# Index values of score and mask expressions (`Compute … S`, `Compute Mask S, …`, a sink): they exist
+# per score, so they are valid only there. `q_idx` is the query row, `kv_idx` the key, both from 0.
+INDEX_NAMES: dict[str, str] = {
+    "q_idx": "the query row of this score (0 … seqlen_q − 1)",
+    "kv_idx": "the key of this score (0 … seqlen_k − 1)",
+    "head_idx": "the query head of this score",
+    "kv_head_idx": "the key/value head of this score (head_idx / (heads / heads_kv))",
+    "batch_idx": "the batch entry of this score",
+}
+
 
 @dataclass(slots=True)
 class Param:
@@ -40,6 +50,17 @@ class Param:
 
 
 Ident = ast.Ident
+
+
+@dataclass(slots=True)
+class ScalarDecl:
+    """`Scalar cap = 30.0`: a runtime scalar, real when its default is written with a point."""
+
+    name: str
+    ident: Ident
+    value: float | int | None  # None: the default is not a constant
+    is_real: bool
+    stmt: ast.ScalarStmt
 
 
 @dataclass(slots=True)
@@ -80,6 +101,7 @@ class Model:
     mask: str = "none"  # none | causal | window
     window: tuple[int | None, int | None] = (None, None)
     params: dict[str, Param] = field(default_factory=dict)
+    scalars: dict[str, ScalarDecl] = field(default_factory=dict)
     tensors: dict[str, Tensor] = field(default_factory=dict)
     loops: list[ast.ForStmt] = field(default_factory=list)
     statements: list[ast.Stmt] = field(default_factory=list)  # every statement, source order
@@ -99,6 +121,11 @@ class Model:
             return p.value if p else None
         if isinstance(e, ast.Paren):
             return self.evaluate(e.inner)
+        if isinstance(e, ast.Unary):
+            v = self.evaluate(e.operand) if e.op == "-" else None
+            return -v if v is not None else None
+        if not isinstance(e, ast.BinOp) or e.op not in ("+", "-", "*", "/"):
+            return None  # reals, calls, subscripts, comparisons: score expressions, not Param arithmetic
         a, b = self.evaluate(e.left), self.evaluate(e.right)
         if a is None or b is None:
             return None
@@ -109,6 +136,24 @@ class Model:
         if e.op == "*":
             return a * b
         return a // b if b != 0 and a % b == 0 else None
+
+    def side_tensors(self) -> dict[str, Tensor]:
+        """Tensors allocated in global memory that no Copy moves: read element by element inside score,
+        mask and sink expressions (ALiBi slopes, document ids, a bias table)."""
+        copied = {
+            name
+            for s in self.statements
+            if isinstance(s, ast.CopyStmt)
+            for name in (s.name.name if s.name else None, s.alias.name if s.alias else None)
+            if name
+        }
+        return {
+            n: t
+            for n, t in self.tensors.items()
+            if "global" in t.placements
+            and isinstance(t.placements["global"].stmt, ast.AllocateStmt)
+            and n not in copied
+        }
 
     def shape_values(self, shape: list[ast.Expr] | None) -> list[int | None] | None:
         return None if shape is None else [self.evaluate(e) for e in shape]

@@ -47,10 +47,26 @@ class Hole:
 
 
 @dataclass(slots=True)
+class Real:
+    """A real constant of a score or mask expression (`30.0`, `1e-3`); Params stay integers."""
+
+    value: float
+    text: str  # as written, so the formatter keeps `30.0` rather than `30.0000`
+    range: Range
+
+
+@dataclass(slots=True)
 class BinOp:
-    op: str  # + - * /
+    op: str  # + - * / %, comparisons < <= > >= == !=, boolean & |
     left: Expr
     right: Expr
+    range: Range
+
+
+@dataclass(slots=True)
+class Unary:
+    op: str  # "-" (negation) | "!" (boolean not)
+    operand: Expr
     range: Range
 
 
@@ -60,7 +76,25 @@ class Paren:
     range: Range
 
 
-Expr = Num | Name | Hole | BinOp | Paren
+@dataclass(slots=True)
+class Call:
+    """`tanh(x)`, `where(c, a, b)`: an elementwise function of a score or mask expression."""
+
+    func: Ident
+    args: list[Expr]
+    range: Range
+
+
+@dataclass(slots=True)
+class Subscript:
+    """`slopes[head_idx]`: one element of a side tensor in global memory."""
+
+    tensor: Name
+    indices: list[Expr]
+    range: Range
+
+
+Expr = Num | Real | Name | Hole | BinOp | Unary | Paren | Call | Subscript
 
 
 # ---- statements --------------------------------------------------------------------------------------
@@ -92,6 +126,15 @@ class ParamStmt:
 
 
 @dataclass(slots=True)
+class ScalarStmt:
+    """`Scalar cap = 30.0`: a runtime scalar passed at launch; the value is its default."""
+
+    range: Range
+    name: Ident | None
+    value: Expr | None
+
+
+@dataclass(slots=True)
 class MaskStmt:
     range: Range
     kind: Ident | None  # none | causal | window
@@ -105,6 +148,7 @@ class AllocateStmt:
     level: Ident | None
     shape: list[Expr] | None
     offset: Expr | None = None
+    dtype: Ident | None = None  # `with dtype int32`: element type of a side tensor (default float32)
 
 
 @dataclass(slots=True)
@@ -165,6 +209,7 @@ Stmt = (
     | TargetStmt
     | DtypeStmt
     | ParamStmt
+    | ScalarStmt
     | MaskStmt
     | AllocateStmt
     | CopyStmt
@@ -203,26 +248,55 @@ class Document:
         return out
 
 
+def expr_children(e: Expr) -> list[Expr]:
+    """The direct sub-expressions of `e`, left to right."""
+    if isinstance(e, BinOp):
+        return [e.left, e.right]
+    if isinstance(e, Unary):
+        return [e.operand]
+    if isinstance(e, Paren):
+        return [e.inner]
+    if isinstance(e, Call):
+        return list(e.args)
+    if isinstance(e, Subscript):
+        return [e.tensor, *e.indices]
+    return []
+
+
+def expr_walk(e: Expr | None) -> list[Expr]:
+    """Every node of `e` in pre-order, without recursion (long expressions stay cheap)."""
+    out: list[Expr] = []
+    stack = [e] if e is not None else []
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(expr_children(node)))
+    return out
+
+
 def expr_text(e: Expr | None) -> str:
     """Canonical text of an expression (used by the formatter, hover and messages)."""
     if e is None:
         return "…"
     if isinstance(e, Num):
         return str(e.value)
+    if isinstance(e, Real):
+        return e.text
     if isinstance(e, Name):
         return e.name
     if isinstance(e, Hole):
         return "?"
     if isinstance(e, Paren):
         return f"({expr_text(e.inner)})"
+    if isinstance(e, Unary):
+        return f"{e.op}{expr_text(e.operand)}"
+    if isinstance(e, Call):
+        return f"{e.func.name}({', '.join(expr_text(a) for a in e.args)})"
+    if isinstance(e, Subscript):
+        return f"{e.tensor.name}[{', '.join(expr_text(a) for a in e.indices)}]"
     return f"{expr_text(e.left)} {e.op} {expr_text(e.right)}"
 
 
 def expr_names(e: Expr | None) -> list[Name]:
-    if e is None or isinstance(e, Num | Hole):
-        return []
-    if isinstance(e, Name):
-        return [e]
-    if isinstance(e, Paren):
-        return expr_names(e.inner)
-    return expr_names(e.left) + expr_names(e.right)
+    """The names an expression reads (a subscripted side tensor included), in source order."""
+    return [n for n in expr_walk(e) if isinstance(n, Name)]

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from tl_language import resources as defaults
 from tl_language import syntax as ast
 from tl_language.model import Model
+from kernel_ir.program import PLAIN_SCORE, Forward
 from translator.errors import TranslateError, unsupported
+from translator.lower import lower_forward
 from translator.pattern import Match, match_attention
 
 # Tile and pipeline defaults when the TL leaves a Param out live in one place, `tl_language.resources`
@@ -62,6 +64,8 @@ class KernelPlan:
     overlap: bool = True
     pingpong: bool = False
     persistent: bool = False  # one block per SM walking the query tiles (sm_90)
+    # The regions (score, masks, normaliser) as the kernel IR; the plain forward's unless the TL says more.
+    ir: Forward = Forward(score=PLAIN_SCORE)
 
     @property
     def threads(self) -> int:
@@ -115,6 +119,7 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         window = (_or(model.window[0], -1), _or(model.window[1], -1))
 
     header = _header_lines(model)
+    ir = lower_forward(model, m, {k.kind: k.tl_line for k in steps})
     plan = KernelPlan(
         kernel_name=model.kernel_name or "tl_attention_fwd",
         arch=model.target.arch,
@@ -137,6 +142,7 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         overlap=bool(overlap),
         pingpong=bool(pingpong),
         persistent=bool(persistent),
+        ir=ir,
     )
     if target.wgmma:
         _check_hopper(plan, model, m)

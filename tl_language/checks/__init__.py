@@ -11,6 +11,7 @@ from tl_language import syntax as ast
 from tl_language.checks import (
     coverage,
     dtypes,
+    exprs,
     gemm_operands,
     gemm_shapes,
     head_dims,
@@ -26,8 +27,9 @@ from tl_language.checks import (
     tiles,
     transitions,
 )
-from tl_language.diagnostics import Diagnostic
+from tl_language.diagnostics import Diagnostic, Severity
 from tl_language.model import Model
+from tl_language.pattern import PatternError, match_attention
 
 Rule = Callable[[ast.Document, Model], Iterable[Diagnostic]]
 
@@ -37,6 +39,7 @@ RULES: list[Rule] = [
     levels.check,  # TL103, TL106
     transitions.check,  # TL104, TL105
     ops.check,  # TL107, TL108
+    exprs.check,  # TL120–TL126, TL128
     gemm_operands.check,  # TL201
     reshape.check,  # TL202, TL205
     gemm_shapes.check,  # TL203, TL204
@@ -55,4 +58,23 @@ def run_checks(document: ast.Document, model: Model) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for rule in RULES:
         out.extend(rule(document, model))
+    if not any(d.severity == Severity.ERROR for d in out):
+        out.extend(pattern_check(model))
     return out
+
+
+def pattern_check(model: Model) -> list[Diagnostic]:
+    """TL501 from the attention pattern the translator builds from (`tl_language.pattern`), on a
+    document that is otherwise clean and writes a kernel (a key loop with a GEMM): so `tl check` refuses
+    what `tl build` would. Sketches are left to the sketch hints."""
+    gemm = any(
+        isinstance(s, ast.ComputeStmt) and s.op is not None and s.op.name.lower() == "gemm"
+        for s in model.statements
+    )
+    if model.is_sketch or not model.loops or not gemm:
+        return []
+    try:
+        match_attention(model)
+    except PatternError as err:
+        return list(err.diagnostics)
+    return []

@@ -14,7 +14,7 @@ from tl_language import syntax as ast
 from tl_language.checks._support import closest
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.facts import first_placement, index_of
-from tl_language.model import BUILTINS, Model
+from tl_language.model import BUILTINS, INDEX_NAMES, Model
 
 
 class _Scope:
@@ -25,11 +25,14 @@ class _Scope:
     def known(self, name: str, index: int) -> bool:
         if name in self.model.params or name in BUILTINS or name in self.loop_vars:
             return True
+        if name in INDEX_NAMES or name in self.model.scalars:
+            return True  # where they may appear is TL123's business (checks/exprs.py)
         first = first_placement(self.model, name)
         return first is not None and first[0] < index
 
     def suggestion(self, name: str) -> str:
-        pool = [*self.model.params, *BUILTINS, *self.loop_vars, *self.model.tensors]
+        pool = [*self.model.params, *BUILTINS, *INDEX_NAMES, *self.model.scalars, *self.loop_vars,
+                *self.model.tensors]
         pool = [p for p in pool if p != name]
         found = next((p for p in pool if p.lower() == name.lower()), None) or _close(name, pool)
         return f"; did you mean `{found}`?" if found else ""

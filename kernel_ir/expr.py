@@ -1,0 +1,248 @@
+"""Expression DAGs of the kernel IR's regions (score modification, mask, normaliser).
+
+Three node kinds: `Const`, `Var` (a value the kernel has: the raw score `s`, the indices, the sequence
+lengths, a runtime scalar) and `Op` (every operator and function, by name). Nodes are frozen and compare
+structurally, so equal subexpressions are one node for the passes and the renderers (a DAG, not a tree).
+Types are "f32", "i32" and "bool"; an `i32` operand of an `f32` operator is converted explicitly (`float`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+F32, I32, BOOL = "f32", "i32", "bool"
+
+# Values every forward kernel has, with their type and the loop level at which they vary:
+# "uniform" (one value per thread block and (batch, head)), "row" (per query row), "col" (per key),
+# "elem" (per score).
+INDEX_VARS: dict[str, tuple[str, str]] = {
+    "s": (F32, "elem"),  # the raw score q · k of this (row, key), before any modification
+    "q_idx": (I32, "row"),
+    "kv_idx": (I32, "col"),
+    "head_idx": (I32, "uniform"),
+    "kv_head_idx": (I32, "uniform"),
+    "batch_idx": (I32, "uniform"),
+    "seqlen_q": (I32, "uniform"),
+    "seqlen_k": (I32, "uniform"),
+    "heads": (I32, "uniform"),
+    "heads_kv": (I32, "uniform"),
+    "softmax_scale": (F32, "uniform"),
+    "window_left": (I32, "uniform"),  # the launch's window (the `Mask window` header; -1: unbounded)
+    "window_right": (I32, "uniform"),
+}
+
+# name → (result type or None: the operands' type, operand types or None: any numeric, arity)
+UNARY_MATH = ("tanh", "sigmoid", "exp", "exp2", "log", "abs", "relu", "neg")
+BINARY_ARITH = ("add", "sub", "mul", "div", "mod", "min", "max")
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+BOOLEAN = ("and", "or", "not")
+OPS = (*UNARY_MATH, *BINARY_ARITH, *COMPARISONS, *BOOLEAN, "where", "float")
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: float | int | bool
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """An index value, a size, the raw score, or a runtime scalar (`type` from its declaration)."""
+
+    name: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """One element of a side tensor: `tensor[index...]` (row-major, its dims from the program)."""
+
+    tensor: str
+    index: tuple[Expr, ...]
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    op: str
+    args: tuple[Expr, ...]
+    type: str
+
+
+Expr = Const | Var | Load | Op
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Op):
+        return e.args
+    if isinstance(e, Load):
+        return e.index
+    return ()
+
+
+def walk(e: Expr) -> list[Expr]:
+    """Every distinct node of `e`, children before parents (a topological order of the DAG)."""
+    out: list[Expr] = []
+    seen: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in seen:
+            continue
+        if expanded:
+            seen.add(node)
+            out.append(node)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(children(node)) if c not in seen)
+    return out
+
+
+# ---- construction with the implicit int → float conversion and a little constant folding -------------
+
+
+def const(value: float | int | bool) -> Const:
+    if isinstance(value, bool):
+        return Const(value, BOOL)
+    if isinstance(value, int):
+        return Const(value, I32)
+    return Const(float(value), F32)
+
+
+def to_float(e: Expr) -> Expr:
+    if e.type == F32:
+        return e
+    if isinstance(e, Const):
+        return Const(float(e.value), F32)
+    return Op("float", (e,), F32)
+
+
+def _numeric(*args: Expr) -> tuple[tuple[Expr, ...], str]:
+    if any(a.type == F32 for a in args):
+        return tuple(to_float(a) for a in args), F32
+    return args, I32
+
+
+def _fold(op: str, args: tuple[Expr, ...], ty: str) -> Expr | None:
+    if not all(isinstance(a, Const) for a in args):
+        return None
+    v = [a.value for a in args]  # type: ignore[union-attr]
+    import math
+
+    table: dict[str, Any] = {
+        "add": lambda: v[0] + v[1],
+        "sub": lambda: v[0] - v[1],
+        "mul": lambda: v[0] * v[1],
+        "neg": lambda: -v[0],
+        "min": lambda: min(v[0], v[1]),
+        "max": lambda: max(v[0], v[1]),
+        "abs": lambda: abs(v[0]),
+        "div": lambda: v[0] / v[1] if ty == F32 and v[1] != 0 else None,
+        "exp": lambda: math.exp(v[0]),
+        "exp2": lambda: 2.0 ** v[0],
+        "float": lambda: float(v[0]),
+        "not": lambda: not v[0],
+        "and": lambda: v[0] and v[1],
+        "or": lambda: v[0] or v[1],
+    }
+    f = table.get(op)
+    if f is None:
+        return None
+    try:
+        out = f()
+    except (OverflowError, ValueError):
+        return None
+    if out is None:
+        return None
+    return Const(float(out) if ty == F32 else (bool(out) if ty == BOOL else int(out)), ty)
+
+
+def op(name: str, *args: Expr) -> Expr:
+    """Build `name(args)` with its result type, converting int operands of float math and folding
+    constants (and the identities x·1, x + 0). Raises ValueError on a type error (the checker reports
+    those first, with a location)."""
+    if name in ("tanh", "sigmoid", "exp", "exp2", "log"):
+        (a,) = args
+        args, ty = (to_float(a),), F32
+    elif name in ("abs", "relu", "neg"):
+        args, ty = _numeric(*args)
+    elif name in BINARY_ARITH:
+        args, ty = _numeric(*args)
+        if name == "div":  # TL's `/` on scores is real division; integer division is not offered
+            args, ty = tuple(to_float(a) for a in args), F32
+    elif name in COMPARISONS:
+        args, _ = _numeric(*args)
+        ty = BOOL
+    elif name in BOOLEAN:
+        if any(a.type != BOOL for a in args):
+            raise ValueError(f"`{name}` takes booleans")
+        ty = BOOL
+    elif name == "where":
+        c, a, b = args
+        if c.type != BOOL:
+            raise ValueError("where's condition must be a boolean")
+        (a, b), ty = _numeric(a, b)
+        args = (c, a, b)
+    elif name == "float":
+        return to_float(args[0])
+    else:
+        raise ValueError(f"unknown operation {name!r}")
+    if any(a.type == BOOL for a in args) and name not in BOOLEAN and name != "where":
+        raise ValueError(f"`{name}` takes numbers, not booleans")
+    folded = _fold(name, args, ty)
+    if folded is not None:
+        return folded
+    if name in ("and", "or"):
+        for x, y in (args, args[::-1]):
+            if isinstance(y, Const):
+                return x if bool(y.value) == (name == "and") else y
+    if name == "mul":
+        for x, y in (args, args[::-1]):
+            if isinstance(y, Const) and y.value == 1:
+                return x
+    if name in ("add", "sub") and isinstance(args[1], Const) and args[1].value == 0:
+        return args[0]
+    return Op(name, args, ty)
+
+
+# ---- JSON (the launch spec carries the program, so a hand-edited kernel keeps its reference) ----------
+
+
+def to_json(e: Expr) -> Any:
+    if isinstance(e, Const):
+        return {"const": e.value, "type": e.type}
+    if isinstance(e, Var):
+        return {"var": e.name, "type": e.type}
+    if isinstance(e, Load):
+        return {"load": e.tensor, "index": [to_json(i) for i in e.index], "type": e.type}
+    return {"op": e.op, "args": [to_json(a) for a in e.args], "type": e.type}
+
+
+def from_json(d: Any) -> Expr:
+    if "const" in d:
+        return Const(d["const"], d["type"])
+    if "var" in d:
+        return Var(d["var"], d["type"])
+    if "load" in d:
+        return Load(d["load"], tuple(from_json(i) for i in d["index"]), d["type"])
+    return Op(d["op"], tuple(from_json(a) for a in d["args"]), d["type"])
+
+
+def text(e: Expr) -> str:
+    """A readable form for messages and generated comments."""
+    if isinstance(e, Const):
+        return repr(e.value) if e.type != BOOL else str(e.value).lower()
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Load):
+        return f"{e.tensor}[{', '.join(text(i) for i in e.index)}]"
+    infix = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
+             "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}  # fmt: skip
+    if e.op in infix:
+        return f"({text(e.args[0])} {infix[e.op]} {text(e.args[1])})"
+    if e.op == "neg":
+        return f"-{text(e.args[0])}"
+    if e.op == "not":
+        return f"!{text(e.args[0])}"
+    return f"{e.op}({', '.join(text(a) for a in e.args)})"

@@ -1,0 +1,240 @@
+"""Passes over the forward IR that the backends used to hard-code.
+
+- `log2_score`: the softmax runs on exp2, so the score region is rendered multiplied by log2(e). The
+  factor is pushed through sums and through products with a uniform operand (it lands on `cap` in
+  `cap · tanh(s / cap)` or on the scale in `s · scale`), never inside a nonlinear function such as `tanh`,
+  where folding it would change the result.
+- `levels`: the loop level each subexpression varies at (uniform, row, col, elem), so the renderers hoist
+  per-(batch, head) values out of the tile, per-row values out of the column loop and per-key values out of
+  the row loop.
+- `block_class`: which key blocks the masks empty or leave whole, by interval arithmetic over the block's
+  rectangle of (q_idx, kv_idx): exact for masks built from affine index expressions, uniform values and
+  side-tensor reads at uniform indices; anything else (a per-key table lookup, `%`) is "partial", decided
+  per score.
+- `mufu_ops`: the transcendental instructions one score costs (the SFU is the bottleneck of softcap).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kernel_ir.expr import BOOL, F32, I32, INDEX_VARS, Const, Expr, Load, Op, Var, children, const, op, walk
+
+LOG2E = 1.4426950408889634
+LEVELS = ("uniform", "row", "col", "elem")
+
+
+def is_uniform(e: Expr) -> bool:
+    return all(level(n) == "uniform" for n in walk(e) if not isinstance(n, Op | Load))
+
+
+def level(e: Expr) -> str:
+    """The innermost loop level `e` varies at: row and col together make elem."""
+    if isinstance(e, Const):
+        return "uniform"
+    if isinstance(e, Var):
+        return INDEX_VARS.get(e.name, ("", "uniform"))[1]
+    got = {level(c) for c in children(e)}
+    if "elem" in got or {"row", "col"} <= got:
+        return "elem"
+    if "row" in got:
+        return "row"
+    if "col" in got:
+        return "col"
+    return "uniform"
+
+
+def levels(roots: list[Expr]) -> dict[Expr, str]:
+    """`level` of every node of the DAG under `roots`, computed once per node."""
+    out: dict[Expr, str] = {}
+    for r in roots:
+        for n in walk(r):
+            if n in out:
+                continue
+            if isinstance(n, Const):
+                out[n] = "uniform"
+            elif isinstance(n, Var):
+                out[n] = INDEX_VARS.get(n.name, ("", "uniform"))[1]
+            else:
+                got = {out[c] for c in children(n)}
+                if "elem" in got or {"row", "col"} <= got:
+                    out[n] = "elem"
+                else:
+                    out[n] = "row" if "row" in got else ("col" if "col" in got else "uniform")
+    return out
+
+
+def scale_of(score: Expr) -> Expr | None:
+    """The multiplier m when the score region is `s · m` with m uniform (the plain kernel's form): the
+    backends then keep the raw scores, take the row max on them and fold m · log2(e) into one FFMA.
+    Valid because the scale is positive (the runner refuses a non-positive softmax scale)."""
+    if isinstance(score, Op) and score.op == "mul":
+        a, b = score.args
+        for x, y in ((a, b), (b, a)):
+            if x == Var("s", F32) and is_uniform(y):
+                return y
+    return None
+
+
+def log2_score(score: Expr) -> Expr:
+    """`score · log2(e)`, with the factor pushed as far as it goes without changing any value."""
+    return _times(score, LOG2E)
+
+
+def _times(e: Expr, k: float) -> Expr:
+    if isinstance(e, Const):
+        return const(float(e.value) * k)
+    if isinstance(e, Op):
+        if e.op in ("add", "sub"):
+            return op(e.op, _times(e.args[0], k), _times(e.args[1], k))
+        if e.op == "neg":
+            return op("neg", _times(e.args[0], k))
+        if e.op == "mul":
+            a, b = e.args
+            if is_uniform(a) and not is_uniform(b):
+                return op("mul", _times(a, k), b)
+            if is_uniform(b):
+                return op("mul", a, _times(b, k))
+        if e.op == "div" and is_uniform(e.args[1]):
+            return op("div", _times(e.args[0], k), e.args[1])
+        if e.op == "where":
+            c, a, b = e.args
+            return op("where", c, _times(a, k), _times(b, k))
+    return op("mul", e, const(k))
+
+
+def mufu_ops(e: Expr) -> int:
+    """Transcendentals (MUFU instructions) per score outside uniform and per-row subexpressions."""
+    lv = levels([e])
+    cost = {"tanh": 1, "sigmoid": 2, "exp": 1, "exp2": 1, "log": 1, "div": 1}
+    return sum(cost.get(n.op, 0) for n in walk(e) if isinstance(n, Op) and lv[n] in ("col", "elem"))
+
+
+# ---- block classification by interval arithmetic --------------------------------------------------------
+
+# The block rectangle: rows [q_lo, q_hi] and keys [kv_lo, kv_hi], inclusive, clipped to the lengths.
+Q_LO, Q_HI = Var("q_lo", I32), Var("q_hi", I32)
+KV_LO, KV_HI = Var("kv_lo", I32), Var("kv_hi", I32)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockClass:
+    """Two boolean expressions over the block rectangle (and uniform values): `never` true means no
+    score of the block is kept (skip it), `always` true means every score is (run it without the mask)."""
+
+    never: Expr
+    always: Expr
+
+    @property
+    def exact_empty(self) -> bool:
+        return not (isinstance(self.never, Const) and self.never.value is False)
+
+
+def block_class(masks: tuple[Expr, ...]) -> BlockClass:
+    never: Expr = const(False)
+    always: Expr = const(True)
+    for m in masks:
+        n, a = _tri(m)
+        never = op("or", never, n)
+        always = op("and", always, a)
+    return BlockClass(never=never, always=always)
+
+
+def _interval(e: Expr) -> tuple[Expr, Expr] | None:
+    """(lo, hi) of an integer expression over the block rectangle, or None when unknown."""
+    if e.type != I32:
+        return None
+    if isinstance(e, Const):
+        return e, e
+    if isinstance(e, Var):
+        if e.name == "q_idx":
+            return Q_LO, Q_HI
+        if e.name == "kv_idx":
+            return KV_LO, KV_HI
+        return (e, e) if level(e) == "uniform" else None
+    if isinstance(e, Load):
+        return (e, e) if is_uniform(e) else None
+    args = [_interval(a) for a in e.args]
+    if any(a is None for a in args):
+        return None
+    if e.op == "add":
+        (alo, ahi), (blo, bhi) = args  # type: ignore[misc]
+        return op("add", alo, blo), op("add", ahi, bhi)
+    if e.op == "sub":
+        (alo, ahi), (blo, bhi) = args  # type: ignore[misc]
+        return op("sub", alo, bhi), op("sub", ahi, blo)
+    if e.op == "neg":
+        ((lo, hi),) = args  # type: ignore[misc]
+        return op("neg", hi), op("neg", lo)
+    if e.op == "mul":
+        (alo, ahi), (blo, bhi) = args  # type: ignore[misc]
+        for (xlo, xhi), c in (((alo, ahi), e.args[1]), ((blo, bhi), e.args[0])):
+            if isinstance(c, Const):
+                k = int(c.value)
+                return (op("mul", xlo, c), op("mul", xhi, c)) if k >= 0 else (op("mul", xhi, c), op("mul", xlo, c))
+        if is_uniform(e):
+            return e, e
+        return None
+    if e.op in ("min", "max"):
+        (alo, ahi), (blo, bhi) = args  # type: ignore[misc]
+        return op(e.op, alo, blo), op(e.op, ahi, bhi)
+    if e.op == "abs":
+        ((lo, hi),) = args  # type: ignore[misc]
+        zero = const(0)
+        low = op("where", op("ge", lo, zero), lo, op("where", op("le", hi, zero), op("neg", hi), zero))
+        return low, op("max", op("neg", lo), hi)
+    if is_uniform(e):
+        return e, e
+    return None
+
+
+def _tri(e: Expr) -> tuple[Expr, Expr]:
+    """(never, always) of a boolean expression over the rectangle; (false, false) when unknown."""
+    unknown = (const(False), const(False))
+    if e.type != BOOL:
+        return unknown
+    if isinstance(e, Const):
+        return const(not e.value), const(bool(e.value))
+    if is_uniform(e):
+        return op("not", e), e
+    if not isinstance(e, Op):
+        return unknown
+    if e.op == "not":
+        n, a = _tri(e.args[0])
+        return a, n
+    if e.op in ("and", "or"):
+        (n1, a1), (n2, a2) = _tri(e.args[0]), _tri(e.args[1])
+        if e.op == "and":
+            return op("or", n1, n2), op("and", a1, a2)
+        return op("and", n1, n2), op("or", a1, a2)
+    if e.op in ("lt", "le", "gt", "ge", "eq", "ne"):
+        x, y = e.args
+        if x.type != I32 or y.type != I32:
+            return unknown
+        ix, iy = _interval(x), _interval(y)
+        if ix is None or iy is None:
+            return unknown
+        (xlo, xhi), (ylo, yhi) = ix, iy
+        if e.op in ("gt", "ge"):  # x > y  ⇔  y < x
+            (xlo, xhi), (ylo, yhi) = (ylo, yhi), (xlo, xhi)
+        if e.op in ("lt", "gt"):
+            return op("ge", xlo, yhi), op("lt", xhi, ylo)
+        if e.op in ("le", "ge"):
+            return op("gt", xlo, yhi), op("le", xhi, ylo)
+        disjoint = op("or", op("lt", xhi, ylo), op("gt", xlo, yhi))
+        point = op("and", op("and", op("eq", xlo, xhi), op("eq", ylo, yhi)), op("eq", xlo, ylo))
+        return (disjoint, point) if e.op == "eq" else (point, disjoint)
+    return unknown
+
+
+def uses(e: Expr | None, name: str) -> bool:
+    return e is not None and any(isinstance(n, Var) and n.name == name for n in walk(e))
+
+
+def loads(roots: list[Expr | None]) -> set[str]:
+    return {n.tensor for r in roots if r is not None for n in walk(r) if isinstance(n, Load)}
+
+
+def finite_constant(e: Expr) -> float | None:
+    return float(e.value) if isinstance(e, Const) and e.type != BOOL and math.isfinite(e.value) else None
