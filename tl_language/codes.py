@@ -44,6 +44,20 @@ _TABLE: list[Code] = [
     Code("TL005", "unmatched-end", E, "An `end` with no open `for`."),
     Code("TL006", "invalid-expression", E, "An expression that does not parse.",
          "Expressions are integers, names, `?`, `+ - * /` and parentheses; unary minus is not TL."),
+    # Input limits (tl_language/limits.py): past them the text is kept but not parsed, so nothing recurses
+    # without bound on hostile or generated input.
+    Code("TL090", "line-too-long", E, "A line with more tokens than TL reads (256).",
+         "Reported at the first token past the limit; the line is kept as written but not parsed. Split a "
+         "long expression into Params."),
+    Code("TL091", "nesting-too-deep", E, "Brackets nested deeper than TL reads (32 open at once).",
+         "Reported at the `(` or `[` that crosses the limit; the line is kept as written but not parsed."),
+    Code("TL092", "loops-too-deep", E, "`for` loops nested deeper than TL reads (16).",
+         "Reported at the first `for` past the limit. That line and any `for` inside it are kept as text; "
+         "their bodies belong to the innermost loop within the limit and their `end`s close them."),
+    Code("TL093", "document-too-large", E,
+         "A document longer than TL analyses (20,000 lines or 2,000,000 characters).",
+         "Reported at the start of the first line past the limit; nothing from there on is parsed or "
+         "checked (the formatter still keeps it)."),
     # Header statements.
     Code("TL050", "unknown-target", E, "`Target` names no supported GPU architecture.",
          "Targets: sm_75, sm_80, sm_86, sm_89, sm_90. The fix rewrites spellings like `sm80`."),

@@ -13,11 +13,12 @@ from __future__ import annotations
 from tl_language import gpu
 from tl_language import syntax as ast
 from tl_language.lexer import lex_line
+from tl_language.limits import MAX_FOR_DEPTH
 from tl_language.ops import op
 from tl_language.parser import _End, _parse_line
 from tl_language.source import LineText, split_lines
 
-INDENT = "    "
+INDENT = "    "  # per loop depth, up to MAX_FOR_DEPTH (deeper loops are TL092 and indent no further)
 _MIN_GAP = 2  # spaces between code and a trailing comment
 
 
@@ -105,7 +106,7 @@ def format_text(text: str) -> str:
                 blank()
                 continue
             blank_run = 0
-            out.append(INDENT * depth + raw[comment_at:].rstrip())
+            out.append(INDENT * min(depth, MAX_FOR_DEPTH) + raw[comment_at:].rstrip())
             continue
         kw = tokens[0].lower if tokens[0].kind == "ident" else ""
         if kw == "end":
@@ -121,10 +122,10 @@ def format_text(text: str) -> str:
                 continue
             out.append(kept)
         elif comment_at is not None:
-            code = INDENT * depth + rendered
+            code = INDENT * min(depth, MAX_FOR_DEPTH) + rendered
             out.append(_with_comment(code, raw[comment_at:].rstrip(), comment_at))
         else:
-            out.append(INDENT * depth + rendered)
+            out.append(INDENT * min(depth, MAX_FOR_DEPTH) + rendered)
         blank_run = 0
         if kw == "for":
             depth += 1

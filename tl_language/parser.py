@@ -12,6 +12,14 @@ import difflib
 from tl_language import syntax as ast
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.lexer import Token, lex_line
+from tl_language.limits import (
+    MAX_CHARS,
+    MAX_FOR_DEPTH,
+    MAX_LINES,
+    document_message,
+    for_depth_message,
+    scan_line,
+)
 from tl_language.source import LineText, Range, split_lines
 
 STATEMENT_KEYWORDS = (
@@ -333,6 +341,11 @@ def _parse_line(line: LineText, tokens: list[Token]) -> tuple[ast.Stmt | _End, D
                else f"unknown statement `{first.text}`{hint}")
         text = line.text[first.start:tokens[-1].end]
         return ast.ErrorStmt(rng, text), make(code, line.range(first.start, first.end), msg)
+    crossing = scan_line(tokens)
+    if crossing is not None:  # too long or too deeply bracketed for the recursive expression parser
+        tok = crossing.token
+        text = line.text[first.start : tokens[-1].end]
+        return ast.ErrorStmt(rng, text), make(crossing.code, line.range(tok.start, tok.end), crossing.message)
     node = _new_node(kw, rng)
     cursor = _Cursor(line, tokens)
     cursor.next()
@@ -350,8 +363,18 @@ def parse(text: str) -> tuple[ast.Document, list[Diagnostic]]:
     raw_lines = split_lines(text)
     root: list[ast.Stmt] = []
     stack: list[ast.ForStmt] = []
+    flattened = 0  # `for` lines past MAX_FOR_DEPTH still open: kept as text, their `end`s close nothing
+    chars = 0
 
     for number, raw in enumerate(raw_lines):
+        chars += len(raw) + 1
+        if number >= MAX_LINES or chars > MAX_CHARS:
+            # on the line's text (its first character to its last), where the unread part begins
+            line = LineText(number, raw)
+            lead = len(raw) - len(raw.lstrip())
+            at = line.range(lead, max(lead, len(raw.rstrip())))
+            diagnostics.append(make("TL093", at, document_message(number, chars)))
+            break
         line = LineText(number, raw)
         tokens, comment_at = lex_line(line)
         if comment_at is not None:
@@ -364,11 +387,20 @@ def parse(text: str) -> tuple[ast.Document, list[Diagnostic]]:
             diagnostics.append(diag)
         body = stack[-1].body if stack else root
         if isinstance(stmt, _End):
-            if stack:
+            if flattened:
+                flattened -= 1
+            elif stack:
                 stack.pop().end_range = stmt.range
             else:
                 diagnostics.append(make("TL005", stmt.range, "`end` without a matching `for`"))
             continue
+        if isinstance(stmt, ast.ForStmt) and (flattened or len(stack) >= MAX_FOR_DEPTH):
+            if not flattened:  # reported once, where the depth is first crossed
+                diagnostics.append(
+                    make("TL092", line.range(tokens[0].start, tokens[0].end), for_depth_message(len(stack)))
+                )
+            flattened += 1
+            stmt = ast.ErrorStmt(stmt.range, line.text[tokens[0].start : tokens[-1].end])
         body.append(stmt)
         if isinstance(stmt, ast.ForStmt):
             stack.append(stmt)
