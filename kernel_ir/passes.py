@@ -172,7 +172,11 @@ def _interval(e: Expr) -> tuple[Expr, Expr] | None:
         for (xlo, xhi), c in (((alo, ahi), e.args[1]), ((blo, bhi), e.args[0])):
             if isinstance(c, Const):
                 k = int(c.value)
-                return (op("mul", xlo, c), op("mul", xhi, c)) if k >= 0 else (op("mul", xhi, c), op("mul", xlo, c))
+                return (
+                    (op("mul", xlo, c), op("mul", xhi, c))
+                    if k >= 0
+                    else (op("mul", xhi, c), op("mul", xlo, c))
+                )
         if is_uniform(e):
             return e, e
         return None

@@ -116,7 +116,9 @@ PLAIN_SCORE: Expr = Op("mul", (Var("s", F32), Var("softmax_scale", F32)), F32)
 
 # The `Mask` header's masks as expressions over the indices (bottom-right aligned, FlashAttention's
 # convention): the reference and the generic backends read these; `window_left/right` are the launch's.
-_DIAG: Expr = Op("add", (Var("q_idx", I32), Op("sub", (Var("seqlen_k", I32), Var("seqlen_q", I32)), I32)), I32)
+_DIAG: Expr = Op(
+    "add", (Var("q_idx", I32), Op("sub", (Var("seqlen_k", I32), Var("seqlen_q", I32)), I32)), I32
+)
 CAUSAL_MASK: Expr = Op("le", (Var("kv_idx", I32), _DIAG), "bool")
 
 
@@ -126,6 +128,12 @@ def _unbounded_or(side: str, keep: Expr) -> Expr:
 
 # `diag − window_left ≤ kv_idx ≤ diag + window_right`, each side unbounded when its launch value is < 0.
 WINDOW_MASKS: tuple[Expr, ...] = (
-    _unbounded_or("window_right", Op("le", (Var("kv_idx", I32), Op("add", (_DIAG, Var("window_right", I32)), I32)), "bool")),
-    _unbounded_or("window_left", Op("ge", (Var("kv_idx", I32), Op("sub", (_DIAG, Var("window_left", I32)), I32)), "bool")),
+    _unbounded_or(
+        "window_right",
+        Op("le", (Var("kv_idx", I32), Op("add", (_DIAG, Var("window_right", I32)), I32)), "bool"),
+    ),
+    _unbounded_or(
+        "window_left",
+        Op("ge", (Var("kv_idx", I32), Op("sub", (_DIAG, Var("window_left", I32)), I32)), "bool"),
+    ),
 )

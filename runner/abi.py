@@ -48,6 +48,23 @@ ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
 TMA_PARAMS: tuple[str, ...] = ("tma_q", "tma_k", "tma_v", "tma_o")
 
 
+def program_params(program: dict | None) -> tuple[tuple[str, str, str], ...]:
+    """The parameters a variant adds at the very end (after the TMA descriptors): its runtime scalars
+    (`scalar_<name>`) and the pointers of its side tensors (`<name>_ptr`), in the program's order.
+    `program` is the kernel IR's forward as `kernel_ir.program.Forward.to_dict` writes it."""
+    if not program:
+        return ()
+    out = [
+        (f"scalar_{name}", "float" if ty == "f32" else "int", "float32" if ty == "f32" else "int32")
+        for name, ty, _default in program.get("scalars", ())
+    ]
+    out += [
+        (f"{name}_ptr", "const float*" if dtype == "float32" else "const int*", "uintp")
+        for name, _dims, dtype in program.get("tensors", ())
+    ]
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """What the runner needs to launch a kernel; everything else comes from the tensors."""
@@ -74,11 +91,20 @@ class LaunchSpec:
     heads_kv: int = 0  # K/V heads fixed by the TL (`Param heads_kv`, 1 for MQA); 0: from the launch shape
     # One block per SM walking the (m_block, head, batch) tiles: grid = (min(tiles, SMs), 1, 1).
     persistent: bool = False
+    # The forward program (kernel IR, `Forward.to_dict`): the regions the reference evaluates and the
+    # runtime scalars and side tensors the launch passes. None: the plain forward.
+    program: dict | None = None
 
     @property
     def uses_tma(self) -> bool:
         """The kernel takes TMA descriptors after the attention ABI's parameters."""
-        return self.params[len(ATTENTION_PARAMS) :] == TMA_PARAMS
+        n = len(ATTENTION_PARAMS)
+        return self.params[n : n + len(TMA_PARAMS)] == TMA_PARAMS
+
+    @property
+    def writes_lse(self) -> bool:
+        """Kernels without a softmax (sigmoid, ReLU attention) have no log-sum-exp to write."""
+        return not self.program or self.program.get("normalizer", "softmax") == "softmax"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

@@ -234,9 +234,46 @@ def kernel_args(
     return [getattr(np, np_type)(values[name]) for name, _ctype, np_type in ATTENTION_PARAMS]
 
 
-def grid(
-    spec: LaunchSpec, batch: int, seqlen_q: int, heads: int, sm_count: int = 0
-) -> tuple[int, int, int]:
+def program_args(spec: LaunchSpec, q: Any, extras: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The variant's runtime scalars (its defaults unless `extras` names them) and side-tensor pointers,
+    as (numpy type name, value) in `program_params` order. Side tensors must be given, contiguous, on
+    q's device, with the element type and shape the TL declares."""
+    import numpy as np
+    import torch
+
+    program = spec.program or {}
+    extras = dict(extras or {})
+    sizes = dict(zip(("batch", "seqlen_q", "heads"), (q.shape[0], q.shape[1], q.shape[2]), strict=True))
+    out: list[tuple[str, Any]] = []
+    for name, ty, default in program.get("scalars", ()):
+        value = extras.pop(name, default)
+        if isinstance(value, torch.Tensor) or not isinstance(value, int | float):
+            raise LaunchError(f"scalar {name!r}: expected a number, got {type(value).__name__}")
+        out.append(("float32" if ty == "f32" else "int32", value))
+    for name, dims, dtype in program.get("tensors", ()):
+        t = extras.pop(name, None)
+        want = torch.float32 if dtype == "float32" else torch.int32
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"side tensor {name!r} ({dtype}, dims {tuple(dims)}) is missing")
+        if t.dtype != want or t.device != q.device or not t.is_contiguous():
+            raise LaunchError(
+                f"side tensor {name!r}: expected a contiguous {want} tensor on {q.device}, got {t.dtype} on "
+                f"{t.device}{'' if t.is_contiguous() else ', non-contiguous'}"
+            )
+        known = {**sizes, "seqlen_k": extras.get("_seqlen_k"), "heads_kv": extras.get("_heads_kv")}
+        shape = tuple(d if isinstance(d, int) else known[d] for d in dims)
+        if tuple(t.shape) != shape:
+            raise LaunchError(f"side tensor {name!r}: shape {tuple(t.shape)}, expected {shape} ({dims})")
+        out.append(("uintp", t.data_ptr()))
+    unknown = [k for k in extras if not k.startswith("_")]
+    if unknown:
+        raise LaunchError(
+            f"unknown launch argument(s) {', '.join(map(repr, unknown))} for {spec.kernel_name}"
+        )
+    return [(kind, getattr(np, kind)(value)) for kind, value in out]
+
+
+def grid(spec: LaunchSpec, batch: int, seqlen_q: int, heads: int, sm_count: int = 0) -> tuple[int, int, int]:
     """One block per (query tile, batch, head); a persistent kernel gets one block per SM (`sm_count`)
     and walks the tiles itself."""
     m_blocks = math.ceil(seqlen_q / spec.block_m)
@@ -265,6 +302,7 @@ def launch(
     softmax_scale: float | None = None,
     window: tuple[int, int] | None = None,
     tensor_maps: Any = None,
+    extras: dict[str, Any] | None = None,
 ) -> None:
     """Launch into preallocated `o` (batch, seqlen_q, heads, d_v) and `lse` (batch, heads, seqlen_q) fp32.
 
@@ -287,22 +325,30 @@ def launch(
     win = window if window is not None else tuple(spec.window)
     if spec.mask != "window":
         win = (-1, -1)
+    if scale <= 0:
+        raise LaunchError(f"softmax_scale must be positive (the kernels fold it into exp2), got {scale}")
     args = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
+    tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
     grid_xyz = grid(spec, batch, seqlen_q, heads, sm_count(q.device.index) if spec.persistent else 0)
     if spec.uses_tma:
-        _launch_tma(loaded, args, (q, k, v, o), grid_xyz, tensor_maps)
+        _launch_tma(loaded, args, (q, k, v, o), grid_xyz, tensor_maps, tail)
         return
     from cuda.core import LaunchConfig
     from cuda.core import launch as cu_launch
 
     config = LaunchConfig(grid=grid_xyz, block=spec.threads, shmem_size=spec.shared_bytes)
-    cu_launch(_torch_stream(q.device), config, loaded.kernel, *args)
+    cu_launch(_torch_stream(q.device), config, loaded.kernel, *args, *(value for _, value in tail))
 
 
 def _launch_tma(
-    loaded: LoadedKernel, args: list[Any], tensors: tuple[Any, ...], grid_xyz: tuple[int, int, int], maps: Any
+    loaded: LoadedKernel,
+    args: list[Any],
+    tensors: tuple[Any, ...],
+    grid_xyz: tuple[int, int, int],
+    maps: Any,
+    tail: list[tuple[str, Any]] | None = None,
 ) -> None:
     """The sm_90 launch: scalars as `ATTENTION_PARAMS`, then the four descriptors, through cuLaunchKernel."""
     from runner import tma
@@ -325,6 +371,7 @@ def _launch_tma(
             stream_handle=_torch_stream_handle(q.device),
             args=[(kind, value) for (_, _, kind), value in zip(ATTENTION_PARAMS, args, strict=True)],
             tensor_maps=maps,
+            tail_args=tail or (),
         )
     except tma.TmaError as exc:
         raise LaunchError(str(exc)) from exc
@@ -354,12 +401,14 @@ def attention(
     *,
     softmax_scale: float | None = None,
     window: tuple[int, int] | None = None,
+    extras: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
-    """Run the kernel: (o (batch, seqlen_q, heads, d_v), lse fp32 (batch, heads, seqlen_q))."""
+    """Run the kernel: (o (batch, seqlen_q, heads, d_v), lse fp32 (batch, heads, seqlen_q)). `extras`:
+    the variant's runtime scalars and side tensors by their TL names."""
     import torch
 
     batch, seqlen_q, _, heads, _ = check_inputs(loaded.spec, q, k, v)
     o = torch.empty(batch, seqlen_q, heads, loaded.spec.head_dim_v, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
-    launch(loaded, q, k, v, o, lse, softmax_scale=softmax_scale, window=window)
+    launch(loaded, q, k, v, o, lse, softmax_scale=softmax_scale, window=window, extras=extras)
     return o, lse

@@ -139,6 +139,7 @@ def launch_with_tensor_maps(
     stream_handle: int,
     args: Sequence[tuple[str, Any]],
     tensor_maps: Sequence[Any],
+    tail_args: Sequence[tuple[str, Any]] = (),
 ) -> None:
     """cuLaunchKernel with `args` ((numpy type name as in ATTENTION_PARAMS, value), …) then the maps.
 
@@ -148,7 +149,9 @@ def launch_with_tensor_maps(
     from cuda.bindings import driver as drv
 
     holders = [_holder(kind, value) for kind, value in args]
+    tail = [_holder(kind, value) for kind, value in tail_args]  # a variant's scalars and side tensors
     pointers = [ctypes.addressof(h) for h in holders] + [int(m.getPtr()) for m in tensor_maps]
+    pointers += [ctypes.addressof(h) for h in tail]
     param_array = (ctypes.c_void_p * len(pointers))(*pointers)
     handle = getattr(kernel, "handle", kernel)
     (err,) = drv.cuLaunchKernel(
@@ -167,4 +170,4 @@ def launch_with_tensor_maps(
     if err != drv.CUresult.CUDA_SUCCESS:
         raise TmaError(f"cuLaunchKernel failed: {err.name}")
     # The driver copied the parameters at launch; the holders and maps may go now.
-    del holders, param_array
+    del holders, tail, param_array

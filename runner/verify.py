@@ -20,14 +20,18 @@ class Tolerance:
     max_abs: float  # max |O − ref|, relative to max(1, max |ref|)
     lse_atol: float  # per element: |LSE − ref| ≤ lse_atol + lse_rtol·|ref|
     lse_rtol: float
+    # The output dtype's smallest normal: the relative L2 error is taken against a reference norm of at
+    # least this per element, since outputs below it (e.g. sigmoid weights of 1e-19) are not
+    # representable in the dtype at all and round to zero in any kernel.
+    tiny: float = 0.0
 
 
 # The one place pass/fail thresholds are written. rel-L2 bounds are the issue's; max-abs allows a few
 # units in the last place of the output dtype (bf16 has 8 mantissa bits, fp16 11); LSE is fp32 math on the
 # same rounded inputs, so only accumulation order and exp2/log2 approximations separate it from the reference.
 TOLERANCES: dict[str, Tolerance] = {
-    "fp16": Tolerance(rel_l2=5e-3, max_abs=2e-2, lse_atol=2e-3, lse_rtol=1e-4),
-    "bf16": Tolerance(rel_l2=1e-2, max_abs=8e-2, lse_atol=2e-3, lse_rtol=1e-4),
+    "fp16": Tolerance(rel_l2=5e-3, max_abs=2e-2, lse_atol=2e-3, lse_rtol=1e-4, tiny=6.103515625e-05),
+    "bf16": Tolerance(rel_l2=1e-2, max_abs=8e-2, lse_atol=2e-3, lse_rtol=1e-4, tiny=1.1754943508222875e-38),
 }
 
 INPUT_SCALES: tuple[tuple[str, float], ...] = (("normal", 1.0), ("scaled x8", 8.0))
@@ -145,7 +149,8 @@ def compare(o: Any, lse: Any, ref_o: Any, ref_lse: Any, tol: Tolerance, label: s
     max_abs = float(diff.max().item()) if diff.numel() else 0.0
     ref_norm = float(ref_o.norm().item())
     err_norm = float(torch.where(torch.isfinite(of), of - ref_o, torch.zeros_like(of)).norm().item())
-    rel_l2 = err_norm / ref_norm if ref_norm > 0 else err_norm
+    floor = tol.tiny * math.sqrt(max(1, ref_o.numel()))
+    rel_l2 = err_norm / max(ref_norm, floor) if max(ref_norm, floor) > 0 else err_norm
     if nonfinite:
         rel_l2 = math.inf
     ref_max = float(ref_o.abs().max().item()) if ref_o.numel() else 0.0
@@ -191,8 +196,13 @@ def verify(
     strided: bool = False,
     softmax_scale: float | None = None,
     window: tuple[int, int] | None = None,
+    extras: dict[str, Any] | None = None,
 ) -> VerifyResult:
-    """Run the kernel on normal and scaled-up random inputs of `shape` and check every output element."""
+    """Run the kernel on normal and scaled-up random inputs of `shape` and check every output element.
+
+    A variant (a spec with a program) is checked against the float32 evaluation of its own kernel IR
+    (`runner.ir_reference`), with random side tensors unless `extras` gives them; the plain forward
+    against the hand-written reference (`runner.reference`), which also cross-checks the IR's."""
     import torch
 
     from runner.reference import attention_reference
@@ -219,9 +229,29 @@ def verify(
         lse = torch.full(
             (shape.batch, shape.heads, shape.seqlen_q), math.nan, dtype=torch.float32, device=device
         )
-        launch(loaded, q, k, v, o, lse, softmax_scale=softmax_scale, window=win)
+        side = _side_tensors(spec, shape, extras, gen, device)
+        launch(loaded, q, k, v, o, lse, softmax_scale=softmax_scale, window=win, extras=side)
         torch.cuda.synchronize(device)
-        ref_o, ref_lse = attention_reference(q, k, v, mask=spec.mask, window=win, softmax_scale=softmax_scale)
+        if spec.program:
+            from kernel_ir.program import Forward
+            from runner.ir_reference import forward_reference
+
+            ref_o, ref_lse = forward_reference(
+                Forward.from_dict(spec.program),
+                q,
+                k,
+                v,
+                softmax_scale=softmax_scale,
+                window=win,
+                scalars={n: v for n, v in side.items() if not isinstance(v, torch.Tensor)},
+                tensors={n: v for n, v in side.items() if isinstance(v, torch.Tensor)},
+            )
+        else:
+            ref_o, ref_lse = attention_reference(
+                q, k, v, mask=spec.mask, window=win, softmax_scale=softmax_scale
+            )
+        if ref_lse is None:  # no softmax, no LSE: the kernel leaves it as it was
+            lse, ref_lse = torch.zeros_like(lse), torch.zeros_like(lse)
         cases.append(compare(o, lse, ref_o, ref_lse, tol, label))
     return VerifyResult(
         kernel=spec.kernel_name,
@@ -235,6 +265,28 @@ def verify(
         gpu=torch.cuda.get_device_name(device),
         cases=cases,
     )
+
+
+def _side_tensors(
+    spec: Any, shape: Shape, extras: dict[str, Any] | None, gen: Any, device: Any
+) -> dict[str, Any]:
+    """The variant's side tensors (random unless `extras` gives them) and any scalars `extras` sets."""
+    if not spec.program:
+        return dict(extras or {})
+    from kernel_ir.program import Forward
+    from runner.ir_reference import make_side_tensors
+
+    made = make_side_tensors(
+        Forward.from_dict(spec.program),
+        batch=shape.batch,
+        heads=shape.heads,
+        heads_kv=shape.heads_kv,
+        seqlen_q=shape.seqlen_q,
+        seqlen_k=shape.seqlen_k,
+        generator=gen,
+        device=device,
+    )
+    return {**made, **(extras or {})}
 
 
 def _restride(t: Any) -> Any:

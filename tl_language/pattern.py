@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tl_language import syntax as ast
-from tl_language.diagnostics import Diagnostic
-from tl_language.diagnostics import make
+from tl_language.diagnostics import Diagnostic, make
 from tl_language.model import Model
 from tl_language.ops import SCORE_OPS
 from tl_language.source import Range
@@ -217,11 +216,7 @@ def _is_top(model: Model, loop: ast.ForStmt) -> bool:
 
 
 def _first_body_range(model: Model) -> ast.Range:
-    body = [
-        s
-        for s in model.statements
-        if not isinstance(s, HEADERS)
-    ]
+    body = [s for s in model.statements if not isinstance(s, HEADERS)]
     return (body or model.statements)[0].range if (body or model.statements) else ast.Range.of(0, 0, 0)
 
 

@@ -9,13 +9,13 @@ let through that has no IR form raises TranslateError, never a Python error.
 
 from __future__ import annotations
 
+from kernel_ir import expr as ir
+from kernel_ir.program import CAUSAL_MASK, WINDOW_MASKS, Forward, Scalar, SideTensor
 from tl_language import syntax as ast
 from tl_language.model import INDEX_NAMES, Model
 from tl_language.ops import SCORE_OPS
 from tl_language.pattern import Match
 from translator.errors import TranslateError, unsupported
-from kernel_ir import expr as ir
-from kernel_ir.program import CAUSAL_MASK, WINDOW_MASKS, Forward, Scalar, SideTensor
 
 _BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod", "<": "lt", "<=": "le", ">": "gt",
            ">=": "ge", "==": "eq", "!=": "ne", "&": "and", "|": "or"}  # fmt: skip
@@ -27,7 +27,9 @@ class _Lower:
         self.model = model
         self.s_name = m.names["s"]
         self.side = {
-            name: SideTensor(name, _dims(model, t.placements["global"].stmt), _dtype(t.placements["global"].stmt))
+            name: SideTensor(
+                name, _dims(model, t.placements["global"].stmt), _dtype(t.placements["global"].stmt)
+            )
             for name, t in model.side_tensors().items()
         }
         self.scalars = {

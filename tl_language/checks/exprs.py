@@ -81,16 +81,26 @@ def _integer_only(e: ast.Expr) -> Iterator[Diagnostic]:
         if isinstance(n, ast.Real):
             yield make("TL128", n.range, f"`{n.text}` is a real number; this place takes integers")
         elif isinstance(n, ast.Name) and n.name in INDEX_NAMES:
-            yield make("TL123", n.range,
-                       f"`{n.name}` ({INDEX_NAMES[n.name]}) exists per score: use it in a `Compute … S` "
-                       "statement of the key loop or in `Compute Mask S, …`")
+            yield make(
+                "TL123",
+                n.range,
+                f"`{n.name}` ({INDEX_NAMES[n.name]}) exists per score: use it in a `Compute … S` "
+                "statement of the key loop or in `Compute Mask S, …`",
+            )
         elif isinstance(n, ast.Subscript | ast.Call):
             what = "a side-tensor subscript" if isinstance(n, ast.Subscript) else "a function call"
-            yield make("TL123", n.range,
-                       f"{what} belongs in a score or mask expression (`Compute … S` in the key loop)")
+            yield make(
+                "TL123",
+                n.range,
+                f"{what} belongs in a score or mask expression (`Compute … S` in the key loop)",
+            )
         elif isinstance(n, ast.BinOp) and n.op not in ("+", "-", "*", "/"):
-            yield make("TL122", n.range, f"`{n.op}` belongs in a score or mask expression; this place "
-                       "takes integer arithmetic (`+ - * /`)")
+            yield make(
+                "TL122",
+                n.range,
+                f"`{n.op}` belongs in a score or mask expression; this place "
+                "takes integer arithmetic (`+ - * /`)",
+            )
         elif isinstance(n, ast.Unary) and n.op == "!":
             yield make("TL122", n.range, "`!` belongs in a mask expression")
 
@@ -105,23 +115,45 @@ class _Typer:
         op = stmt.op.name.lower() if stmt.op else ""
         first = stmt.args[0] if stmt.args else None
         if op == "mask" and e is not first and ty not in ("bool", None):
-            self.out.append(make("TL122", e.range, f"a mask keeps the scores where a condition holds: "
-                                 f"`{ast.expr_text(e)}` is {_a(ty)}, not a boolean (e.g. `kv_idx <= q_idx`)"))
+            self.out.append(
+                make(
+                    "TL122",
+                    e.range,
+                    f"a mask keeps the scores where a condition holds: "
+                    f"`{ast.expr_text(e)}` is {_a(ty)}, not a boolean (e.g. `kv_idx <= q_idx`)",
+                )
+            )
         elif op == "where" and e is first and ty not in ("bool", None):
-            self.out.append(make("TL122", e.range, f"`Where`'s first operand is a condition; "
-                                 f"`{ast.expr_text(e)}` is {_a(ty)}"))
+            self.out.append(
+                make(
+                    "TL122",
+                    e.range,
+                    f"`Where`'s first operand is a condition; `{ast.expr_text(e)}` is {_a(ty)}",
+                )
+            )
         elif op not in ("mask", "where") and ty == "bool":
-            self.out.append(make("TL122", e.range, f"`{ast.expr_text(e)}` is a boolean; this operand "
-                                 "is a number (use `where(cond, a, b)` to choose between numbers)"))
+            self.out.append(
+                make(
+                    "TL122",
+                    e.range,
+                    f"`{ast.expr_text(e)}` is a boolean; this operand "
+                    "is a number (use `where(cond, a, b)` to choose between numbers)",
+                )
+            )
         if op == "softmax" and e is not first:
             for n in ast.expr_walk(e):
                 if isinstance(n, ast.Name) and (n.name in ("q_idx", "kv_idx") or n.name in self.scores):
-                    self.out.append(make("TL123", n.range, "a sink is one logit per (batch, head): it may "
-                                         f"not depend on `{n.name}`"))
+                    self.out.append(
+                        make(
+                            "TL123",
+                            n.range,
+                            f"a sink is one logit per (batch, head): it may not depend on `{n.name}`",
+                        )
+                    )
         return self.out
 
     def type(self, e: ast.Expr) -> str | None:
-        """"int" | "real" | "bool", or None after a reported error (no cascades)."""
+        """ "int" | "real" | "bool", or None after a reported error (no cascades)."""
         if isinstance(e, ast.Num):
             return "int"
         if isinstance(e, ast.Real):
@@ -158,16 +190,33 @@ class _Typer:
         if n.name in _SCORE_BUILTINS:
             return _SCORE_BUILTINS[n.name]
         if n.name in self.side:
-            self.out.append(make("TL124", n.range, f"`{n.name}` is a side tensor: read one element with a "
-                                 f"subscript, e.g. `{n.name}[head_idx]`"))
+            self.out.append(
+                make(
+                    "TL124",
+                    n.range,
+                    f"`{n.name}` is a side tensor: read one element with a "
+                    f"subscript, e.g. `{n.name}[head_idx]`",
+                )
+            )
             return None
         if n.name in BUILTINS:
-            self.out.append(make("TL123", n.range, f"`{n.name}` ({BUILTINS[n.name]}) has no value inside a "
-                                 "score expression"))
+            self.out.append(
+                make(
+                    "TL123",
+                    n.range,
+                    f"`{n.name}` ({BUILTINS[n.name]}) has no value inside a score expression",
+                )
+            )
             return None
         if n.name in self.model.tensors:
-            self.out.append(make("TL124", n.range, f"`{n.name}` is a tile, not a value of this score; "
-                                 "score expressions read side tensors (global, never copied) by subscript"))
+            self.out.append(
+                make(
+                    "TL124",
+                    n.range,
+                    f"`{n.name}` is a tile, not a value of this score; "
+                    "score expressions read side tensors (global, never copied) by subscript",
+                )
+            )
         return None  # undefined: TL101
 
     def _want(self, e: ast.Expr, t: str | None, want: str, why: str) -> str | None:
@@ -207,14 +256,25 @@ class _Typer:
             hit = closest(name, FUNCTIONS)
             names = ", ".join(FUNCTIONS)
             hint = f"; did you mean `{hit}`?" if hit else ""
-            self.out.append(make("TL120", e.func.range, f"unknown function `{e.func.name}`{hint} (TL has "
-                                 f"{names})", fixes=replace_fix(e.func.range, hit) if hit else ()))
+            self.out.append(
+                make(
+                    "TL120",
+                    e.func.range,
+                    f"unknown function `{e.func.name}`{hint} (TL has {names})",
+                    fixes=replace_fix(e.func.range, hit) if hit else (),
+                )
+            )
             for a in e.args:
                 self.type(a)
             return None
         if len(e.args) != f.arity:
-            self.out.append(make("TL121", e.range, f"`{f.name}` takes {f.arity} argument"
-                                 f"{'s' if f.arity != 1 else ''}, found {len(e.args)}"))
+            self.out.append(
+                make(
+                    "TL121",
+                    e.range,
+                    f"`{f.name}` takes {f.arity} argument{'s' if f.arity != 1 else ''}, found {len(e.args)}",
+                )
+            )
             return None
         types = [self.type(a) for a in e.args]
         if f.kind == "where":
@@ -224,7 +284,7 @@ class _Typer:
             if c is None or x is None or y is None:
                 return None
             return "real" if "real" in (x, y) else "int"
-        checked = [self._want(a, t, "number", f"`{f.name}` takes numbers") for a, t in zip(e.args, types)]
+        checked = [self._want(a, t, "number", f"`{f.name}` takes numbers") for a, t in zip(e.args, types, strict=True)]
         if any(t is None for t in checked):
             return None
         if f.kind == "float":
@@ -236,21 +296,34 @@ class _Typer:
         types = [self.type(i) for i in e.indices]
         if t is None:
             if e.tensor.name in self.model.tensors:
-                self.out.append(make("TL124", e.tensor.range, f"`{e.tensor.name}` is not a side tensor (a "
-                                     "tensor in global memory that no Copy moves); only those are subscripted"))
+                self.out.append(
+                    make(
+                        "TL124",
+                        e.tensor.range,
+                        f"`{e.tensor.name}` is not a side tensor (a "
+                        "tensor in global memory that no Copy moves); only those are subscripted",
+                    )
+                )
             elif e.tensor.name in self.model.params or e.tensor.name in BUILTINS:
                 self.out.append(make("TL124", e.tensor.range, f"`{e.tensor.name}` is not a tensor"))
             return None  # an undefined name is TL101
         stmt = t.placements["global"].stmt  # type: ignore[attr-defined]
         dims = getattr(stmt, "shape", None) or []
         if len(e.indices) != len(dims):
-            self.out.append(make("TL124", e.range, f"`{e.tensor.name}` has {len(dims)} dimension"
-                                 f"{'s' if len(dims) != 1 else ''}, found {len(e.indices)} index"
-                                 f"{'es' if len(e.indices) != 1 else ''}"))
-        for i, ty in zip(e.indices, types):
+            self.out.append(
+                make(
+                    "TL124",
+                    e.range,
+                    f"`{e.tensor.name}` has {len(dims)} dimension"
+                    f"{'s' if len(dims) != 1 else ''}, found {len(e.indices)} index"
+                    f"{'es' if len(e.indices) != 1 else ''}",
+                )
+            )
+        for i, ty in zip(e.indices, types, strict=True):
             if ty in ("real", "bool"):
-                self.out.append(make("TL122", i.range, f"a subscript is an integer: `{ast.expr_text(i)}` is "
-                                     f"{_a(ty)}"))
+                self.out.append(
+                    make("TL122", i.range, f"a subscript is an integer: `{ast.expr_text(i)}` is {_a(ty)}")
+                )
         dtype = getattr(stmt, "dtype", None)
         return "int" if dtype is not None and dtype.name.lower() == "int32" else "real"
 
@@ -279,8 +352,12 @@ def _scalars(model: Model) -> Iterator[Diagnostic]:
             yield make("TL126", stmt.name.range, f"`{name}` is {clash}; a Scalar needs its own name")
         decl = model.scalars.get(name)
         if stmt.value is not None and decl is not None and decl.value is None:
-            yield make("TL126", stmt.value.range, f"a Scalar's default is a number (`30.0` for a real, "
-                       f"`2048` for an integer), found `{ast.expr_text(stmt.value)}`")
+            yield make(
+                "TL126",
+                stmt.value.range,
+                f"a Scalar's default is a number (`30.0` for a real, "
+                f"`2048` for an integer), found `{ast.expr_text(stmt.value)}`",
+            )
 
 
 def _side_tensors(model: Model, side: dict[str, object]) -> Iterator[Diagnostic]:
@@ -300,16 +377,26 @@ def _side_tensors(model: Model, side: dict[str, object]) -> Iterator[Diagnostic]
             continue
         if stmt.dtype is not None and stmt.dtype.name.lower() not in SIDE_DTYPES:
             hit = closest(stmt.dtype.name.lower(), {d: d for d in SIDE_DTYPES})
-            yield make("TL125", stmt.dtype.range, f"side tensor `{name}`: element type "
-                       f"`{stmt.dtype.name}`; the kernels read float32 or int32",
-                       fixes=replace_fix(stmt.dtype.range, hit) if hit else ())
+            yield make(
+                "TL125",
+                stmt.dtype.range,
+                f"side tensor `{name}`: element type `{stmt.dtype.name}`; the kernels read float32 or int32",
+                fixes=replace_fix(stmt.dtype.range, hit) if hit else (),
+            )
         if stmt.offset is not None:
-            yield make("TL125", stmt.offset.range, f"side tensor `{name}` is addressed by its subscripts; "
-                       "drop `with offset`")
+            yield make(
+                "TL125",
+                stmt.offset.range,
+                f"side tensor `{name}` is addressed by its subscripts; drop `with offset`",
+            )
         for d in stmt.shape or []:
             if isinstance(d, ast.Name) and d.name in SIZE_DIMS:
                 continue
             v = model.evaluate(d)
             if v is None or v <= 0:
-                yield make("TL125", d.range, f"side tensor `{name}`: dim `{ast.expr_text(d)}` is neither a "
-                           f"size ({', '.join(SIZE_DIMS)}) nor a positive integer")
+                yield make(
+                    "TL125",
+                    d.range,
+                    f"side tensor `{name}`: dim `{ast.expr_text(d)}` is neither a "
+                    f"size ({', '.join(SIZE_DIMS)}) nor a positive integer",
+                )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.abi import LaunchSpec
+from runner.abi import ATTENTION_PARAMS, LaunchSpec, program_params
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -24,6 +24,9 @@ def launch_spec(
 ) -> LaunchSpec:
     """What the runner needs to launch the kernel: the plan's shape facts plus the backend's block size,
     shared memory and architecture (and anything backend-specific in `extra`)."""
+    program = None if plan.ir.plain else plan.ir.to_dict()
+    base = extra.pop("params", tuple(p[0] for p in ATTENTION_PARAMS))
+    extra["params"] = tuple(base) + tuple(p[0] for p in program_params(program))
     return LaunchSpec(
         kernel_name=plan.kernel_name,
         block_m=plan.block_m,
@@ -39,5 +42,6 @@ def launch_spec(
         tl_file=tl_file,
         block_n=plan.block_n,
         heads_kv=plan.heads_kv,
+        program=program,
         **extra,
     )

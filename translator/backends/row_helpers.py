@@ -10,7 +10,7 @@ from __future__ import annotations
 from translator.writer import CodeWriter
 
 
-def emit_row_helpers(w: CodeWriter) -> None:
+def emit_row_helpers(w: CodeWriter, regions: bool = False) -> None:
     w.comment("The four threads of a quad hold one accumulator row between them.")
     with w.block("CUTE_DEVICE float quad_max(float x)"):
         w.line("x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));")
@@ -26,6 +26,10 @@ def emit_row_helpers(w: CodeWriter) -> None:
         w.line('asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));')
         w.line("return y;")
     w.line()
+    if regions:
+        from translator.backends.regions import emit_region_helpers
+
+        emit_region_helpers(w)
     w.comment("Converts a float fragment to the input type in pairs (cvt.rn.{f16,bf16}x2.f32).")
     w.line("template <class To, class Engine, class Layout>")
     with w.block("CUTE_DEVICE auto convert_fragment(Tensor<Engine, Layout> const& src)"):

@@ -8,7 +8,7 @@ written by its emitter (`sm80_steps.EMITTERS`) at the place the FA2 pipeline put
 
 from __future__ import annotations
 
-from runner.abi import ATTENTION_PARAMS, LaunchSpec
+from runner.abi import ATTENTION_PARAMS, LaunchSpec, program_params
 from translator.backends.arch import ELEMENT, ArchFacts, SmemGeometry, arch_facts, smem_bytes
 from translator.backends.finish import launch_spec, render
 from translator.backends.sm80_helpers import emit_helpers
@@ -24,7 +24,7 @@ def generate(
     w = CodeWriter()
     _emit_header(w, plan, facts, tl_file)
     _emit_traits(w, plan, facts)
-    emit_helpers(w, facts.mma_k)
+    emit_helpers(w, facts.mma_k, regions=not plan.ir.plain)
     w.line()
     _emit_kernel(Emit(w, plan, facts))
     source, smap = render(w, plan, tl_file, line_directives)
@@ -171,7 +171,8 @@ def _gmem_copy(w: CodeWriter, name: str, g: SmemGeometry, op: str) -> None:
 
 def _emit_kernel(e: Emit) -> None:
     w, plan = e.w, e.plan
-    params = ",\n    ".join(f"{ctype} {name}" for name, ctype, _ in ATTENTION_PARAMS)
+    every = ATTENTION_PARAMS + program_params(None if plan.ir.plain else plan.ir.to_dict())
+    params = ",\n    ".join(f"{ctype} {name}" for name, ctype, _ in every)
     traits = f"{plan.kernel_name}_traits"
     sig = (
         f'extern "C" __global__ void __launch_bounds__({plan.threads}, 1) {plan.kernel_name}(\n    {params})'

@@ -10,7 +10,7 @@ from translator.backends.row_helpers import emit_row_helpers
 from translator.writer import CodeWriter
 
 
-def emit_helpers(w: CodeWriter, mma_k: int) -> None:
+def emit_helpers(w: CodeWriter, mma_k: int, regions: bool = False) -> None:
     with w.block("namespace tl", "}  // namespace tl"):
         w.line("using namespace cute;")
         w.line()
@@ -40,4 +40,4 @@ def emit_helpers(w: CodeWriter, mma_k: int) -> None:
             else:
                 w.line("return acc;")
         w.line()
-        emit_row_helpers(w)
+        emit_row_helpers(w, regions)

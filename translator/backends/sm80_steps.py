@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from translator.backends import regions
 from translator.backends.arch import ArchFacts
+from translator.backends.regions import Regions
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
@@ -23,6 +25,24 @@ class Emit:
     plan: KernelPlan
     facts: ArchFacts
     masked: bool = True  # while writing the loop body: the copy for blocks that need the mask
+    reg: Regions | None = None  # the variant's regions; None for the plain forward (its tuned code)
+
+    def __post_init__(self) -> None:
+        if not self.plan.ir.plain:
+            self.reg = Regions(self.plan.ir)
+
+    @property
+    def by_class(self) -> bool:
+        """Mask expressions beyond the `Mask` header: key blocks are classified one by one."""
+        return self.reg is not None and self.plan.ir.header_mask == "expr"
+
+    @property
+    def next_block(self) -> str:
+        return "n_next" if self.by_class else "n_block - 1"
+
+    @property
+    def has_next(self) -> str:
+        return "n_next >= n_block_min" if self.by_class else "n_block > n_block_min"
 
     def line_of(self, kind: str) -> int | None:
         return self.plan.line_of(kind)
@@ -66,6 +86,8 @@ def _globals(e: Emit, phase: str) -> None:
         "GQA/MQA: consecutive query heads share one K/V head" if (p.group or p.heads_kv) else "",
     ):
         w.line("const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head")
+    if e.reg is not None:
+        regions.emit_uniforms(w, e.reg, tag_line=e.line_of("score_mod") or e.line_of("mask_expr"))
     for kind, m, ptr, ty, rows, dim, head in specs:
         with e.tag(kind):
             w.line(
@@ -86,6 +108,9 @@ def _key_range(e: Emit, phase: str) -> None:
     with e.tag("loop", "key blocks [n_block_min, n_block_max), walked from the last (FA2)"):
         w.line("int n_block_min = 0;")
         w.line("int n_block_max = cute::ceil_div(seqlen_k, kBlockN);")
+    if e.by_class:
+        regions.emit_block_class(w, e.reg, tag_line=e.line_of("mask_expr"))  # type: ignore[arg-type]
+        return
     if p.mask == "none":
         return
     with e.tag("mask", f"Mask {p.mask}: skip key blocks no row of this block can see (bottom-right aligned)"):
@@ -194,9 +219,9 @@ def _load_k(e: Emit, phase: str) -> None:
         )
         with (
             e.tag("load_k", note + " (a full block: only the highest can be partial)"),
-            w.block("if (n_block > n_block_min)"),
+            w.block(f"if ({e.has_next})"),
         ):
-            w.line(f"load_K(n_block - 1, {'stage ^ 1' if p.stages == 2 else '0'}, cute::false_type{{}});")
+            w.line(f"load_K({e.next_block}, {'stage ^ 1' if p.stages == 2 else '0'}, cute::false_type{{}});")
             e.fence()
 
 
@@ -232,9 +257,9 @@ def _load_v(e: Emit, phase: str) -> None:
     elif phase == "prefetch2":
         with (
             e.tag("load_v", "prefetch the next key block's V into the other buffer, behind its K"),
-            w.block("if (n_block > n_block_min)"),
+            w.block(f"if ({e.has_next})"),
         ):
-            w.line("load_V(n_block - 1, stage ^ 1, cute::false_type{});")
+            w.line(f"load_V({e.next_block}, stage ^ 1, cute::false_type{{}});")
             e.fence()
     else:
         with e.tag("load_v", "issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)"):
@@ -311,7 +336,12 @@ def _alloc_s(e: Emit, phase: str) -> None:
 
 def _scale(e: Emit, phase: str) -> None:
     w = e.w
-    if phase == "setup":
+    if phase == "setup" and e.reg is not None:
+        folded = e.reg.fold is not None
+        note = "folded into Softmax's exp2" if folded else "the score region writes log2-domain scores"
+        with e.tag("scale" if e.plan.step("scale") else "score_mod", note):
+            w.line(f"const float scale_log2 = {e.reg.scale_log2()};")
+    elif phase == "setup":
         with e.tag("scale", "folded into Softmax's exp2: one FFMA per score"):
             w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
     else:
@@ -321,6 +351,8 @@ def _scale(e: Emit, phase: str) -> None:
 
 def _softmax(e: Emit, phase: str) -> None:
     w = e.w
+    if e.reg is not None and not e.reg.softmax:
+        return  # no Softmax: the score region wrote the weights themselves
     if phase == "setup":
         with e.tag("softmax", "running row max and row sum (per thread, for its rows)"):
             w.line("Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
@@ -416,6 +448,10 @@ def _mask(e: Emit, phase: str) -> None:
                 "Int<kBlockN>>{}));"
                 "  // (MMA, MMA_M, MMA_N) -> (row, col)"
             )
+            if e.reg is not None:
+                regions.emit_score_lambda(w, e.reg, tag_line=e.line_of("score_mod") or e.line_of("mask_expr"))
+            if e.by_class:
+                return
             if p.mask == "window":
                 w.line("// a window has a left edge too: every block is masked")
                 return
@@ -436,6 +472,10 @@ def _mask(e: Emit, phase: str) -> None:
         "causal": "bottom-right causal mask and the seqlen_k tail",
         "window": "sliding window (bottom-right aligned) and the seqlen_k tail",
     }[p.mask]
+    if e.reg is not None:
+        with e.tag("score_mod" if e.plan.step("score_mod") else tag, note):
+            w.line(f"apply_score(acc_s, n_block, cute::{'true' if e.masked else 'false'}_type{{}});")
+        return
     if not e.masked:
         return
     with e.tag(tag, note):
@@ -451,6 +491,9 @@ def _loop(e: Emit, phase: str) -> None:
     causal diagonal; every block for a window), then the rest with no mask code and no copy predicates."""
     w, p = e.w, e.plan
     w.line()
+    if e.by_class:
+        _loop_by_class(e)
+        return
     with e.tag("loop", "key blocks from the highest down (FA2): blocks needing the mask come first"):
         w.line("int n_block = n_block_max - 1;")
         if p.stages == 2:
@@ -469,6 +512,33 @@ def _loop(e: Emit, phase: str) -> None:
         w.line("for (; n_block >= n_block_min; --n_block) {")
     with w.indent():
         _body(e, masked=False)
+    with e.tag("loop"):
+        w.line("}")
+
+
+def _loop_by_class(e: Emit) -> None:
+    """Key blocks from the highest down, skipping the ones the masks empty; a block the masks keep
+    whole runs the body without the per-score mask."""
+    w, p = e.w, e.plan
+    with e.tag("loop", "key blocks from the highest down, each classified by the masks (empty: skipped)"):
+        w.line("int n_block = n_block_max - 1;")
+        if p.stages == 2:
+            w.line("int stage = 0;  // the K/V buffers holding this block")
+        w.line("CUTE_NO_UNROLL")
+        w.line("while (n_block >= n_block_min) {")
+    with w.indent():
+        with e.tag("loop"):
+            w.line("const int n_next = next_block(n_block);  // the block after this one (or none)")
+            w.line("if (block_class(n_block) == 1) {")
+        with w.indent():
+            _body(e, masked=True)
+        with e.tag("loop"):
+            w.line("} else {")
+        with w.indent():
+            _body(e, masked=False)
+        with e.tag("loop"):
+            w.line("}")
+            w.line("n_block = n_next;")
     with e.tag("loop"):
         w.line("}")
 
@@ -494,9 +564,7 @@ def _body(e: Emit, *, masked: bool) -> None:
     e.run("mask", "loop")
     with e.tag("loop", "V(n_block) has landed; every warp is done reading this K buffer"):
         if staged and e.facts.cp_async:
-            w.line(
-                "if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }"
-            )
+            w.line(f"if ({e.has_next}) {{ cute::cp_async_wait<2>(); }} else {{ cute::cp_async_wait<0>(); }}")
         else:
             e.wait(0)
         w.line("__syncthreads();")
@@ -515,7 +583,10 @@ def _normalize(e: Emit, phase: str) -> None:
     w = e.w
     w.line()
     with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
-        emit_normalize_rows(w)
+        if e.reg is not None:
+            regions.emit_normalize(w, e.reg, "thr_mma")
+        else:
+            emit_normalize_rows(w)
 
 
 def _store_o(e: Emit, phase: str) -> None:
@@ -541,7 +612,8 @@ def _store_o(e: Emit, phase: str) -> None:
             "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));"
         )
         w.line()
-        emit_store_lse(w, "thr_mma")
+        if e.reg is None or e.reg.softmax:
+            emit_store_lse(w, "thr_mma")
         w.line("__syncthreads();  // sO complete before it is read in another thread layout")
         w.line()
         w.line(

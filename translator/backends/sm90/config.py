@@ -53,8 +53,8 @@ class HopperConfig:
     def split_softmax(self) -> bool:
         """The pipelined loop waits for P·V in the middle of the softmax, FA4's schedule (on the H200:
         d64 +3 %, d128 +1–2 %; at d_v 256 −1 to −3 %: docs/results/2026-11-30-h200-sm90-sweeps-sixth.json),
-        and the plain loop has no P·V in flight to wait for."""
-        return self.overlap and self.plan.head_dim_v <= 128
+        and the plain loop has no P·V in flight to wait for. Without a Softmax there is nothing to split."""
+        return self.overlap and self.plan.head_dim_v <= 128 and self.plan.ir.normalizer == "softmax"
 
     @property
     def split_softmax_cols(self) -> int:

@@ -22,8 +22,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
+from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec, program_params
 from translator.backends.finish import launch_spec, render
+from translator.backends.regions import (
+    Regions,
+    emit_block_class,
+    emit_normalize,
+    emit_score_lambda,
+    emit_uniforms,
+)
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
 from translator.backends.sm90.helpers import emit_helpers
@@ -43,6 +50,17 @@ class _Emit:
 
     def __init__(self, w: CodeWriter, cfg: HopperConfig) -> None:
         self.w, self.cfg, self.plan = w, cfg, cfg.plan
+        # The variant's regions; None for the plain forward, whose tuned code stays as measured.
+        self.reg = None if cfg.plan.ir.plain else Regions(cfg.plan.ir)
+
+    @property
+    def by_class(self) -> bool:
+        """Mask expressions beyond the `Mask` header: producer and consumers walk the key blocks the
+        classification keeps, in the same order."""
+        return self.reg is not None and self.plan.ir.header_mask == "expr"
+
+    def region_line(self) -> int | None:
+        return self.plan.line_of("score_mod") or self.plan.line_of("mask_expr") or self.plan.line_of("scale")
 
     def tag(self, kind: str, note: str = "") -> AbstractContextManager[None]:
         s = self.plan.step(kind)
@@ -76,7 +94,7 @@ def emit_sm90(
     e = _Emit(w, cfg)
     _header(e, tl_file)
     _traits(e)
-    emit_helpers(w)
+    emit_helpers(w, regions=e.reg is not None)
     w.line()
     _kernel(e)
     source, smap = render(w, plan, tl_file, line_directives)
@@ -86,7 +104,7 @@ def emit_sm90(
         threads=cfg.threads,
         shared_bytes=cfg.smem()["total"],
         arch=NVRTC_ARCH,
-        params=tuple(p[0] for p in ATTENTION_PARAMS) + TMA_PARAMS,
+        params=tuple(p[0] for p in ATTENTION_PARAMS) + TMA_PARAMS,  # then the program's (finish.py)
         persistent=cfg.persistent,
     )
     return source, launch, smap
@@ -250,6 +268,7 @@ def _kernel(e: _Emit) -> None:
     w, p = e.w, e.plan
     params = [f"{ctype} {name}" for name, ctype, _ in ATTENTION_PARAMS]
     params += [f"const __grid_constant__ cute::TmaDescriptor {n}" for n in TMA_PARAMS]
+    params += [f"{ctype} {name}" for name, ctype, _ in program_params(None if p.ir.plain else p.ir.to_dict())]
     w.line(f'extern "C" __global__ void __launch_bounds__({e.cfg.threads}, 1) {p.kernel_name}(')
     for prm in params[:-1]:
         w.line(f"    {prm},")
@@ -406,6 +425,9 @@ def _key_range(e: _Emit) -> None:
     ):
         w.line("int n_block_min = 0;")
         w.line("int n_block_max = cute::ceil_div(seqlen_k, kBlockN);")
+    if e.by_class:
+        emit_block_class(w, e.reg, tag_line=e.plan.line_of("mask_expr"))  # type: ignore[arg-type]
+        return
     if p.mask == "none":
         return
     with e.tag("mask", f"Mask {p.mask}: skip key blocks no row of this block can see (bottom-right aligned)"):
@@ -514,6 +536,9 @@ def _producer_tile(e: _Emit) -> None:
                 "bidh_kv",
             )
             _advance_ring(e, f"{name}_stage", f"{name}_phase")
+    if e.by_class:
+        _producer_by_class(e)
+        return
     if not c.overlap:
         with e.tag("loop", "the producer walks the key blocks in the consumers' order: K(n), V(n)"):
             w.line(
@@ -540,6 +565,42 @@ def _producer_tile(e: _Emit) -> None:
             w.line("load_k(n_block);")
             w.line("load_v(n_block + 1);")
         w.line("load_v(n_block_min);")
+    with w.indent(), e.tag("load_q"):
+        w.line("load_q();  // no key block: the consumers still wait for Q")
+    w.line("}")
+
+
+def _producer_by_class(e: _Emit) -> None:
+    """The consumers' order over the blocks the masks keep (`next_block` skips the empty ones)."""
+    w = e.w
+    if not e.cfg.overlap:
+        with e.tag("loop", "the producer walks the kept key blocks in the consumers' order: K(n), V(n)"):
+            w.line(
+                "if (n_block_max <= n_block_min) load_q();  // no key block: the consumers still wait for Q"
+            )
+            w.line("CUTE_NO_UNROLL")
+            with w.block(
+                "for (int n_block = n_block_max - 1; n_block >= n_block_min; n_block = next_block(n_block))"
+            ):
+                w.line("load_k(n_block);")
+                w.line("if (n_block == n_block_max - 1) load_q();")
+                w.line("load_v(n_block);")
+        return
+    with (
+        e.tag("loop", "in the consumers' order over the kept key blocks: V trails K by one block"),
+        w.block("if (n_block_max > n_block_min)", "} else {"),
+    ):
+        w.line("int n_prev = n_block_max - 1;")
+        w.line("load_k(n_prev);")
+        w.line("load_q();")
+        w.line("CUTE_NO_UNROLL")
+        with w.block(
+            "for (int n_block = next_block(n_prev); n_block >= n_block_min; n_block = next_block(n_block))"
+        ):
+            w.line("load_k(n_block);")
+            w.line("load_v(n_prev);")
+            w.line("n_prev = n_block;")
+        w.line("load_v(n_prev);")
     with w.indent(), e.tag("load_q"):
         w.line("load_q();  // no key block: the consumers still wait for Q")
     w.line("}")
@@ -578,8 +639,15 @@ def _consumer(e: _Emit) -> None:
             "Tensor sVt = make_tensor(make_smem_ptr(smem_v), Traits::SmemLayoutVt{});  // (d_v, BN, stage)"
         )
         w.line("Tensor tOrV = wg_mma_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, kStages)")
-    with e.tag("scale", "folded into Softmax's exp2: one FFMA per score"):
-        w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
+    if e.reg is not None:
+        note = (
+            "folded into Softmax's exp2" if e.reg.fold is not None else "the score region writes log2 units"
+        )
+        with e.w.tl(e.region_line(), note):
+            w.line(f"const float scale_log2 = {e.reg.scale_log2()};")
+    else:
+        with e.tag("scale", "folded into Softmax's exp2: one FFMA per score"):
+            w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
     with e.tag("loop" if p.mask == "none" else "mask", "(row, col) of each score, for masking"):
         w.line(
             "Tensor tScS = thr_mma_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
@@ -607,6 +675,8 @@ def _consumer(e: _Emit) -> None:
 def _consumer_tile(e: _Emit) -> None:
     w = e.w
     w.line()
+    if e.reg is not None:
+        emit_uniforms(w, e.reg, tag_line=e.region_line())
     with e.tag("alloc_acc_o", "fp32 wgmma accumulator fragment"):
         w.line(
             "Tensor acc_o = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{});"
@@ -649,6 +719,10 @@ def _lambdas(e: _Emit) -> None:
         "window": "sliding window (bottom-right aligned) and the seqlen_k tail",
     }[p.mask]
     mask_kind = "loop" if p.mask == "none" else "mask"
+    if e.reg is not None:
+        emit_score_lambda(w, e.reg, tag_line=e.region_line())
+        _softmax_lambdas(e)
+        return
     lam = "auto apply_mask = [&](auto& acc_s, int n_block)"
     with e.tag(mask_kind, note), w.block(lam, "};"), w.block(f"if ({need})"):
         w.line(SCORES_ROWCOL)
@@ -678,6 +752,17 @@ def _lambdas(e: _Emit) -> None:
                 w.line("const int col = get<1>(coords(r, c)) - thread_col;  // a constant")
                 out = "col >= col_end" if p.mask != "window" else "col < col_begin || col >= col_end"
                 w.line(f"if ({out}) scores(r, c) = -__int_as_float(0x7f800000);")
+    _softmax_lambdas(e)
+
+
+def _softmax_lambdas(e: _Emit) -> None:
+    """`softmax_step` and `rescale_o`; without a Softmax both do nothing (the score region wrote P)."""
+    w = e.w
+    if e.reg is not None and not e.reg.softmax:
+        with e.tag("reshape", "no Softmax: the scores are the weights, acc_o is never rescaled"):
+            w.line("auto softmax_step = [&](auto& acc_s) {};")
+            w.line("auto rescale_o = [&]() {};")
+        return
     online = "online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum"
     with e.tag("softmax", online), w.block("auto softmax_step = [&](auto& acc_s)", "};"):
         w.line(SCORES_ROWCOL)
@@ -820,13 +905,13 @@ def _loop_plain(e: _Emit) -> None:
     w.line()
     with e.tag("loop", "one iteration per key block, from the last to the first"):
         w.line("CUTE_NO_UNROLL")
-        w.line("for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {")
+        step = "n_block = next_block(n_block)" if e.by_class else "--n_block"
+        w.line(f"for (int n_block = n_block_max - 1; n_block >= n_block_min; {step}) {{")
     with w.indent():
         _alloc_s(e, "acc_s")
         _qk(e, "acc_s")
         _qk_done(e, "acc_s", pending=0, note="S is complete; the K buffer goes back to the producer")
-        with e.tag("mask" if e.plan.mask != "none" else "loop"):
-            w.line("apply_mask(acc_s, n_block);")
+        _apply(e, "acc_s", "cute::true_type{}")
         with e.tag("softmax"):
             w.line("softmax_step(acc_s);")
             w.line("rescale_o();")
@@ -837,6 +922,16 @@ def _loop_plain(e: _Emit) -> None:
             _advance_ring(e)
     with e.tag("loop"):
         w.line("}")
+
+
+def _apply(e: _Emit, acc: str, masked: str) -> None:
+    """The mask (plain) or the whole score region (variants) on one block's scores."""
+    if e.reg is not None:
+        with e.w.tl(e.region_line()):
+            e.w.line(f"apply_score({acc}, n_block, {masked});")
+        return
+    with e.tag("mask" if e.plan.mask != "none" else "loop"):
+        e.w.line(f"apply_mask({acc}, n_block);")
 
 
 def _turn(e: _Emit, call: str) -> None:
@@ -862,8 +957,7 @@ def _loop_overlap(e: _Emit) -> None:
         _qk(e, "acc_s", turn=True)
         _turn(e, "your_turn();")
         _qk_done(e, "acc_s", pending=0)
-        with e.tag("mask" if e.plan.mask != "none" else "loop"):
-            w.line("apply_mask(acc_s, n_block);")
+        _apply(e, "acc_s", "cute::true_type{}")
         with e.tag("softmax", "first block: acc_o is still zero, nothing to rescale"):
             w.line("softmax_step(acc_s);")
         _reshape(e, "acc_s")
@@ -900,7 +994,9 @@ def _overlap_step(e: _Emit) -> None:
             pending=1,
             note="wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)",
         )
-        if e.plan.mask != "none":
+        if e.reg is not None:
+            _apply(e, "acc_s_next", "masked")
+        elif e.plan.mask != "none":
             with e.tag("mask"):
                 w.line("if constexpr (decltype(masked)::value) apply_mask(acc_s_next, n_block);")
         split = e.cfg.split_softmax
@@ -930,6 +1026,14 @@ def _overlap_loops(e: _Emit) -> None:
     mask none does (the seqlen_k tail is in the first block, done above); with a causal mask the blocks
     on the diagonal come first, then the loop without; a window masks every block."""
     w, mask = e.w, e.plan.mask
+    if e.by_class:
+        with e.tag("mask_expr", "the kept key blocks; those the masks keep whole run without the mask"):
+            w.line("n_block = next_block(n_block_max - 1);")
+            w.line("CUTE_NO_UNROLL")
+            with w.block("for (; n_block >= n_block_min; n_block = next_block(n_block))"):
+                w.line("if (block_class(n_block) == 2) overlap_step(n_block, cute::false_type{});")
+                w.line("else overlap_step(n_block, cute::true_type{});")
+        return
     if mask == "causal":
         with e.tag("mask", "blocks below n_block_unmasked lie left of every row's diagonal: no mask"):
             w.line(
@@ -981,7 +1085,10 @@ def _normalize(e: _Emit) -> None:
     w = e.w
     w.line()
     with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
-        emit_normalize_rows(w)
+        if e.reg is not None:
+            emit_normalize(w, e.reg, "thr_mma_pv")
+        else:
+            emit_normalize_rows(w)
 
 
 def _store_o(e: _Emit) -> None:
@@ -992,7 +1099,8 @@ def _store_o(e: _Emit) -> None:
         "LSE from registers; O registers → shared (stmatrix) → TMA store (rows past "
         "seqlen_q are clipped by TMA)",
     ):
-        emit_store_lse(w, "thr_mma_pv")
+        if e.reg is None or e.reg.softmax:
+            emit_store_lse(w, "thr_mma_pv")
         w.line()
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if c.reuse_q_for_o:

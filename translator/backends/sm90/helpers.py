@@ -11,7 +11,7 @@ from translator.backends.row_helpers import emit_row_helpers
 from translator.writer import CodeWriter
 
 
-def emit_helpers(w: CodeWriter) -> None:
+def emit_helpers(w: CodeWriter, regions: bool = False) -> None:
     with w.block("namespace tl", "}  // namespace tl"):
         w.line("using namespace cute;")
         w.line()
@@ -35,7 +35,7 @@ def emit_helpers(w: CodeWriter) -> None:
             w.line("                   get<1>(acc),")
             w.line("                   coalesce(make_layout(get<0, 1>(groups), get<2>(acc))));")
         w.line()
-        emit_row_helpers(w)
+        emit_row_helpers(w, regions)
         w.line()
         _emit_descriptor_iterator(w)
         w.line()

@@ -1,0 +1,349 @@
+"""The kernel IR's regions as CUDA, for both backends: the score modification, the masks, the block
+classification and the normaliser's epilogue.
+
+Both backends see a score tile through the same (rows, cols) view (`tl::acc_rowcol`) with the same
+coordinate tensor, so one renderer serves them. Subexpressions are hoisted by the level they vary at
+(`kernel_ir.passes.levels`): per-(batch, head) values once per tile, per-key values into a small array
+before the rows, per-row values in the row loop, and only what depends on both inside the column loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kernel_ir import passes
+from kernel_ir.expr import BOOL, F32, I32, Const, Expr, Load, Op, Var, walk
+from kernel_ir.program import Forward
+from translator.writer import CodeWriter
+
+NEG_INF = "-__int_as_float(0x7f800000)"
+LN2 = "0.69314718055994531f"
+
+# Values of the IR's variables in the generated kernels (both backends name them alike).
+BINDINGS = {
+    "q_idx": "row",
+    "kv_idx": "col",
+    "head_idx": "bidh",
+    "kv_head_idx": "bidh_kv",
+    "batch_idx": "bidb",
+    "seqlen_q": "seqlen_q",
+    "seqlen_k": "seqlen_k",
+    "heads": "heads",
+    "heads_kv": "heads_kv",
+    "softmax_scale": "softmax_scale",
+    "window_left": "window_left",
+    "window_right": "window_right",
+    "s": "scores(r, c)",
+    "q_lo": "q_lo",
+    "q_hi": "q_hi",
+    "kv_lo": "kv_lo",
+    "kv_hi": "kv_hi",
+}
+
+
+def scalar_arg(name: str) -> str:
+    return f"scalar_{name}"
+
+
+def tensor_arg(name: str) -> str:
+    return f"{name}_ptr"
+
+
+@dataclass
+class Regions:
+    """What the backends emit for one forward program. `fold`: the score is `s · m` with m uniform, so
+    the tile keeps raw scores and the softmax folds m · log2(e) into its FFMA (the tuned plain path);
+    otherwise the score region writes log2-domain scores and the softmax's factor is 1."""
+
+    ir: Forward
+    fold: Expr | None = None
+    temps: dict[Expr, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.fold = passes.scale_of(self.ir.score) if self.ir.normalizer == "softmax" else None
+
+    @property
+    def softmax(self) -> bool:
+        return self.ir.normalizer == "softmax"
+
+    @property
+    def value(self) -> Expr | None:
+        """The per-score value the tile holds after the region (None: the raw score stays, folded)."""
+        if self.fold is not None:
+            return None
+        return passes.log2_score(self.ir.score) if self.softmax else self.ir.score
+
+    @property
+    def has_masks(self) -> bool:
+        return bool(self.ir.masks)
+
+    def scale_log2(self) -> str:
+        """The softmax's factor from the tile's values to log2 units."""
+        if self.fold is None:
+            return "1.f"
+        return f"{self.c(self.fold)} * 1.44269504088896340736f"
+
+    def lse_factor(self) -> str:
+        """Converts a row max as the tile holds it to natural-log units (for the LSE)."""
+        return self.c(self.fold) if self.fold is not None else LN2
+
+    # ---- expressions ----
+
+    def c(self, e: Expr, *, clamp: bool = False) -> str:
+        """C for `e`, reading hoisted temporaries where the renderer made them. `clamp`: inside a side
+        tensor's subscript, where rows past seqlen_q and keys past seqlen_k (the tiles' padding) read the
+        last valid element instead of memory past the tensor; those scores are masked anyway."""
+        if clamp:
+            if e == Var("q_idx", I32):
+                return "min(row, seqlen_q - 1)"
+            if e == Var("kv_idx", I32):
+                return "min(col, seqlen_k - 1)"
+            if passes.level(e) == "uniform" and e in self.temps:
+                return self.temps[e]
+            if isinstance(e, Op):
+                return _op(e.op, [self.c(a, clamp=True) for a in e.args], e)
+        t = self.temps.get(e)
+        if t is not None:
+            return t
+        if isinstance(e, Const):
+            return _const(e)
+        if isinstance(e, Var):
+            if self.ir.scalar(e.name) is not None:
+                return scalar_arg(e.name)
+            return BINDINGS[e.name]
+        if isinstance(e, Load):
+            return f"{tensor_arg(e.tensor)}[{self._offset(e)}]"
+        if clamp:
+            return self.c(e)
+        return _op(e.op, [self.c(a) for a in e.args], e)
+
+    def _offset(self, e: Load) -> str:
+        dims = self.ir.tensor(e.tensor).dims
+        out = self.c(e.index[0], clamp=True)
+        for d, i in zip(dims[1:], e.index[1:], strict=True):
+            out = f"({out}) * {d} + {self.c(i, clamp=True)}"
+        return out
+
+    def hoist(
+        self, w: CodeWriter, roots: list[Expr], lv: str, *, prefix: str, col_array: bool = False
+    ) -> None:
+        """Declare a temporary for every operation of `roots` that varies at level `lv`."""
+        levels = passes.levels(roots)
+        for r in roots:
+            for n in walk(r):
+                if n in self.temps or not isinstance(n, Op | Load) or levels[n] != lv:
+                    continue
+                name = f"{prefix}{len(self.temps)}"
+                ty = {F32: "float", I32: "int", BOOL: "bool"}[n.type]
+                if col_array:
+                    w.line(f"{name}[c] = {self.c(n)};  // {_note(n)}")
+                    self.temps[n] = f"{name}[c]"
+                else:
+                    w.line(f"const {ty} {name} = {self.c(n)};  // {_note(n)}")
+                    self.temps[n] = name
+
+    def col_arrays(self, roots: list[Expr]) -> list[tuple[str, Expr]]:
+        """The per-key operations of `roots` that get an array (one entry per column of the thread)."""
+        levels = passes.levels(roots)
+        out: list[tuple[str, Expr]] = []
+        seen: set[Expr] = set()
+        for r in roots:
+            for n in walk(r):
+                if isinstance(n, Op | Load) and levels[n] == "col" and n not in seen and n not in self.temps:
+                    seen.add(n)
+                    out.append((f"tl_c{len(self.temps) + len(out)}", n))
+        return out
+
+
+def _note(e: Expr) -> str:
+    from kernel_ir.expr import text
+
+    t = text(e)
+    return t if len(t) <= 70 else t[:67] + "..."
+
+
+def _const(e: Const) -> str:
+    if e.type == BOOL:
+        return "true" if e.value else "false"
+    if e.type == I32:
+        return str(int(e.value))
+    v = float(e.value)
+    if math.isinf(v):
+        return ("-" if v < 0 else "") + "__int_as_float(0x7f800000)"
+    return f"{v!r}f" if "e" in repr(v) or "." in repr(v) else f"{v!r}.f"
+
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
+          "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}  # fmt: skip
+
+
+def _op(name: str, a: list[str], e: Op) -> str:
+    f32 = e.type == F32 or (e.args and e.args[0].type == F32)
+    if name in _INFIX:
+        return f"({a[0]} {_INFIX[name]} {a[1]})"
+    if name == "neg":
+        return f"(-{a[0]})"
+    if name == "not":
+        return f"(!{a[0]})"
+    if name == "where":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if name == "float":
+        return f"static_cast<float>({a[0]})"
+    if name in ("min", "max"):
+        return f"{'f' + name + 'f' if f32 else name}({a[0]}, {a[1]})"
+    if name == "abs":
+        return f"{'fabsf' if f32 else 'abs'}({a[0]})"
+    if name == "relu":
+        return f"fmaxf({a[0]}, 0.f)" if f32 else f"max({a[0]}, 0)"
+    if name == "tanh":
+        return f"tl::tanh_exp2({a[0]})"
+    if name == "sigmoid":
+        return f"tl::sigmoid_exp2({a[0]})"
+    if name == "exp":
+        return f"tl::exp2_approx({a[0]} * 1.44269504088896340736f)"
+    if name == "exp2":
+        return f"tl::exp2_approx({a[0]})"
+    if name == "log":
+        return f"logf({a[0]})"
+    raise ValueError(f"no CUDA for IR op {name!r}")
+
+
+def emit_region_helpers(w: CodeWriter) -> None:
+    """Device functions the score regions call (inside `namespace tl`, after `exp2_approx`)."""
+    w.comment("tanh and sigmoid from one ex2.approx and a fast division: exact to a few ulp of fp32 where")
+    w.comment("a score needs it (tanh.approx's 2^-11 would move softcapped logits by 1e-2).")
+    with w.block("CUTE_DEVICE float tanh_exp2(float x)"):
+        w.line("const float e = exp2_approx(2.88539008177792681f * x);  // e^(2x)")
+        w.line("return 1.f - __fdividef(2.f, e + 1.f);")
+    w.line()
+    with w.block("CUTE_DEVICE float sigmoid_exp2(float x)"):
+        w.line("return __fdividef(1.f, 1.f + exp2_approx(-1.44269504088896340736f * x));")
+    w.line()
+
+
+def emit_score_lambda(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
+    """`apply_score(acc_s, n_block, masked)`: the score region on every score of one key block and, when
+    `masked` (a compile-time flag: blocks the classification could not prove whole), the masks and the
+    seqlen_k tail. Masked scores become −∞ under a softmax and 0 without one."""
+    value = reg.value
+    masks = list(reg.ir.masks)
+    roots = ([value] if value is not None else []) + masks
+    dead = NEG_INF if reg.softmax else "0.f"
+    lam = "auto apply_score = [&](auto& acc_s, int n_block, auto masked)"
+    with w.tl(tag_line, "the score region and the masks, on one key block"), w.block(lam, "};"):
+        w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)")
+        w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s")
+        w.line("constexpr int kCols = decltype(size<1>(scores))::value;")
+        arrays = reg.col_arrays(roots)
+        if arrays:
+            w.comment("per-key values, once per block for all of this thread's rows")
+            for name, n in arrays:
+                ty = {F32: "float", I32: "int", BOOL: "bool"}[n.type]
+                w.line(f"{ty} {name}[kCols];")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = 0; c < kCols; ++c)"):
+                w.line("const int col = n_block * kBlockN + get<1>(coords(0, c));")
+                for name, n in arrays:
+                    w.line(f"{name}[c] = {reg.c(n)};  // {_note(n)}")
+                    reg.temps[n] = f"{name}[c]"
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
+            w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
+            reg.hoist(w, roots, "row", prefix="tl_r")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = 0; c < kCols; ++c)"):
+                w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
+                reg.hoist(w, roots, "elem", prefix="tl_e")
+                if value is not None:
+                    w.line(f"float x = {reg.c(value)};")
+                else:
+                    w.line("float x = scores(r, c);")
+                keep = " && ".join(reg.c(m) for m in masks) or "true"
+                with w.block("if constexpr (decltype(masked)::value)"):
+                    w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
+                w.line("scores(r, c) = x;")
+        for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e", "tl_c"))]:
+            del reg.temps[n]
+
+
+def emit_uniforms(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
+    """Per-(batch, head) values of every region, once per tile (after bidb, bidh and bidh_kv)."""
+    roots = [r for r in (reg.value, *reg.ir.masks, reg.ir.sink, reg.ir.output_scale) if r is not None]
+    if reg.fold is not None:
+        roots.append(reg.fold)
+    lv = passes.levels(roots)
+    if not any(lv[n] == "uniform" for r in roots for n in walk(r) if isinstance(n, Op | Load)):
+        return
+    with w.tl(tag_line, "values of the score region that are one per (batch, head): hoisted"):
+        reg.hoist(w, roots, "uniform", prefix="tl_u")
+
+
+def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
+    """`block_class(n_block)`: 0 when the masks keep no score of the block (skipped), 2 when they keep
+    every one and the block ends before seqlen_k (run without the mask), else 1 (masked per score);
+    `next_block(n)` is the next lower block that is not skipped. Interval arithmetic over the block's
+    rows and keys (`kernel_ir.passes.block_class`)."""
+    bc = passes.block_class(reg.ir.masks)
+    with w.tl(tag_line, "which key blocks the masks empty, cut or keep whole (interval arithmetic)"):
+        with w.block("auto block_class = [&](int n_block) -> int", "};"):
+            w.line("const int q_lo = m_block * kBlockM;")
+            w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+            w.line("const int kv_lo = n_block * kBlockN;")
+            w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+            w.line(f"if ({reg.c(bc.never)}) return 0;")
+            w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
+        with w.block("auto next_block = [&](int n)", "};"):
+            w.line("do { --n; } while (n >= n_block_min && block_class(n) == 0);")
+            w.line("return n;")
+        w.comment("the range: skip empty blocks at both ends")
+        w.line("while (n_block_max > n_block_min && block_class(n_block_max - 1) == 0) --n_block_max;")
+        w.line("while (n_block_min < n_block_max && block_class(n_block_min) == 0) ++n_block_min;")
+
+
+def emit_normalize(w: CodeWriter, reg: Regions, thr_mma: str) -> None:
+    """TL `Compute Divide acc_o, rowsum` (softmax, with the sink in the denominator) or the pointwise
+    normaliser's output scale; the row LSE where there is a softmax."""
+    w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
+    if not reg.softmax:
+        if reg.ir.output_scale is None:
+            w.line("// no softmax: O = P·V as accumulated")
+            return
+        w.line(
+            f"Tensor tOcO_scale = {thr_mma}.partition_C("
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));"
+        )
+        w.line("Tensor tOcO_scale_rc = make_tensor(tOcO_scale.data(), tl::acc_rowcol(tOcO_scale.layout()));")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
+            w.line("const int row = m_block * kBlockM + get<0>(tOcO_scale_rc(r, 0));")
+            reg.hoist(w, [reg.ir.output_scale], "row", prefix="tl_r")
+            w.line(f"const float o_scale = {reg.c(reg.ir.output_scale)};")
+            w.line("CUTE_UNROLL")
+            w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= o_scale;")
+        return
+    w.line("Tensor row_lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
+    if reg.ir.sink is not None:
+        w.line(f"const float sink_log2 = {reg.c(reg.ir.sink)} * 1.44269504088896340736f;  // the sink logit")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
+        w.line("float sum = tl::quad_sum(row_sum(r));")
+        if reg.ir.sink is not None:
+            w.comment("the sink joins the denominator: rescale to max(row max, sink) to stay finite")
+            w.line(
+                f"const float m2 = row_max(r) == {NEG_INF} ? {NEG_INF} : row_max(r) * ({reg.scale_log2()});"
+            )
+            w.line("const float m_all = fmaxf(m2, sink_log2);")
+            w.line("const float keep = tl::exp2_approx(m2 - m_all);  // 0 for a row that saw no key")
+            w.line("sum = sum * keep + tl::exp2_approx(sink_log2 - m_all);")
+            w.line("const float inv_sum = keep / sum;")
+            w.line(f"row_lse(r) = (m_all + __log2f(sum)) * {LN2};")
+        else:
+            w.line("const bool empty = sum == 0.f || sum != sum;")
+            w.line("const float inv_sum = empty ? 1.f : 1.f / sum;")
+            w.line(
+                "row_lse(r) = empty ? __int_as_float(0x7f800000) : "
+                f"row_max(r) * {reg.lse_factor()} + __logf(sum);"
+            )
+        w.line("CUTE_UNROLL")
+        w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
