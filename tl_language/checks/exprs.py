@@ -284,7 +284,8 @@ class _Typer:
             if c is None or x is None or y is None:
                 return None
             return "real" if "real" in (x, y) else "int"
-        checked = [self._want(a, t, "number", f"`{f.name}` takes numbers") for a, t in zip(e.args, types, strict=True)]
+        want = f"`{f.name}` takes numbers"
+        checked = [self._want(a, t, "number", want) for a, t in zip(e.args, types, strict=True)]
         if any(t is None for t in checked):
             return None
         if f.kind == "float":
