@@ -26,34 +26,37 @@ def mha():  # type: ignore[no-untyped-def]
     return analyze(MHA)
 
 
-@pytest.mark.parametrize(("needle", "line_hint", "expect"), [
-    ("Allocate", None, "**Allocate**"),
-    ("Copy", None, "**Copy**"),
-    ("Compute", None, "**Compute**"),
-    ("Reshape", None, "**Reshape**"),
-    ("for", "for j", "**for**"),
-    ("end", "end", "**end**"),
-    ("Kernel", None, "shared memory 98,304"),
-    ("GEMM", None, "Q·Kᵀ"),
-    ("Softmax", None, "online softmax".capitalize()),
-    ("Multiply", None, "Elementwise product"),
-    ("Divide", None, "row vector"),
-    ("global", "Allocate Q", "**global**"),
-    ("shared", "Copy Q (BM", "**shared** memory"),
-    ("register", "Allocate S", "**register**"),
-    ("sm_80", None, "A100 (108 SMs)"),
-    ("bf16", "Dtype", "2 byte(s)"),
-    ("none", "Mask", "no mask"),
-    ("BM", "Param BM", "query rows per thread block"),
-    ("stages", "Param stages", "shared memory per block: 98,304 of 166,912"),
-    ("warps", "Param warps", "registers per thread ≈ 232"),
-    ("seqlen_q", "Allocate Q", "number of query rows"),
-    ("scale", "Multiply", "softmax scale"),
-    ("j", "for j", "loop variable"),
-    ("MMA_C", None, "accumulator fragment"),
-    ("coordinate", "Copy Q (BM", "which tile"),
-    ("accumulate", None, "added to X"),
-])
+@pytest.mark.parametrize(
+    ("needle", "line_hint", "expect"),
+    [
+        ("Allocate", None, "**Allocate**"),
+        ("Copy", None, "**Copy**"),
+        ("Compute", None, "**Compute**"),
+        ("Reshape", None, "**Reshape**"),
+        ("for", "for j", "**for**"),
+        ("end", "end", "**end**"),
+        ("Kernel", None, "shared memory 98,304"),
+        ("GEMM", None, "Q·Kᵀ"),
+        ("Softmax", None, "online softmax".capitalize()),
+        ("Multiply", None, "Elementwise product"),
+        ("Divide", None, "row vector"),
+        ("global", "Allocate Q", "**global**"),
+        ("shared", "Copy Q (BM", "**shared** memory"),
+        ("register", "Allocate S", "**register**"),
+        ("sm_80", None, "A100 (108 SMs)"),
+        ("bf16", "Dtype", "2 byte(s)"),
+        ("none", "Mask", "no mask"),
+        ("BM", "Param BM", "query rows per thread block"),
+        ("stages", "Param stages", "shared memory per block: 98,304 of 166,912"),
+        ("warps", "Param warps", "registers per thread ≈ 232"),
+        ("seqlen_q", "Allocate Q", "number of query rows"),
+        ("scale", "Multiply", "softmax scale"),
+        ("j", "for j", "loop variable"),
+        ("MMA_C", None, "accumulator fragment"),
+        ("coordinate", "Copy Q (BM", "which tile"),
+        ("accumulate", None, "added to X"),
+    ],
+)
 def test_hover_words(mha, needle: str, line_hint: str | None, expect: str) -> None:  # type: ignore[no-untyped-def]
     h = hover(mha, at(MHA, needle, line_hint))
     assert h is not None, needle
@@ -109,3 +112,51 @@ def test_hover_explains_the_hopper_switches() -> None:
     assert h is not None and "one thread block per SM walks the query tiles" in h.markdown
     h = hover(a, at(text, "pingpong", "Param pingpong"))
     assert h is not None and "take turns issuing their GEMMs" in h.markdown
+
+
+VARIANTS = ROOT / "examples" / "variants"
+
+
+@pytest.mark.parametrize(
+    ("file", "needle", "line_hint", "expect"),
+    [
+        ("softcap.tl", "Scalar", "Scalar cap", "**Scalar** `NAME = value`"),
+        ("softcap.tl", "cap", "Divide S, cap", "**Scalar** `cap` = 30.0, real"),
+        ("softcap.tl", "Tanh", "Compute Tanh", "hyperbolic tangent"),
+        ("dilated_window.tl", "dil", "Scalar dil", "**Scalar** `dil` = 2, integer"),
+        ("dilated_window.tl", "abs", "Mask S, abs", "**abs**(x) — absolute value"),
+        ("dilated_window.tl", "%", "Mask S, abs", "C semantics"),
+        ("relative_bias.tl", "min", "Add S, rel", "**min**(a, b)"),
+        (
+            "document_mask.tl",
+            "doc",
+            "Allocate doc",
+            "**side tensor** `doc` — global (batch, seqlen_k), int32",
+        ),
+        ("document_mask.tl", "doc", "Mask S, doc", "**side tensor** `doc`"),
+        ("document_mask.tl", "dtype", "Allocate doc", "element type of a side tensor"),
+        ("document_mask.tl", "int32", "Allocate doc", "4-byte integers"),
+        ("document_mask.tl", "q_idx", "Mask S, doc", "**index value** `q_idx` — the query row"),
+        ("learnable_sink.tl", "sinks", "Softmax S, sinks", "global (heads), float32"),
+        ("learnable_sink.tl", "Softmax", "Softmax S, sinks", "learnable sink"),
+        ("sigmoid_attention.tl", "Sigmoid", "Compute Sigmoid", "sigmoid attention"),
+    ],
+)
+def test_hover_on_variant_constructs(file: str, needle: str, line_hint: str, expect: str) -> None:
+    text = (VARIANTS / file).read_text(encoding="utf-8")
+    code = "\n".join("" if line.startswith("#") else line for line in text.splitlines())  # skip the prose
+    h = hover(analyze(text), at(code, needle, line_hint))
+    assert h is not None, needle
+    assert expect.lower() in h.markdown.lower(), h.markdown
+
+
+def test_a_function_name_is_a_function_only_when_called() -> None:
+    text = MHA.replace(
+        "Compute Multiply S, scale and get new S",
+        "Compute Multiply S, scale and get new S\n    Compute Add S, max(S, -30.0) and get new S",
+    )
+    a = analyze(text)
+    h = hover(a, at(text, "max", "Add S, max"))
+    assert h is not None and h.markdown.startswith("**max**(a, b)")
+    op = hover(a, at(text, "Add", "Add S, max"))
+    assert op is not None and op.markdown.startswith("**Add**")
