@@ -31,10 +31,10 @@ class Code:
 _TABLE: list[Code] = [
     # Syntax: the line is the recovery unit.
     Code("TL001", "invalid-character", E, "A character that is not part of TL.",
-         "TL text is ASCII outside comments: identifiers, integers and `()[],=:+-*/?`. The rest of the "
+         "TL text is ASCII outside comments: identifiers, numbers and `()[],=:+-*/?%<>!&|`. The rest of the "
          "line is skipped; the next line parses normally."),
     Code("TL002", "unknown-statement", E, "A line that starts with no statement keyword.",
-         "Every line starts with Kernel, Target, Dtype, Param, Mask, Allocate, Copy, Compute, Reshape, "
+         "Every line starts with Kernel, Target, Dtype, Param, Scalar, Mask, Allocate, Copy, Compute, Reshape, "
          "for or end (any case). A close misspelling gets a suggestion."),
     Code("TL003", "expected-token", E, "The statement's grammar expected another word or symbol here.",
          "The statement is kept with the fields parsed so far; the message quotes what was expected and "
@@ -93,6 +93,30 @@ _TABLE: list[Code] = [
     Code("TL108", "wrong-arity", E, "An operation given the wrong number of operands.",
          "Also reported when an operation that produces a new tensor has no `and get X`."),
     # GEMMs and layouts.
+    # Score, mask and sink expressions (attention variants).
+    Code("TL120", "unknown-function", E, "A function that TL expressions do not have.",
+         "Score and mask expressions call tanh, sigmoid, exp, exp2, log, abs, relu, min, max and where."),
+    Code("TL121", "function-arity", E, "A function called with the wrong number of arguments."),
+    Code("TL122", "expression-type", E, "A boolean where a number is expected, or the other way round.",
+         "Masks and `where` conditions are booleans (comparisons joined by `&`, `|`, `!`); scores, "
+         "indices and side-tensor subscripts are numbers, and subscripts and `%` take integers."),
+    Code("TL123", "index-outside-scores", E,
+         "An index value (`q_idx`, `kv_idx`, `head_idx`, …) or a side tensor outside a score expression.",
+         "Index values exist per score: use them in `Compute … S` statements of the key loop, in "
+         "`Compute Mask S, …` and in a Softmax sink, not in shapes, Params or loop bounds."),
+    Code("TL124", "side-tensor-subscript", E,
+         "A subscript of something that is not a side tensor, or with the wrong number of indices.",
+         "Side tensors are `Allocate X in global (dims…)` that no Copy moves; `X[i, j]` reads one element "
+         "and takes one integer index per dimension."),
+    Code("TL125", "side-tensor-shape", E, "A side tensor whose dims or element type the kernels cannot take.",
+         "Dims are `batch`, `heads`, `heads_kv`, `seqlen_q`, `seqlen_k` or positive integers; the element "
+         "type (`with dtype`) is float32 (default) or int32."),
+    Code("TL126", "scalar-default", E, "A runtime Scalar whose default is not a number, or defined twice.",
+         "`Scalar cap = 30.0` declares a real scalar, `Scalar prefix = 2048` an integer one; the launch "
+         "may pass another value."),
+    Code("TL128", "real-where-integer", E, "A real constant where TL needs an integer.",
+         "Params, shapes, offsets, loop bounds and coordinates are integers; reals belong in score and "
+         "mask expressions and Scalars."),
     Code("TL201", "gemm-operand-level", E,
          "A GEMM operand that is not in registers (shared allowed on sm_90).",
          "mma.sync reads its operands from registers; only sm_90's wgmma reads shared memory. The fix "
@@ -115,9 +139,11 @@ _TABLE: list[Code] = [
     # Target resources and tile legality.
     Code("TL301", "tile-mma-granularity", E, "A tile that is not a multiple of the target's MMA shape.",
          "BM is a multiple of 16 × warps; BN and head dims are multiples of the MMA's K (16 for 16-bit "
-         "inputs from sm_80, 8 on sm_75, 32 for fp8)."),
+         "inputs from sm_80, 8 on sm_75, 32 for fp8). The kernels add: BN a multiple of 16 on every "
+         "target; on sm_90 BN from 16 to 256 and BM a multiple of 64 rows per consumer warp group."),
     Code("TL302", "head-dim-unsupported", E, "A head dimension the target's kernels do not support.",
-         "Supported head dims: 32, 64, 96, 128, 160, 192, 256 (QK and V each)."),
+         "Supported head dims: 32, 64, 96, 128, 160, 192, 256 (QK and V each). The sm_90 kernel moves "
+         "64-column TMA boxes: 64, 128, 192 or 256, and d_v at most d_qk."),
     Code("TL303", "shared-memory-exceeded", E,
          "Shared memory per block (all stages) over the target's limit.",
          "Estimate: Q tile + stages × (K tile + V tile) in the input dtype; the message shows the sum."),
@@ -126,14 +152,24 @@ _TABLE: list[Code] = [
          "Estimate: fp32 (BM·BN + BM·d_v) / threads plus one MMA k-slice of operand fragments, against "
          "255 registers per thread. Over it the kernel spills."),
     Code("TL305", "dtype-unsupported", E, "An input dtype the target's tensor cores do not support.",
-         "bf16 needs sm_80 or newer; fp8_e4m3 needs sm_89 or newer."),
+         "bf16 needs sm_80 or newer; fp8_e4m3 needs sm_89 or newer. The kernels are built for fp16 and "
+         "bf16 only, so fp8_e4m3 is this error on every target for now."),
     Code("TL306", "copy-granularity", E, "A tile row that is not a whole number of 16-byte copies.",
          "Global ↔ shared copies move 16 bytes per thread (cp.async, 128-bit loads): 8 fp16/bf16 or 16 "
-         "fp8 elements."),
+         "fp8 elements. On the mma.sync targets a tile's rows are also a whole number of the rows one pass "
+         "of the block's threads copies (32·warps threads, 4 or 8 a row)."),
     Code("TL307", "param-invalid", E,
          "A parameter value that is out of range (zero, negative, not a power of two).",
          "warps is 1, 2, 4, 8 or 16; stages and every tile size are at least 1; a value must be a whole "
-         "number."),
+         "number. The kernels take stages 1–2 (sm_75–sm_89) or 1–4 (sm_90), one of group and heads_kv, "
+         "and pingpong only with two or three consumers and overlap."),
+    Code("TL308", "tile-not-constant", E,
+         "A tile of a global copy that is not a number fixed when the kernel is compiled.",
+         "Tiles are built from integers and Params (`(BM, d)`); a runtime value such as `seqlen_q`, "
+         "`block_m` or the loop variable belongs in a coordinate or a loop bound, not in a tile."),
+    Code("TL309", "tile-mismatch", E, "Copy tiles that the kernel needs to agree do not.",
+         "O's tile has Q's rows (BM) and V's columns (d_v); K's columns are Q's and V's rows are K's (BN), "
+         "which the GEMMs check as TL203 where their operands' shapes are known."),
     # Coverage.
     Code("TL401", "tail-not-covered", W,
          "Loop bounds or coordinates that do not cover the tensor; tails need masking.",

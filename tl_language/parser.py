@@ -8,6 +8,7 @@ nesting is resolved over the statement stream; an unterminated `for` is reported
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 
 from tl_language import syntax as ast
 from tl_language.diagnostics import Diagnostic, make
@@ -23,11 +24,12 @@ from tl_language.limits import (
 from tl_language.source import LineText, Range, split_lines
 
 STATEMENT_KEYWORDS = (
-    "kernel", "target", "dtype", "param", "mask", "allocate", "copy", "compute", "reshape", "for", "end",
+    "kernel", "target", "dtype", "param", "scalar", "mask", "allocate", "copy", "compute", "reshape", "for",
+    "end",
 )  # fmt: skip
 # Words inside statements (`in`, `from … to`, `and get new`): with the statement keywords, TL's keywords.
 CLAUSE_KEYWORDS = (
-    "in", "with", "offset", "coordinate", "from", "to", "as", "and", "get", "new", "accumulate",
+    "in", "with", "offset", "dtype", "coordinate", "from", "to", "as", "and", "get", "new", "accumulate",
 )  # fmt: skip
 KEYWORDS = STATEMENT_KEYWORDS + CLAUSE_KEYWORDS
 LEVELS = ("global", "shared", "register")
@@ -121,23 +123,40 @@ class _Cursor:
         if not self.at_end():
             raise self.error_here("end of line")
 
-    # ---- expressions: precedence climbing over + - then * / ----
+    # ---- expressions: precedence climbing, loosest first: | & comparisons + - * / % unary atoms ----
+    # Each level loops over its operators (left-associative), so a long chain of terms never nests
+    # deeper than the precedence levels; only parentheses, calls and subscripts recurse.
+
+    def _binary(self, ops: tuple[str, ...], operand: Callable[[], ast.Expr]) -> ast.Expr:
+        left = operand()
+        while (tok := self.peek()) is not None and tok.kind == "punct" and tok.text in ops:
+            self.next()
+            right = operand()
+            left = ast.BinOp(tok.text, left, right, Range(left.range.start, right.range.end))
+        return left
 
     def expr(self) -> ast.Expr:
-        left = self.term()
-        while (tok := self.peek()) is not None and tok.kind == "punct" and tok.text in "+-":
-            self.next()
-            right = self.term()
-            left = ast.BinOp(tok.text, left, right, Range(left.range.start, right.range.end))
-        return left
+        return self._binary(("|",), self.conjunction)
+
+    def conjunction(self) -> ast.Expr:
+        return self._binary(("&",), self.comparison)
+
+    def comparison(self) -> ast.Expr:
+        return self._binary(("<", "<=", ">", ">=", "==", "!="), self.arith)
+
+    def arith(self) -> ast.Expr:
+        return self._binary(("+", "-"), self.term)
 
     def term(self) -> ast.Expr:
-        left = self.atom()
-        while (tok := self.peek()) is not None and tok.kind == "punct" and tok.text in "*/":
+        return self._binary(("*", "/", "%"), self.unary)
+
+    def unary(self) -> ast.Expr:
+        tok = self.peek()
+        if tok is not None and tok.kind == "punct" and tok.text in ("-", "!"):
             self.next()
-            right = self.atom()
-            left = ast.BinOp(tok.text, left, right, Range(left.range.start, right.range.end))
-        return left
+            operand = self.unary()
+            return ast.Unary(tok.text, operand, Range(self.range(tok).start, operand.range.end))
+        return self.atom()
 
     def atom(self) -> ast.Expr:
         tok = self.peek()
@@ -146,8 +165,22 @@ class _Cursor:
         if tok.kind == "int":
             self.next()
             return ast.Num(int(tok.text), self.range(tok))
+        if tok.kind == "real":
+            self.next()
+            return ast.Real(float(tok.text), tok.text, self.range(tok))
         if tok.kind == "ident":
             self.next()
+            after = self.peek()
+            if after is not None and after.kind == "punct" and after.text == "(":
+                self.next()
+                args = [] if self.accept_punct(")") else self._items(")")
+                end = self.tokens[self.i - 1]
+                return ast.Call(ast.Ident(tok.text, self.range(tok)), args, self.span(tok, end))
+            if after is not None and after.kind == "punct" and after.text == "[":
+                self.next()
+                indices = self._items("]")
+                end = self.tokens[self.i - 1]
+                return ast.Subscript(ast.Name(tok.text, self.range(tok)), indices, self.span(tok, end))
             return ast.Name(tok.text, self.range(tok))
         if tok.kind == "punct" and tok.text == "?":
             self.next()
@@ -158,6 +191,14 @@ class _Cursor:
             close = self.expect_punct(")")
             return ast.Paren(inner, Range(self.range(tok).start, self.range(close).end))
         raise self.error_here("an expression", "TL006")
+
+    def _items(self, close: str) -> list[ast.Expr]:
+        """`e, e, … close` after an opening `(` or `[` that was just read."""
+        items = [self.expr()]
+        while self.accept_punct(","):
+            items.append(self.expr())
+        self.expect_punct(close)
+        return items
 
     def expr_list(self) -> list[ast.Expr]:
         """`( e, e, … )` — the opening paren must be next."""
@@ -202,6 +243,13 @@ def _p_param(c: _Cursor, node: ast.ParamStmt) -> None:
     c.expect_end()
 
 
+def _p_scalar(c: _Cursor, node: ast.ScalarStmt) -> None:
+    node.name = c.expect_ident("a scalar name")
+    c.expect_punct("=")
+    node.value = c.expr()
+    c.expect_end()
+
+
 def _p_mask(c: _Cursor, node: ast.MaskStmt) -> None:
     node.kind = c.expect_ident("`none`, `causal` or `window(LEFT, RIGHT)`")
     if c.peek() is not None and c.peek().text == "(":  # type: ignore[union-attr]
@@ -214,7 +262,10 @@ def _p_allocate(c: _Cursor, node: ast.AllocateStmt) -> None:
     c.expect_kw("in")
     node.level = c.expect_ident("a memory level (`global`, `shared` or `register`)")
     node.shape = c.expr_list()
-    if c.accept_kw("with"):
+    while c.accept_kw("with"):
+        if c.accept_kw("dtype"):
+            node.dtype = c.expect_ident("an element type (`float32` or `int32`)")
+            continue
         c.expect_kw("offset")
         node.offset = c.expr()
     c.expect_end()
@@ -289,6 +340,8 @@ def _new_node(kw: str, rng: Range) -> ast.Stmt:
         return ast.DtypeStmt(rng, None)
     if kw == "param":
         return ast.ParamStmt(rng, None, None)
+    if kw == "scalar":
+        return ast.ScalarStmt(rng, None, None)
     if kw == "mask":
         return ast.MaskStmt(rng, None)
     if kw == "allocate":
@@ -307,6 +360,7 @@ _PARSERS = {
     "target": _p_target,
     "dtype": _p_dtype,
     "param": _p_param,
+    "scalar": _p_scalar,
     "mask": _p_mask,
     "allocate": _p_allocate,
     "copy": _p_copy,
