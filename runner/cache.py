@@ -5,14 +5,21 @@ output kind (FlashAttention's fingerprint idea): anything that changes the binar
 entry is never stale and never needs invalidation. Writes are atomic (a temporary file in the same
 directory, then `os.replace`), so parallel compiles of the same kernel and interrupted runs never leave
 a half-written entry. Directory: `$TL_CACHE_DIR`, else `~/.cache/tl/kernels`.
+
+`PchStore` keeps NVRTC precompiled headers beside it (`pch/` in the same directory), one directory per
+process: see its docstring for why a precompiled header never outlives the process that made it.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,3 +84,114 @@ class KernelCache:
         # Code first, metadata last: an entry exists only once its metadata (with the code's hash) does.
         atomic_write(code_path, code)
         atomic_write(meta_path, json.dumps({**meta, "sha256": hashlib.sha256(code).hexdigest()}).encode())
+
+
+# ---- precompiled headers --------------------------------------------------------------------------------
+
+
+def pch_key(prefix: str, options: dict[str, Any], fingerprint: dict[str, str], target: str) -> str:
+    """Key of the precompiled header of an include block: the block, the NVRTC options but the source name
+    (one header serves every kernel that starts with the block), the toolchain versions and the target."""
+    opts = {k: v for k, v in options.items() if k != "name"}
+    payload = json.dumps(
+        {"pch": prefix, "options": opts, "versions": fingerprint, "target": target},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class PchStore:
+    """This process's precompiled headers, at most `max_entries` of them, least recently used dropped first.
+
+    NVRTC writes a precompiled header as an image of its PCH heap and can read it back only at the heap's
+    address. Under address-space randomisation every process gets another address, so a header made by
+    one process is refused by every other (NVRTC warning 20282, then it parses the headers again). Hence
+    one directory per process, `<kernel cache>/pch/<pid>-<random>/`, removed at exit; the directory of a
+    process that died without cleaning up is removed by the next store that finds its pid gone. A header
+    is about 450 MB for `cute/tensor.hpp`, which is what `max_entries` bounds.
+    """
+
+    def __init__(self, root: Path | None = None, *, max_entries: int = 2) -> None:
+        self.root = (root if root is not None else cache_dir()) / "pch"
+        self.max_entries = max(1, max_entries)
+        self._dir: Path | None = None
+        self._entries: OrderedDict[str, Path] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def directory(self) -> Path:
+        """This process's directory, created (and stale ones removed) on first use."""
+        with self._lock:
+            if self._dir is None:
+                self.root.mkdir(parents=True, exist_ok=True)
+                _remove_dead_dirs(self.root)
+                self._dir = Path(tempfile.mkdtemp(dir=self.root, prefix=f"{os.getpid()}-"))
+                atexit.register(self.close)
+            return self._dir
+
+    def path_for(self, key: str) -> Path:
+        return self.directory / f"{key}.pch"
+
+    def get(self, key: str) -> Path | None:
+        with self._lock:
+            path = self._entries.get(key)
+            if path is None:
+                return None
+            if not path.is_file():
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return path
+
+    def add(self, key: str, path: Path) -> None:
+        """Register a header NVRTC has just written at `path` (from `path_for`); evicts the oldest."""
+        with self._lock:
+            self._entries[key] = path
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                _, old = self._entries.popitem(last=False)
+                old.unlink(missing_ok=True)
+
+    def discard(self, key: str) -> None:
+        with self._lock:
+            path = self._entries.pop(key, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def clear(self) -> None:
+        with self._lock:
+            paths = list(self._entries.values())
+            self._entries.clear()
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def close(self) -> None:
+        """Forget every header and remove this process's directory."""
+        self.clear()
+        with self._lock:
+            directory, self._dir = self._dir, None
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _remove_dead_dirs(root: Path) -> None:
+    for child in root.iterdir():
+        pid_text = child.name.split("-", 1)[0]
+        if not child.is_dir() or not pid_text.isdigit():
+            continue
+        if not _alive(int(pid_text)):
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True

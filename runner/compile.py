@@ -1,28 +1,38 @@
 """Compile CUDA C++ (CuTe) source through NVRTC (cuda.core `Program`), with an on-disk cache.
 
 `compile_source` compiles one kernel; `compile_many` compiles many in worker processes (NVRTC is single
-threaded and a CuTe attention kernel takes 20–30 s, so a suite of ~30 kernels must spread over the cores).
+threaded and a CuTe attention kernel takes 20–60 s, so a suite of ~30 kernels must spread over the cores).
 Errors raise `CompileError` with the whole NVRTC log, the options, and the log parsed into records whose
 file/line point into the TL file when the source carries `#line` directives.
+
+Precompiled headers: a process that compiles more than one kernel (a `compile_many` worker with several
+jobs, the language server's worker) lets the first compile of an include block write an NVRTC
+precompiled header and the later ones read it instead of parsing CuTe again (`use_precompiled_headers`,
+`PCH_ENV`). A header is only valid in the process that wrote it (see `runner.cache.PchStore`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
+import queue
+import re
+import select
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runner import finalize
-from runner.cache import KernelCache, cache_key
+from runner.cache import KernelCache, PchStore, cache_key, pch_key
 from runner.nvrtc_log import LogRecord, map_records, parse_log
 from runner.toolchain import compile_target, toolchain
 
@@ -40,6 +50,9 @@ class CompiledKernel:
     key: str
     # Set when `code` is a cubin that ptxas assembled for the device from PTX for an older `target`.
     sass_arch: str | None = None
+    # "created": this compile wrote the process's precompiled header of its include block; "used": it read
+    # one; None: neither (headers off or not worth it, no include block, a cache hit).
+    pch: str | None = None
 
 
 class CompileError(Exception):
@@ -98,6 +111,194 @@ def nvrtc_options(target: str, name: str, extra: Mapping[str, Any] | None = None
     if extra:
         opts.update(extra)
     return opts
+
+
+# ---- precompiled headers -------------------------------------------------------------------------------
+
+PCH_ENV = "TL_PCH"  # "0" turns precompiled headers off, "1" on, unset: the process's default
+# NVRTC's PCH heap must hold the front end's whole state at the end of the include block: 447 MB for
+# `cute/tensor.hpp` with NVRTC 13.5. A larger block gets the size NVRTC asks for (see `_Pch.finish`).
+PCH_HEAP_BYTES = 1 << 30
+# 639: "insufficient preallocated memory for generation of precompiled header file": the create status
+# says the same and `_Pch.finish` acts on it, so it need not reach the kernel's log.
+_PCH_SUPPRESS = (639,)
+# NVRTC could not use the header and parsed the include block itself (the compile is still correct):
+# 626 invalid or another NVRTC's, 629 other options, 630 another include block, 20282 another heap
+# (another process).
+_PCH_UNUSABLE = re.compile(r"^Warning #(626|629|630|20282)-D: .*$\n?", re.MULTILINE)
+_PCH_MISSING = "cannot open precompiled header file"
+# NVRTC says so on every compile that writes or reads a header, verbose or not.
+_PCH_NOTE = re.compile(r'^"[^"\n]*": (creating|using) precompiled header file ".*"$\n?', re.MULTILINE)
+_REMARK = re.compile(r"^Remark: The warnings can be suppressed with .*$\n?", re.MULTILINE)
+
+_pch_default = False
+_INCLUDE = re.compile(r'^#\s*include\s*(<[^<>"]+>|"[^<>"]+")\s*(//.*)?$')
+_SIMPLE_DIRECTIVE = re.compile(r"^#\s*(define|undef|pragma)\b")
+
+
+def use_precompiled_headers(enabled: bool = True) -> None:
+    """Let this process write and read precompiled headers (unless `$TL_PCH` is "0").
+
+    Worth it only in a process that compiles again: writing one costs about as much as parsing the
+    headers (and ~450 MB of disk), reading it back saves that parse on every later compile.
+    """
+    global _pch_default
+    _pch_default = enabled
+
+
+def pch_enabled() -> bool:
+    env = os.environ.get(PCH_ENV, "").strip().lower()
+    if env in ("0", "off", "false", "no"):
+        return False
+    if env in ("1", "on", "true", "yes"):
+        return True
+    return _pch_default
+
+
+def header_prefix(source: str) -> str:
+    """The include block a precompiled header covers: the directives before the first C++ token.
+
+    NVRTC stops the header at the first token outside a preprocessing directive, and a header serves any
+    source whose directives start with the same ones (comments in between do not matter). So the block is
+    the key: one line per directive, comments dropped. "" (no header) when the block includes nothing or
+    holds anything this reading cannot compare safely (conditionals, `#line`, block comments, continued
+    lines): a wrong key would only cost NVRTC's warning 630 and a full parse, but an honest "" is clearer.
+    """
+    block: list[str] = []
+    for raw in source.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("//"):
+            continue
+        if not line.startswith("#"):
+            break
+        if line.endswith("\\") or "/*" in line:
+            return ""
+        m = _INCLUDE.match(line)
+        if m is not None:
+            block.append(f"#include {m.group(1)}")
+        elif _SIMPLE_DIRECTIVE.match(line):
+            block.append(re.sub(r"\s*//.*$", "", line))
+        else:
+            return ""
+    return "\n".join(block) if any(d.startswith("#include") for d in block) else ""
+
+
+@dataclass(frozen=True)
+class _PchPlan:
+    key: str
+    path: Path
+    create: bool  # False: read the header at `path`
+
+    def flags(self) -> list[bytes]:
+        # The same suppressions on both sides: NVRTC refuses a header made under other options (629).
+        mode = f"--create-pch={self.path}" if self.create else f"--use-pch={self.path}"
+        return [mode.encode()] + [f"--diag-suppress={n}".encode() for n in _PCH_SUPPRESS]
+
+
+class _Pch:
+    """When a compile writes or reads this process's precompiled header, and what its outcome means."""
+
+    def __init__(self) -> None:
+        self.store: PchStore | None = None
+        self.heap_bytes = PCH_HEAP_BYTES
+        self._creating: set[str] = set()
+        self._failed: set[str] = set()  # NVRTC could not write these: not tried again in this process
+        self._lock = threading.Lock()
+
+    def plan(self, source: str, opts: Mapping[str, Any], target: str) -> _PchPlan | None:
+        if not pch_enabled():
+            return None
+        prefix = header_prefix(source)
+        if not prefix:
+            return None
+        with self._lock:
+            if self.store is None:
+                self.store = PchStore()
+            key = pch_key(prefix, dict(opts), toolchain().fingerprint(), target)
+            if key in self._failed:
+                return None
+            path = self.store.get(key)
+            if path is not None:
+                return _PchPlan(key, path, create=False)
+            if key in self._creating:
+                return None  # another thread of this process is writing it; compile without
+            self._creating.add(key)
+            _ensure_heap(self.heap_bytes)
+            return _PchPlan(key, self.store.path_for(key), create=True)
+
+    def finish(self, plan: _PchPlan, prog: Any, log: str) -> str | None:
+        """Record the outcome of a compile that had `plan`; "created", "used" or None."""
+        from cuda.bindings import nvrtc
+
+        assert self.store is not None  # plan() made it
+        if not plan.create:
+            if _PCH_UNUSABLE.search(log) or _PCH_MISSING in log:
+                self.store.discard(plan.key)
+                return None
+            return "used"
+        with self._lock:
+            self._creating.discard(plan.key)
+            (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog)
+            if status == nvrtc.nvrtcResult.NVRTC_SUCCESS and plan.path.is_file():
+                self.store.add(plan.key, plan.path)
+                return "created"
+            plan.path.unlink(missing_ok=True)
+            if status == nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
+                err, required = nvrtc.nvrtcGetPCHHeapSizeRequired(prog)
+                if err == nvrtc.nvrtcResult.NVRTC_SUCCESS and required > self.heap_bytes:
+                    # A new heap has another address: every header made so far is unusable.
+                    self.heap_bytes = _round_up(required + required // 4, 64 << 20)
+                    self.store.clear()
+                    return None
+            self._failed.add(plan.key)
+            return None
+
+    def abandon(self, plan: _PchPlan) -> None:
+        """The compile raised before NVRTC answered: nothing was written that can be trusted."""
+        with self._lock:
+            self._creating.discard(plan.key)
+        if plan.create:
+            plan.path.unlink(missing_ok=True)
+
+
+_PCH = _Pch()
+
+
+@contextlib.contextmanager
+def _precompiled_headers_while(enabled: bool) -> Iterator[None]:
+    """This process's default for the compiles inside the block (several in a row: worth a header)."""
+    global _pch_default
+    before = _pch_default
+    _pch_default = before or enabled
+    try:
+        yield
+    finally:
+        _pch_default = before
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def _ensure_heap(size: int) -> None:
+    """Grow NVRTC's PCH heap to `size` before a header is written (only then: resizing the heap later
+    would make the headers written so far unusable)."""
+    from cuda.bindings import nvrtc
+
+    err, current = nvrtc.nvrtcGetPCHHeapSize()
+    if err == nvrtc.nvrtcResult.NVRTC_SUCCESS and current >= size:
+        return
+    (err,) = nvrtc.nvrtcSetPCHHeapSize(size)
+    _check(err, "nvrtcSetPCHHeapSize")
+
+
+def _clean_pch_log(log: str) -> str:
+    """The kernel's own diagnostics: NVRTC's notes about the precompiled header are not about the kernel."""
+    cleaned = _PCH_NOTE.sub("", _PCH_UNUSABLE.sub("", log))
+    bare = _REMARK.sub("", cleaned)
+    if cleaned != log and not re.search(r"\bwarning\b", bare, re.IGNORECASE):
+        cleaned = bare  # the remark was about the header's warning alone
+    return cleaned.strip()
 
 
 def compile_source(
@@ -189,7 +390,7 @@ def _compile_cached(
                 cached=True,
                 key=key,
             )
-    code, log, seconds = _nvrtc(source, opts, kind, source_map=source_map, tl_file=tl_file)
+    code, log, seconds, pch = _nvrtc(source, opts, kind, source_map=source_map, tl_file=tl_file)
     if use_cache:
         store.put(key, code, {"log": log, "seconds": seconds, "target": target, "kind": kind, "name": name})
     return CompiledKernel(
@@ -202,38 +403,80 @@ def _compile_cached(
         seconds=seconds,
         cached=False,
         key=key,
+        pch=pch,
     )
 
 
 def _nvrtc(
     source: str, opts: dict[str, Any], kind: str, *, source_map: Mapping[int, int] | None, tl_file: str | None
-) -> tuple[bytes, str, float]:
-    """One NVRTC compile through cuda.bindings, with the flags cuda.core's `ProgramOptions` builds.
+) -> tuple[bytes, str, float, str | None]:
+    """One NVRTC compile through cuda.bindings, with the flags cuda.core's `ProgramOptions` builds, and
+    with this process's precompiled header when there is one (or with writing it when there is none).
 
     Not `Program.compile`: for PTX it asks the driver whether the PTX will load, which fails outright on
-    a machine without a GPU driver (CI, laptops), and `tl build` must work there.
+    a machine without a GPU driver (CI, laptops), and `tl build` must work there. The precompiled-header
+    flags stay out of `opts`, hence out of the cache key: the binary is the same with or without them.
     """
-    from cuda.bindings import nvrtc
     from cuda.core import ProgramOptions
 
     flags = ProgramOptions(**opts).as_bytes("nvrtc")
     start = time.perf_counter()
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), opts["name"].encode(), 0, [], [])
+    plan = _PCH.plan(source, opts, opts["arch"])
+    try:
+        result, log, code = _nvrtc_once(source, opts["name"], flags + (plan.flags() if plan else []), kind)
+    except BaseException:
+        if plan is not None:
+            _PCH.abandon(plan)
+        raise
+    try:
+        pch = _PCH.finish(plan, result.prog, log) if plan is not None else None
+    finally:
+        result.destroy()
+    if plan is not None and not plan.create and pch is None and _PCH_MISSING in log:
+        # The header vanished under us (a cleaned cache directory): the compile never ran; run it plainly.
+        result, log, code = _nvrtc_once(source, opts["name"], flags, kind)
+        result.destroy()
+    log = _clean_pch_log(log) if plan is not None else log
+    if code is None:
+        records = map_records(parse_log(log), opts["name"], source_map, tl_file)
+        first = next((r for r in records if r.is_error), None)
+        where = f": {first}" if first else f" ({result.status})"
+        raise CompileError(
+            message=f"NVRTC failed to compile {opts['name']} for {opts['arch']}{where}",
+            log=log,
+            options=opts,
+            records=records,
+            source_name=opts["name"],
+        )
+    return code, log, time.perf_counter() - start, pch
+
+
+@dataclass
+class _Program:
+    prog: Any
+    status: str
+
+    def destroy(self) -> None:
+        from cuda.bindings import nvrtc
+
+        if self.prog is not None:
+            nvrtc.nvrtcDestroyProgram(self.prog)
+            self.prog = None
+
+
+def _nvrtc_once(source: str, name: str, flags: list[bytes], kind: str) -> tuple[_Program, str, bytes | None]:
+    """Compile once: (the program, still alive for its PCH status, its log, the code or None on failure)."""
+    from cuda.bindings import nvrtc
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(err, "nvrtcCreateProgram")
+    handle = _Program(prog, "")
     try:
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
+        handle.status = result.name
         log = _program_log(prog)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            records = map_records(parse_log(log), opts["name"], source_map, tl_file)
-            first = next((r for r in records if r.is_error), None)
-            where = f": {first}" if first else f" ({result.name})"
-            raise CompileError(
-                message=f"NVRTC failed to compile {opts['name']} for {opts['arch']}{where}",
-                log=log,
-                options=opts,
-                records=records,
-                source_name=opts["name"],
-            )
+            return handle, log, None
         if kind == "ptx":
             err, size = nvrtc.nvrtcGetPTXSize(prog)
             _check(err, "nvrtcGetPTXSize")
@@ -247,9 +490,10 @@ def _nvrtc(
             buf = b" " * size
             (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
             _check(err, "nvrtcGetCUBIN")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-    return buf, log, time.perf_counter() - start
+    except BaseException:
+        handle.destroy()
+        raise
+    return handle, log, buf
 
 
 def _program_log(prog: Any) -> str:
@@ -307,10 +551,13 @@ def compile_many(
 ) -> list[CompiledKernel | CompileError]:
     """Compile every job, in parallel processes; results in job order, failures as `CompileError` values.
 
-    Cache hits are answered in this process, so a warm rebuild starts no workers. Each miss runs in a
-    fresh `python -m runner.compile_worker` (threads would not help: NVRTC serialises them). Fresh
-    interpreters rather than multiprocessing: forking a process that holds a CUDA context or torch's
-    threads is unsafe, and spawn re-imports the caller's `__main__`, which breaks unguarded scripts.
+    Cache hits are answered in this process, so a warm rebuild starts no workers. The misses go to at most
+    `max_workers` (default: every core) `python -m runner.compile_worker` processes, each running jobs
+    one after another (threads would not help: NVRTC serialises them). Fresh interpreters rather than
+    multiprocessing: forking a process that holds a CUDA context or torch's threads is unsafe, and spawn
+    re-imports the caller's `__main__`, which breaks unguarded scripts. A worker that gets more than one
+    job writes a precompiled header on its first and reads it on the others, so the misses are ordered by
+    include block: jobs that share one follow each other.
     """
     jobs = list(jobs)
     results: list[CompiledKernel | CompileError | None] = [None] * len(jobs)
@@ -327,45 +574,191 @@ def compile_many(
             results[i] = _run_job(job)  # a cache hit: cheap
         else:
             pending.append(i)
-    if len(pending) == 1 or (max_workers or os.cpu_count() or 1) == 1:
-        for i in pending:
-            results[i] = _run_job(jobs[i])
+    workers = min(len(pending), max_workers or os.cpu_count() or 1)
+    if len(pending) == 1 or workers == 1:
+        with _precompiled_headers_while(len(pending) > 1):
+            for i in pending:
+                results[i] = _run_job(jobs[i])
     elif pending:
-        workers = min(len(pending), max_workers or os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for i, result in zip(
-                pending, pool.map(_run_in_subprocess, [jobs[i] for i in pending]), strict=True
-            ):
-                results[i] = result
+        pending.sort(key=lambda i: (header_prefix(jobs[i].source), jobs[i].arch, jobs[i].device_arch or ""))
+        for i, result in _run_in_workers([(i, jobs[i]) for i in pending], workers):
+            results[i] = result
     return [r for r in results if r is not None]
 
 
-def _run_in_subprocess(job: CompileJob) -> CompiledKernel | CompileError:
-    # The child must import this very `runner` package, however the parent found it (installed,
-    # PYTHONPATH, or pytest's rootdir on sys.path).
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    # The result travels through a file, not stdout: nothing a library prints can corrupt it.
-    with tempfile.TemporaryDirectory(prefix="tl-compile-") as tmp:
-        out = Path(tmp) / "result.pickle"
+def _run_in_workers(
+    items: list[tuple[int, CompileJob]], workers: int
+) -> list[tuple[int, CompiledKernel | CompileError]]:
+    """Each of `workers` threads drives one worker process through the shared queue of jobs."""
+    todo: queue.SimpleQueue[tuple[int, CompileJob]] = queue.SimpleQueue()
+    for item in items:
+        todo.put(item)
+    done: list[tuple[int, CompiledKernel | CompileError]] = []
+    lock = threading.Lock()
+    # With no more jobs than workers each worker compiles once: a precompiled header would never be read.
+    reuse = len(items) > workers
+
+    def drive() -> None:
+        with CompileWorker(precompiled_headers=reuse) as worker:
+            while True:
+                try:
+                    i, job = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    result = worker.run(job)
+                except Exception as exc:  # e.g. the worker cannot be started: still one answer per job
+                    result = _worker_failure(job, f"the compile worker failed: {exc!r}")
+                with lock:
+                    done.append((i, result))
+
+    threads = [threading.Thread(target=drive, name=f"tl-compile-{n}", daemon=True) for n in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    answered = {i for i, _ in done}
+    done += [(i, _worker_failure(job, "no worker ran this job")) for i, job in items if i not in answered]
+    return done
+
+
+class CompileWorker:
+    """One `python -m runner.compile_worker` process that compiles jobs one after another.
+
+    Jobs and results travel as length-prefixed pickles over its stdin and its own copy of stdout (the
+    worker points fd 1 at stderr, so nothing a library prints can corrupt them); its stderr goes to a
+    temporary file, quoted when it dies. A worker that dies or outlives `timeout` on a job is killed, that
+    job answered with a `CompileError`, and the next job starts a fresh one.
+    """
+
+    def __init__(
+        self,
+        *,
+        precompiled_headers: bool = True,
+        timeout: float = WORKER_TIMEOUT_S,
+        command: Sequence[str] | None = None,
+    ) -> None:
+        self.precompiled_headers = precompiled_headers
+        self.timeout = timeout
+        self.command = list(command or [sys.executable, "-m", "runner.compile_worker"])
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self.started = 0
+
+    def __enter__(self) -> CompileWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        # The child must import this very `runner` package, however the parent found it (installed,
+        # PYTHONPATH, or pytest's rootdir on sys.path).
+        root = str(Path(__file__).resolve().parents[1])
+        path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
+        if self.precompiled_headers and PCH_ENV not in os.environ:
+            env[PCH_ENV] = "1"
+        if self._stderr is not None:
+            self._stderr.close()
+        # Lives as long as the worker (closed in `close`): a context manager cannot span the calls.
+        self._stderr = tempfile.TemporaryFile(prefix="tl-compile-worker-")  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+        self.started += 1
+        return self._proc
+
+    def run(self, job: CompileJob) -> CompiledKernel | CompileError:
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        assert proc.stdin is not None and proc.stdout is not None  # created with PIPE
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "runner.compile_worker", str(out)],
-                input=pickle.dumps(job),
-                capture_output=True,
-                env=env,
-                timeout=WORKER_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return _worker_failure(job, f"the compile did not finish within {WORKER_TIMEOUT_S} s")
-        if proc.returncode != 0 or not out.exists():
-            stderr = proc.stderr.decode(errors="replace")[-2000:]
-            return _worker_failure(job, f"the compile worker exited with {proc.returncode}: {stderr}")
-        result = pickle.loads(out.read_bytes())
-    if not isinstance(result, (CompiledKernel, CompileError)):
-        return _worker_failure(job, f"the compile worker answered {type(result).__name__}")
-    return result
+            write_frame(proc.stdin, pickle.dumps(job))
+            payload = read_frame(proc.stdout, deadline=time.monotonic() + self.timeout)
+        except TimeoutError:
+            self._kill()
+            return _worker_failure(job, f"the compile did not finish within {self.timeout:g} s")
+        except (BrokenPipeError, EOFError, OSError):
+            code = self._kill()
+            return _worker_failure(job, f"the compile worker exited with {code}: {self._stderr_tail()}")
+        try:
+            result = pickle.loads(payload)
+        except Exception as exc:  # a torn frame: the worker is not trustworthy any more
+            self._kill()
+            return _worker_failure(job, f"the compile worker answered garbage ({exc})")
+        if not isinstance(result, (CompiledKernel, CompileError)):
+            return _worker_failure(job, f"the compile worker answered {type(result).__name__}")
+        return result
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-2000:]
+
+    def _kill(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+        return proc.wait()
+
+    def close(self) -> None:
+        """End the worker: EOF on its stdin, then a kill if it does not exit promptly."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=30)
+            except (subprocess.TimeoutExpired, OSError):
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+_FRAME = struct.Struct(">Q")
+
+
+def write_frame(stream: IO[bytes], payload: bytes) -> None:
+    stream.write(_FRAME.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def read_frame(stream: IO[bytes], *, deadline: float | None = None) -> bytes:
+    """One length-prefixed message; EOFError at a clean end of stream, TimeoutError past `deadline`."""
+    header = _read_exact(stream, _FRAME.size, deadline)
+    (size,) = _FRAME.unpack(header)
+    return _read_exact(stream, size, deadline)
+
+
+def _read_exact(stream: IO[bytes], size: int, deadline: float | None) -> bytes:
+    fd = stream.fileno()
+    chunks: list[bytes] = []
+    left = size
+    while left:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                raise TimeoutError
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _worker_failure(job: CompileJob, message: str) -> CompileError:

@@ -1,0 +1,76 @@
+"""The persistent compile worker of `compile_many`: its framing, a worker that dies or hangs (answered with a
+`CompileError`, the next job gets a fresh process), and (`nvrtc`) one worker compiling two jobs, the second
+reading the precompiled header the first wrote."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from runner.compile import CompileError, CompileJob, CompileWorker, read_frame, write_frame
+
+JOB = CompileJob(source='extern "C" __global__ void k() {}\n', arch="sm_80", name="k.cu")
+
+
+def test_frames_round_trip_and_end_cleanly() -> None:
+    r, w = os.pipe()
+    with os.fdopen(r, "rb") as reader, os.fdopen(w, "wb") as writer:
+        write_frame(writer, b"first")
+        write_frame(writer, b"")
+        writer.close()
+        assert read_frame(reader) == b"first" and read_frame(reader) == b""
+        with pytest.raises(EOFError):
+            read_frame(reader)
+
+
+def test_read_frame_times_out() -> None:
+    r, w = os.pipe()
+    with os.fdopen(r, "rb") as reader, os.fdopen(w, "wb"):
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            read_frame(reader, deadline=start + 0.2)
+        assert time.monotonic() - start < 5
+
+
+def test_a_worker_that_dies_is_a_compile_error_and_the_next_job_restarts_it() -> None:
+    crash = [
+        sys.executable,
+        "-c",
+        "import sys; sys.stdin.buffer.read(8); sys.stderr.write('boom'); sys.exit(3)",
+    ]
+    with CompileWorker(command=crash) as worker:
+        first = worker.run(JOB)
+        second = worker.run(JOB)
+        assert worker.started == 2
+    assert isinstance(first, CompileError) and "exited with 3" in first.message and "boom" in first.message
+    assert isinstance(second, CompileError) and first.source_name == "k.cu"
+
+
+def test_a_worker_past_its_timeout_is_killed() -> None:
+    hang = [sys.executable, "-c", "import time; time.sleep(120)"]
+    with CompileWorker(command=hang, timeout=0.5) as worker:
+        start = time.monotonic()
+        result = worker.run(JOB)
+        assert time.monotonic() - start < 30 and worker._proc is None
+    assert isinstance(result, CompileError) and "did not finish within 0.5 s" in result.message
+
+
+@pytest.mark.nvrtc
+def test_one_worker_compiles_two_jobs_the_second_with_the_first_ones_header(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cutlass_library")
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TL_PCH", raising=False)
+    head = "#include <cuda/std/cstdint>\n"
+    jobs = [
+        CompileJob(source=head + f'extern "C" __global__ void k(int* x) {{ x[0] = {i}; }}\n', arch="sm_80")
+        for i in (1, 2)
+    ]
+    with CompileWorker(precompiled_headers=True) as worker:
+        results = [worker.run(job) for job in jobs]
+        assert worker.started == 1
+    assert [getattr(r, "pch", r) for r in results] == ["created", "used"]
+    assert not list((tmp_path / "cache" / "pch").iterdir())  # the worker removed its headers at exit
