@@ -73,9 +73,10 @@ def run_job(req: dict[str, Any], emit: Emit) -> dict[str, Any]:
         "compiled": True,
         "compile_seconds": round(compiled.seconds, 2),
         "cached": compiled.cached,
+        "pch": compiled.pch,
         "device": None,
     }
-    took = f"compiled in {compiled.seconds:.1f} s" + (" (cached)" if compiled.cached else "")
+    took = f"compiled in {compiled.seconds:.1f} s" + _compile_note(compiled)
     if kind == "compile":
         return _reply("ok", took, result=result)
     if device_arch is None:
@@ -100,12 +101,22 @@ def _translate(text: str, path: str | None) -> Any:
         return _reply(status, err.message, diags)
 
 
+def _compile_note(compiled: Any) -> str:
+    if compiled.cached:
+        return " (cached)"
+    notes = {"used": " (precompiled headers)", "created": " (precompiled headers written)"}
+    return notes.get(compiled.pch, "")
+
+
 def _compile(translated: Any, text: str, device_arch: str | None) -> Any:
     try:
-        from runner.compile import CompileError, compile_source
+        from runner.compile import CompileError, compile_source, use_precompiled_headers
         from runner.toolchain import ToolchainError
     except ImportError as exc:
         return _reply("unavailable", f"unavailable: runner.compile ({exc})")
+    # This process outlives the job: the first compile of an include block writes its precompiled header,
+    # so every later save of the session skips parsing CuTe.
+    use_precompiled_headers(True)
     tl_file = str(translated.path)
     source = translated.source
     if os.environ.get(APPEND_ENV):  # tests: a real NVRTC error at a real TL line (see APPEND_ENV)

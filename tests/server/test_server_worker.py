@@ -106,3 +106,14 @@ async def test_cancelling_a_job_kills_the_worker() -> None:
 def test_describe_exit() -> None:
     assert describe_exit(-11) == "segmentation fault (SIGSEGV)"
     assert describe_exit(3) == "exit status 3"
+
+
+def test_compile_note_says_whether_precompiled_headers_were_read() -> None:
+    from types import SimpleNamespace
+
+    from server.worker.jobs import _compile_note
+
+    assert _compile_note(SimpleNamespace(cached=True, pch="used")) == " (cached)"
+    assert _compile_note(SimpleNamespace(cached=False, pch="used")) == " (precompiled headers)"
+    assert _compile_note(SimpleNamespace(cached=False, pch="created")) == " (precompiled headers written)"
+    assert _compile_note(SimpleNamespace(cached=False, pch=None)) == ""
