@@ -45,7 +45,7 @@ pattern gets), `side_tensor_shapes` gives their shapes.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,15 @@ from kernel_ir.expr import BOOL, F32, I32, INDEX_VARS, Const, Expr, Load, Op, Va
 from kernel_ir.program import SIZE_NAMES, Forward, SideTensor
 
 _ROW_VARS = ("s", "q_idx")  # what varies with the query row; a node without them is evaluated once
+_UNARY: dict[str, Callable[..., torch.Tensor]] = {
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
+}  # fmt: skip
+_BINARY: dict[str, Callable[..., torch.Tensor]] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "min": torch.minimum, "max": torch.maximum,
+}  # fmt: skip
+_COMPARE: dict[str, Callable[..., torch.Tensor]] = {
+    "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne,
+}  # fmt: skip
 
 
 def forward_reference(
@@ -171,8 +180,11 @@ def side_tensor_shapes(
 # learnable sink is sometimes large enough to carry a visible share of the softmax (a kernel that drops
 # it must fail) and an ALiBi slope or a bias table sometimes small enough to leave the scores in play.
 FLOAT_MAGNITUDES = (0.05, 8.0)
-# int32 tensors over (…, seqlen_q | seqlen_k): nondecreasing ids in [0, DOC_IDS) along the sequence, i.e.
-# up to DOC_IDS documents (packed sequences) of random lengths.
+# int32 tensors over (…, seqlen_q | seqlen_k): nondecreasing ids in [0, DOC_IDS) along the sequence. Id 0
+# covers the first quarter to three quarters of it and ids 1 … DOC_IDS − 1 split the rest at random: as
+# document ids, one long document (whole key blocks) and several short ones (partial blocks); as `!= 0`
+# flags (Longformer's global tokens), a flagged tail and an unflagged head where the other masks still
+# decide (uniform ids in [0, 8) would flag 7/8 of the tokens, i.e. nearly dense attention).
 DOC_IDS = 8
 _PER_SEQUENCE = ("batch", "heads", "heads_kv")
 
@@ -197,7 +209,8 @@ def make_side_tensors(
     - float32, any dims: random sign · magnitude log-uniform in `FLOAT_MAGNITUDES` (ALiBi slopes, bias
       tables, learnable sinks: some heads weak, some strong);
     - int32 over (batch | heads | heads_kv …, seqlen_q | seqlen_k): ids sorted nondecreasing along the
-      sequence, in [0, DOC_IDS) (document / packed-sequence ids; also usable as `!= 0` flags);
+      sequence, in [0, DOC_IDS), id 0 over 1/4 … 3/4 of it (document / packed-sequence ids; as `!= 0`
+      flags, a flagged tail);
     - int32 over batch / heads / heads_kv only (e.g. (batch,)): uniform in [0, seqlen_k] (per-batch prefix
       lengths, per-head sink counts);
     - any other int32 tensor: uniform in {0, 1} (flags, a valid index into any dim).
@@ -222,8 +235,11 @@ def make_side_tensors(
         elif (
             t.dims and t.dims[-1] in ("seqlen_q", "seqlen_k") and all(d in _PER_SEQUENCE for d in t.dims[:-1])
         ):
-            ids = torch.randint(0, DOC_IDS, shape, generator=generator, device=gen_device)
-            value = ids.sort(dim=-1).values.to(torch.int32)
+            length = shape[-1]
+            ids = torch.randint(1, DOC_IDS, shape, generator=generator, device=gen_device).sort(dim=-1).values
+            first = torch.randint(length // 4, 3 * length // 4 + 1, (*shape[:-1], 1), generator=generator,
+                                  device=gen_device)  # fmt: skip
+            value = ids.masked_fill(torch.arange(length, device=gen_device) < first, 0).to(torch.int32)
         elif t.dims and all(d in _PER_SEQUENCE for d in t.dims):
             value = torch.randint(0, seqlen_k + 1, shape, generator=generator, device=gen_device)
             value = value.to(torch.int32)
@@ -533,14 +549,7 @@ class _Evaluator:
         f = self.fdtype
         ty = self._dt(n.type)
         if name in ("tanh", "sigmoid", "exp", "exp2", "log"):
-            fn = {
-                "tanh": torch.tanh,
-                "sigmoid": torch.sigmoid,
-                "exp": torch.exp,
-                "exp2": torch.exp2,
-                "log": torch.log,
-            }
-            return _Val(fn[name](a[0].to(f)), bad)
+            return _Val(_UNARY[name](a[0].to(f)), bad)
         if name == "float":
             return _Val(a[0].to(f), bad)
         if name in ("abs", "neg", "relu"):
@@ -549,14 +558,7 @@ class _Evaluator:
             return _Val(r, bad)
         if name in ("add", "sub", "mul", "min", "max"):
             x, y = a[0].to(ty), a[1].to(ty)
-            fn2 = {
-                "add": torch.add,
-                "sub": torch.sub,
-                "mul": torch.mul,
-                "min": torch.minimum,
-                "max": torch.maximum,
-            }
-            return _Val(fn2[name](x, y), bad)
+            return _Val(_BINARY[name](x, y), bad)
         if name == "div":
             return _Val(torch.div(a[0].to(f), a[1].to(f)), bad)
         if name == "mod":
@@ -573,15 +575,7 @@ class _Evaluator:
         if name in ("lt", "le", "gt", "ge", "eq", "ne"):
             common = f if any(t.dtype.is_floating_point for t in a) else torch.int64
             x, y = a[0].to(common), a[1].to(common)
-            fn3 = {
-                "lt": torch.lt,
-                "le": torch.le,
-                "gt": torch.gt,
-                "ge": torch.ge,
-                "eq": torch.eq,
-                "ne": torch.ne,
-            }
-            return _Val(fn3[name](x, y), bad)
+            return _Val(_COMPARE[name](x, y), bad)
         if name in ("and", "or"):
             x, y = a[0].to(torch.bool), a[1].to(torch.bool)
             return _Val(torch.logical_and(x, y) if name == "and" else torch.logical_or(x, y), bad)
