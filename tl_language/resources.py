@@ -7,6 +7,7 @@ a symbolic tile).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tl_language import gpu
@@ -431,3 +432,232 @@ def _register_tile(model: Model, e: ast.Expr) -> list[int | None] | None:
 def registers_per_thread(model: Model) -> int | None:
     est = register_estimate(model)
     return None if est is None else est.total
+
+
+# ---- what the generated kernels take: one statement of the translator's limits --------------------------
+# `translator/plan.py` (`_check_supported`, `_check_hopper`) and `translator/backends/sm90/config.py`
+# (`_check`) refuse some numbers with TL501. The checker states the same rules here, on the same numbers
+# (`KernelNumbers` mirrors the plan's fields and their defaults), so `tl check` reports them with a code of
+# its own; tests/translator/test_check_build_agreement.py keeps the two in step.
+
+# Input dtypes the kernels are built for: mma.sync's and wgmma's 16-bit paths (fp8 is TL305 on every target).
+KERNEL_DTYPES = ("fp16", "bf16")
+MMA_SYNC_STAGES = (1, 2)  # FA2's single K/V buffer, or K double-buffered
+HOPPER_STAGES = (1, 4)  # the K/V mbarrier ring: 1 to 4 stages
+HOPPER_BOX_COLS = 64  # one 128-byte TMA box / swizzle atom row of 16-bit elements: head dims in whole boxes
+
+
+def copy_threads_per_row(head_dim: int) -> int:
+    """Threads that copy one row of a shared-memory atom: 64-element (128-byte) atoms when the head
+    dimension allows, else 32-element ones; each thread moves 8 elements (16 bytes). (The mma.sync
+    backend's copy layout, as `translator.plan.copy_threads_per_row`.)"""
+    return 8 if head_dim % 64 == 0 else 4
+
+
+@dataclass(frozen=True, slots=True)
+class KernelNumbers:
+    """The numbers a kernel is built from, with the defaults the translator applies to absent Params."""
+
+    arch: str
+    wgmma: bool  # the sm_90 warp-specialised kernel, else the mma.sync family
+    dtype: str
+    block_m: int  # the Q tile's rows
+    block_n: int  # the K tile's rows
+    d_qk: int  # the Q tile's columns
+    d_v: int  # the V tile's columns
+    warps: int
+    stages: int
+    consumers: int
+    overlap: bool
+    pingpong: bool
+    group: int  # 0: from the launch
+    heads_kv: int  # 0: from the launch
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLimit:
+    """A number the kernels cannot take: the checker's code, what sets the number (Params or the tiles
+    "q_rows", "k_rows", "v_rows", "o_rows", "q_cols", "v_cols"; the most specific first) and why."""
+
+    code: str
+    keys: tuple[str, ...]
+    message: str
+
+
+def kernel_numbers(model: Model, block_m: int, block_n: int, d_qk: int, d_v: int) -> KernelNumbers | None:
+    """The plan's numbers for tiles `block_m × block_n`, head dims `d_qk`/`d_v`: each Param as written, an
+    absent one at the translator's default; None when a Param has no value (a hole or an invalid value:
+    TL450/TL307 say so)."""
+    target = model.target
+    d = max(d_qk, d_v)
+
+    def value(name: str, default: int) -> int | None:
+        p = model.params.get(name)
+        return default if p is None else p.value
+
+    warps = value("warps", default_warps(target, block_m, d))
+    stages = value("stages", default_stages(target, d, model.mask))
+    consumers = value("consumers", default_consumers(block_m))
+    overlap = value("overlap", 1)
+    if consumers is None or overlap is None:
+        return None
+    pingpong = value("pingpong", default_pingpong(consumers, overlap, d))
+    group, heads_kv = value("group", 0), value("heads_kv", 0)
+    if warps is None or stages is None or pingpong is None or group is None or heads_kv is None:
+        return None
+    return KernelNumbers(
+        arch=target.arch,
+        wgmma=target.wgmma,
+        dtype=model.dtype,
+        block_m=block_m,
+        block_n=block_n,
+        d_qk=d_qk,
+        d_v=d_v,
+        warps=warps,
+        stages=stages,
+        consumers=consumers,
+        overlap=bool(overlap),
+        pingpong=bool(pingpong),
+        group=group,
+        heads_kv=heads_kv,
+    )
+
+
+def kernel_limits(n: KernelNumbers) -> list[KernelLimit]:
+    """Every rule of the translator's kernels that `n` breaks (empty: the translator takes it)."""
+    out: list[KernelLimit] = []
+
+    def add(code: str, keys: tuple[str, ...], message: str) -> None:
+        out.append(KernelLimit(code, keys, message))
+
+    if n.group and n.heads_kv:
+        add(
+            "TL307",
+            ("heads_kv", "group"),
+            f"group = {n.group} and heads_kv = {n.heads_kv} both say how K/V heads are shared; give one of "
+            "them (group: query heads per K/V head; heads_kv: their number)",
+        )
+    if n.dtype not in KERNEL_DTYPES:
+        kind = "sm_90 wgmma" if n.wgmma else f"{n.arch} mma.sync"
+        add(
+            "TL305",
+            ("dtype",),
+            f"Dtype {n.dtype} has no {kind} kernel here: the kernels are built for fp16 and bf16 (bf16 from "
+            "sm_80)",
+        )
+    (_hopper_limits if n.wgmma else _mma_sync_limits)(n, add)
+    return out
+
+
+_Add = Callable[[str, tuple[str, ...], str], None]
+
+
+def _mma_sync_limits(n: KernelNumbers, add: _Add) -> None:
+    if n.warps not in WARP_CHOICES:
+        add("TL307", ("warps",), f"warps = {n.warps}; expected one of 1, 2, 4, 8 or 16")
+    elif n.block_m % (16 * n.warps):
+        add(
+            "TL301",
+            ("q_rows", "BM"),
+            f"BM = {n.block_m} does not give each of the {n.warps} warps whole 16-row MMA tiles; use a "
+            f"multiple of {16 * n.warps} or fewer warps",
+        )
+    if n.block_n % 16 or n.block_n < 16:
+        add(
+            "TL301",
+            ("k_rows", "BN"),
+            f"BN = {n.block_n}: the {n.arch} kernels take key tiles in multiples of 16 rows (the N of Q·Kᵀ "
+            "and the K of P·V)",
+        )
+    for d, what, keys in ((n.d_qk, "d_qk", ("q_cols", "d_qk", "d")), (n.d_v, "d_v", ("v_cols", "d_v", "d"))):
+        if d % 32 or d > 256:
+            add(
+                "TL302",
+                keys,
+                f"{what} = {d}: the {n.arch} kernels take head dimensions in multiples of 32 up to 256 (the "
+                "MMA's K and 128-byte swizzled rows)",
+            )
+    if n.stages not in MMA_SYNC_STAGES:
+        add(
+            "TL307",
+            ("stages",),
+            f"stages = {n.stages}: the {n.arch} kernels take 1 (one K/V buffer, FA2's) or 2 (K "
+            "double-buffered)",
+        )
+    if n.warps not in WARP_CHOICES:
+        return
+    # The copy layout: each row is split among copy_threads_per_row(d) threads of 16 bytes, so a tile's
+    # rows are a whole number of the rows one pass of the block's threads covers.
+    tiles = (
+        (n.d_qk, n.block_m, "q_rows"),
+        (n.d_qk, n.block_n, "k_rows"),
+        (n.d_v, n.block_n, "v_rows"),
+        (n.d_v, n.block_m, "o_rows"),
+    )
+    for d, rows, key in tiles:
+        per_pass = n.threads // copy_threads_per_row(d)
+        if rows % per_pass:
+            add(
+                "TL306",
+                (key,),
+                f"a ({rows}, {d}) tile cannot be split evenly among {n.threads} threads copying 16 bytes "
+                f"each ({per_pass} rows per pass); use a multiple of {per_pass} rows or fewer warps",
+            )
+
+
+def _hopper_limits(n: KernelNumbers, add: _Add) -> None:
+    if not 1 <= n.consumers <= HOPPER_MAX_CONSUMERS:
+        add(
+            "TL307",
+            ("consumers", "BM"),
+            f"consumers = {n.consumers}: the sm_90 kernels use 1 to {HOPPER_MAX_CONSUMERS} consumer warp "
+            "groups",
+        )
+    elif n.block_m % n.consumers or (n.block_m // n.consumers) % HOPPER_WGMMA_M:
+        add(
+            "TL301",
+            ("q_rows", "BM"),
+            f"BM = {n.block_m} over {n.consumers} consumer warp group(s) leaves {n.block_m / n.consumers:g} "
+            f"rows each; wgmma needs a multiple of {HOPPER_WGMMA_M} rows per warp group (set BM or "
+            "`Param consumers`)",
+        )
+    if n.block_n % 16 or not 16 <= n.block_n <= 256:
+        add(
+            "TL301",
+            ("k_rows", "BN"),
+            f"BN = {n.block_n}: on sm_90 the key tile is the wgmma N of Q·Kᵀ and the K of P·V: a multiple "
+            "of 16 from 16 to 256",
+        )
+    for d, what, keys in ((n.d_qk, "d_qk", ("q_cols", "d_qk", "d")), (n.d_v, "d_v", ("v_cols", "d_v", "d"))):
+        if d % HOPPER_BOX_COLS or not HOPPER_BOX_COLS <= d <= 256:
+            add(
+                "TL302",
+                keys,
+                f"{what} = {d}: the sm_90 kernel moves tiles in 128-byte TMA boxes of {HOPPER_BOX_COLS} "
+                "columns, so its head dims are 64, 128, 192 or 256",
+            )
+    if n.pingpong and (n.consumers < 2 or not n.overlap):
+        add(
+            "TL307",
+            ("pingpong", "consumers", "overlap"),
+            "pingpong = 1 passes the GEMM turn between two or three consumer warp groups of the overlapped "
+            f"loop (here consumers = {n.consumers}, overlap = {int(n.overlap)}); set pingpong = 0",
+        )
+    if not HOPPER_STAGES[0] <= n.stages <= HOPPER_STAGES[1]:
+        add(
+            "TL307",
+            ("stages",),
+            f"stages = {n.stages}: the sm_90 K/V mbarrier pipeline takes 1 to 4 stages (2 is "
+            "FlashAttention 3's)",
+        )
+    if n.d_v > n.d_qk:
+        add(
+            "TL302",
+            ("v_cols", "d_v"),
+            f"d_v = {n.d_v} > d_qk = {n.d_qk}: the sm_90 kernel stages O in Q's shared buffer for its TMA "
+            "store, so d_v must not exceed d_qk",
+        )
