@@ -183,20 +183,29 @@ def header_prefix(source: str) -> str:
     return "\n".join(block) if any(d.startswith("#include") for d in block) else ""
 
 
+# The translation unit a header is written from: the include block and one empty kernel, so the header
+# holds exactly the block its key names, and writing it costs the block's parse (5 s of CPU for
+# `cute/tensor.hpp` on the 2-core machine of docs/performance.md) plus the write (1.4 s there).
+_ANCHOR = "\n__global__ void tl_pch_anchor() {}\n"
+
+
+def _pch_flags(mode: str, path: Path) -> list[bytes]:
+    # The same suppressions on both sides: NVRTC refuses a header made under other options (629).
+    return [f"--{mode}-pch={path}".encode()] + [f"--diag-suppress={n}".encode() for n in _PCH_SUPPRESS]
+
+
 @dataclass(frozen=True)
 class _PchPlan:
     key: str
     path: Path
-    create: bool  # False: read the header at `path`
+    created: bool  # this compile's plan wrote the header (reported as "created", else "used")
 
     def flags(self) -> list[bytes]:
-        # The same suppressions on both sides: NVRTC refuses a header made under other options (629).
-        mode = f"--create-pch={self.path}" if self.create else f"--use-pch={self.path}"
-        return [mode.encode()] + [f"--diag-suppress={n}".encode() for n in _PCH_SUPPRESS]
+        return _pch_flags("use", self.path)
 
 
 class _Pch:
-    """When a compile writes or reads this process's precompiled header, and what its outcome means."""
+    """Which precompiled header a compile reads, written first when this process has none for its block."""
 
     def __init__(self) -> None:
         self.store: PchStore | None = None
@@ -205,60 +214,65 @@ class _Pch:
         self._failed: set[str] = set()  # NVRTC could not write these: not tried again in this process
         self._lock = threading.Lock()
 
-    def plan(self, source: str, opts: Mapping[str, Any], target: str) -> _PchPlan | None:
+    def plan(self, source: str, opts: Mapping[str, Any], flags: list[bytes]) -> _PchPlan | None:
+        """The header to read for `source`, written now if need be; None: compile without one."""
         if not pch_enabled():
             return None
         prefix = header_prefix(source)
         if not prefix:
             return None
+        key = pch_key(prefix, dict(opts), toolchain().fingerprint(), opts["arch"])
         with self._lock:
             if self.store is None:
                 self.store = PchStore()
-            key = pch_key(prefix, dict(opts), toolchain().fingerprint(), target)
-            if key in self._failed:
-                return None
+            if key in self._failed or key in self._creating:
+                return None  # another thread of this process is writing it: compile without
             path = self.store.get(key)
             if path is not None:
-                return _PchPlan(key, path, create=False)
-            if key in self._creating:
-                return None  # another thread of this process is writing it; compile without
+                return _PchPlan(key, path, created=False)
             self._creating.add(key)
-            _ensure_heap(self.heap_bytes)
-            return _PchPlan(key, self.store.path_for(key), create=True)
+        try:
+            return self._create(key, prefix, flags)
+        finally:
+            with self._lock:
+                self._creating.discard(key)
 
-    def finish(self, plan: _PchPlan, prog: Any, log: str) -> str | None:
-        """Record the outcome of a compile that had `plan`; "created", "used" or None."""
+    def _create(self, key: str, prefix: str, flags: list[bytes]) -> _PchPlan | None:
         from cuda.bindings import nvrtc
 
         assert self.store is not None  # plan() made it
-        if not plan.create:
-            if _PCH_UNUSABLE.search(log) or _PCH_MISSING in log:
-                self.store.discard(plan.key)
-                return None
-            return "used"
+        path = self.store.path_for(key)
+        for _ in range(2):  # a second time only after growing the heap to what NVRTC asked for
+            _ensure_heap(self.heap_bytes)
+            anchor = prefix + _ANCHOR
+            prog, _log, _code = _nvrtc_once(anchor, "tl_pch.cu", flags + _pch_flags("create", path), None)
+            try:
+                (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog.prog)
+                err, required = nvrtc.nvrtcGetPCHHeapSizeRequired(prog.prog)
+            finally:
+                prog.destroy()
+            if status == nvrtc.nvrtcResult.NVRTC_SUCCESS and path.is_file():
+                self.store.add(key, path)
+                return _PchPlan(key, path, created=True)
+            path.unlink(missing_ok=True)
+            heap_full = status == nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED
+            if not (heap_full and err == nvrtc.nvrtcResult.NVRTC_SUCCESS and required > self.heap_bytes):
+                break
+            # A new heap has another address: every header written so far becomes unusable.
+            self.heap_bytes = _round_up(required + required // 4, 64 << 20)
+            self.store.clear()
         with self._lock:
-            self._creating.discard(plan.key)
-            (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog)
-            if status == nvrtc.nvrtcResult.NVRTC_SUCCESS and plan.path.is_file():
-                self.store.add(plan.key, plan.path)
-                return "created"
-            plan.path.unlink(missing_ok=True)
-            if status == nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
-                err, required = nvrtc.nvrtcGetPCHHeapSizeRequired(prog)
-                if err == nvrtc.nvrtcResult.NVRTC_SUCCESS and required > self.heap_bytes:
-                    # A new heap has another address: every header made so far is unusable.
-                    self.heap_bytes = _round_up(required + required // 4, 64 << 20)
-                    self.store.clear()
-                    return None
-            self._failed.add(plan.key)
-            return None
+            self._failed.add(key)
+        return None
 
-    def abandon(self, plan: _PchPlan) -> None:
-        """The compile raised before NVRTC answered: nothing was written that can be trusted."""
-        with self._lock:
-            self._creating.discard(plan.key)
-        if plan.create:
-            plan.path.unlink(missing_ok=True)
+    def finish(self, plan: _PchPlan, log: str) -> str | None:
+        """The outcome of a compile that read `plan`'s header: "created", "used", or None if NVRTC could
+        not use it (then the header is dropped; NVRTC parsed the block itself, or never ran)."""
+        if _PCH_UNUSABLE.search(log) or _PCH_MISSING in log:
+            assert self.store is not None
+            self.store.discard(plan.key)
+            return None
+        return "created" if plan.created else "used"
 
 
 _PCH = _Pch()
@@ -421,18 +435,11 @@ def _nvrtc(
 
     flags = ProgramOptions(**opts).as_bytes("nvrtc")
     start = time.perf_counter()
-    plan = _PCH.plan(source, opts, opts["arch"])
-    try:
-        result, log, code = _nvrtc_once(source, opts["name"], flags + (plan.flags() if plan else []), kind)
-    except BaseException:
-        if plan is not None:
-            _PCH.abandon(plan)
-        raise
-    try:
-        pch = _PCH.finish(plan, result.prog, log) if plan is not None else None
-    finally:
-        result.destroy()
-    if plan is not None and not plan.create and pch is None and _PCH_MISSING in log:
+    plan = _PCH.plan(source, opts, flags)
+    result, log, code = _nvrtc_once(source, opts["name"], flags + (plan.flags() if plan else []), kind)
+    result.destroy()
+    pch = _PCH.finish(plan, log) if plan is not None else None
+    if plan is not None and pch is None and _PCH_MISSING in log:
         # The header vanished under us (a cleaned cache directory): the compile never ran; run it plainly.
         result, log, code = _nvrtc_once(source, opts["name"], flags, kind)
         result.destroy()
@@ -464,8 +471,11 @@ class _Program:
             self.prog = None
 
 
-def _nvrtc_once(source: str, name: str, flags: list[bytes], kind: str) -> tuple[_Program, str, bytes | None]:
-    """Compile once: (the program, still alive for its PCH status, its log, the code or None on failure)."""
+def _nvrtc_once(
+    source: str, name: str, flags: list[bytes], kind: str | None
+) -> tuple[_Program, str, bytes | None]:
+    """Compile once: (the program, alive until `destroy` for its PCH status, its log, the code or None on
+    failure). `kind` None: no code is wanted (b"" on success)."""
     from cuda.bindings import nvrtc
 
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
@@ -477,6 +487,8 @@ def _nvrtc_once(source: str, name: str, flags: list[bytes], kind: str) -> tuple[
         log = _program_log(prog)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return handle, log, None
+        if kind is None:
+            return handle, log, b""
         if kind == "ptx":
             err, size = nvrtc.nvrtcGetPTXSize(prog)
             _check(err, "nvrtcGetPTXSize")
