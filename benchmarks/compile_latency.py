@@ -1,0 +1,403 @@
+"""Compile latency of the bundled examples through NVRTC: cold, with a precompiled header written, warm.
+
+For each example (at its own `Target`, or at each of `--targets`) and each mode, a fresh interpreter
+compiles the kernel with the kernel cache off and reports wall and CPU seconds (its own and its child
+ptxas's) and NVRTC's phase split (`--time`: C++ front end, NVVM optimizer, PTX → SASS):
+
+  headers  the kernel's include block alone (+ an empty kernel), no precompiled header: the most a
+           precompiled header can save;
+  cold     the kernel, no precompiled header: what every compile costs without one;
+  first    the kernel, writing the process's precompiled header (the first compile of a worker);
+  warm     then, in the same process, the kernel with a one-line edit, reading that header (what the
+           language server's second save and a worker's later jobs cost).
+
+`--build` also times `compile_many` over all of them from an empty cache, with precompiled headers
+off and on (`$TL_PCH`), with `--jobs` workers. No GPU is needed; `--device-arch sm_90` compiles as for an
+H200 (sm_80-class kernels as compute_80 PTX, then ptxas for sm_90), as the on-save path does there.
+
+Run: `python benchmarks/compile_latency.py [--examples mha_fwd,hopper_mha_fwd] [--targets sm_80,sm_90]
+[--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N] [--json OUT]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # a checkout on the GPU host is used without being installed
+
+MODES = ("headers", "cold", "first", "warm")
+ANCHOR = "\n__global__ void tl_pch_anchor() {}\n"
+CHILD_TIMEOUT_S = 900
+# NVRTC's --time CSV names its phases so; the table calls them front / opt / ptx.
+PHASES = {"CUDA C++ Frontend": "front", "NVVM Optimizer": "opt", "PTX Translation": "ptx"}
+
+
+@dataclass
+class Kernel:
+    example: str
+    target: str  # the TL Target asked for
+    arch: str  # the kernel's arch (LaunchSpec.arch): sm_90 becomes sm_90a
+    name: str
+    source: str
+
+
+@dataclass
+class Measure:
+    example: str
+    target: str
+    arch: str
+    mode: str
+    wall_s: float | None = None
+    cpu_s: float | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
+    pch: str | None = None
+    load: list[float] = field(default_factory=list)  # 1-minute load average before and after
+    error: str | None = None
+
+
+def examples(names: list[str] | None) -> list[Path]:
+    paths = sorted(p for p in (ROOT / "examples").glob("*.tl") if p.stem != "sketch_fwd")
+    if names:
+        wanted = set(names)
+        paths = [p for p in paths if p.stem in wanted]
+        missing = wanted - {p.stem for p in paths}
+        if missing:
+            raise SystemExit(f"compile_latency: no such example: {', '.join(sorted(missing))}")
+    return paths
+
+
+def translate(path: Path, target: str | None) -> Kernel:
+    """The example's kernel, translated in memory (nothing is written beside the example)."""
+    from pipeline.build import translate_text
+    from pipeline.variants import variant
+
+    text = path.read_text()
+    if target is not None:
+        text = variant(text, target=target)
+    t = translate_text(text, Path(path.name))  # a bare name: `#line` directives do not name a temp dir
+    own = target or t.spec.arch
+    return Kernel(path.stem, own, t.spec.arch, t.cu_path.name, t.source)
+
+
+# ---- the child: one fresh interpreter per measured kernel and mode ----------------------------------
+
+
+def _cpu() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # ptxas, when PTX is assembled for the device
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def _phases(csv_path: Path) -> dict[str, float]:
+    """NVRTC's --time CSV (file, phase, metric, unit), summed per phase, in seconds; then emptied."""
+    out: dict[str, float] = {}
+    try:
+        rows = list(csv.reader(csv_path.read_text().splitlines()))
+    except OSError:
+        return out
+    for row in rows[1:]:
+        if len(row) >= 4 and row[1].strip() in PHASES:
+            scale = {"ms": 1e-3, "s": 1.0, "us": 1e-6}.get(row[3].strip(), 1e-3)
+            key = PHASES[row[1].strip()]
+            out[key] = round(out.get(key, 0.0) + float(row[2]) * scale, 2)
+    csv_path.unlink(missing_ok=True)
+    return out
+
+
+def _compile_timed(source: str, spec: dict[str, Any], csv_path: Path) -> dict[str, Any]:
+    from runner.compile import CompileError, compile_source
+
+    load0, cpu0, t0 = _load(), _cpu(), time.perf_counter()
+    try:
+        ck = compile_source(
+            source,
+            arch=spec["arch"],
+            device_arch=spec.get("device_arch"),
+            name=spec["name"],
+            options={"time": str(csv_path)},
+            use_cache=False,
+        )
+        error, pch = None, ck.pch
+    except CompileError as err:
+        error, pch = str(err)[:2000], None
+    wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "phases_s": _phases(csv_path),
+        "pch": pch,
+        "load": [round(load0, 2), round(_load(), 2)],
+        "error": error,
+    }
+
+
+def child(spec_path: Path, out_path: Path) -> int:
+    """Compile as the spec says and write one result per step as JSON (the modes of one process)."""
+    from runner.compile import header_prefix, use_precompiled_headers
+
+    spec = json.loads(spec_path.read_text())
+    # One path for every step: the precompiled header's options must match its reader's.
+    csv_path = Path(tempfile.mkdtemp(prefix="tl-compile-latency-")) / "time.csv"
+    results: dict[str, Any] = {}
+    if spec["process"] == "plain":
+        use_precompiled_headers(False)
+        for mode in spec["modes"]:
+            source = spec["source"]
+            if mode == "headers":
+                prefix = header_prefix(source)
+                if not prefix:
+                    results[mode] = {"error": "the source has no include block"}
+                    continue
+                source = prefix + ANCHOR
+            results[mode] = _compile_timed(source, spec, csv_path)
+    else:
+        use_precompiled_headers(True)
+        results["first"] = _compile_timed(spec["source"], spec, csv_path)
+        if "warm" in spec["modes"]:
+            # An edit, as on a save: the source differs, the include block does not.
+            edited = spec["source"] + "\n// compile_latency: warm compile\n"
+            results["warm"] = _compile_timed(edited, spec, csv_path)
+    out_path.write_text(json.dumps(results))
+    return 0
+
+
+def run_child(kernel: Kernel, modes: list[str], process: str, device_arch: str | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="tl-compile-latency-") as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec = {**asdict(kernel), "modes": modes, "process": process, "device_arch": device_arch}
+        spec_path.write_text(json.dumps(spec))
+        env = {**os.environ, "TL_CACHE_DIR": str(Path(tmp) / "cache")}
+        env.pop("TL_PCH", None)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path), str(out_path)]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, timeout=CHILD_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            return {m: {"error": f"timed out after {CHILD_TIMEOUT_S} s"} for m in modes}
+        if proc.returncode != 0 or not out_path.exists():
+            why = proc.stderr.decode(errors="replace")[-1500:]
+            return {m: {"error": f"child exited with {proc.returncode}: {why}"} for m in modes}
+        return json.loads(out_path.read_text())
+
+
+def measure(kernel: Kernel, modes: list[str], device_arch: str | None) -> list[Measure]:
+    raw: dict[str, Any] = {}
+    plain = [m for m in ("headers", "cold") if m in modes]
+    if plain:
+        raw.update(run_child(kernel, plain, "plain", device_arch))
+    pch = [m for m in ("first", "warm") if m in modes]
+    if pch:
+        raw.update(run_child(kernel, pch, "pch", device_arch))
+    out = []
+    for mode in modes:
+        r = raw.get(mode, {"error": "not measured"})
+        out.append(
+            Measure(
+                kernel.example,
+                kernel.target,
+                kernel.arch,
+                mode,
+                wall_s=r.get("wall_s"),
+                cpu_s=r.get("cpu_s"),
+                phases_s=r.get("phases_s") or {},
+                pch=r.get("pch"),
+                load=r.get("load") or [],
+                error=r.get("error"),
+            )
+        )
+    return out
+
+
+# ---- parallel builds ----------------------------------------------------------------------------------
+
+
+def build(kernels: list[Kernel], jobs: int | None, device_arch: str | None, pch: bool) -> dict[str, Any]:
+    """`compile_many` over every kernel from an empty cache in a fresh interpreter, headers on or off."""
+    script = (
+        "import json, sys, time\n"
+        "from runner.compile import CompileJob, compile_many\n"
+        "spec = json.load(sys.stdin)\n"
+        "jobs = [CompileJob(source=k['source'], arch=k['arch'], name=k['name'],"
+        " device_arch=spec['device_arch']) for k in spec['kernels']]\n"
+        "t = time.perf_counter()\n"
+        "res = compile_many(jobs, max_workers=spec['jobs'])\n"
+        "wall = time.perf_counter() - t\n"
+        "print(json.dumps({'wall_s': round(wall, 2), 'results': [{'name': j.name,"
+        " 'ok': hasattr(r, 'code'), 'seconds': round(getattr(r, 'seconds', 0.0), 2),"
+        " 'pch': getattr(r, 'pch', None)} for j, r in zip(jobs, res)]}))\n"
+    )
+    with tempfile.TemporaryDirectory(prefix="tl-compile-latency-build-") as tmp:
+        env = {**os.environ, "TL_CACHE_DIR": str(Path(tmp) / "cache"), "TL_PCH": "1" if pch else "0"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        spec = {"kernels": [asdict(k) for k in kernels], "jobs": jobs, "device_arch": device_arch}
+        load0 = _load()
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            input=json.dumps(spec).encode(),
+            env=env,
+            capture_output=True,
+            timeout=CHILD_TIMEOUT_S * 2,
+            check=False,
+        )
+        if proc.returncode != 0:
+            return {"pch": pch, "error": proc.stderr.decode(errors="replace")[-1500:]}
+        out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        out.update({"pch": pch, "jobs": jobs or os.cpu_count(), "load": [round(load0, 2), round(_load(), 2)]})
+        return out
+
+
+# ---- report -------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    from runner.toolchain import toolchain
+
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    tc = toolchain()
+    return {
+        "host": platform.node(),
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "nvrtc": tc.nvrtc_version,
+        "cutlass": tc.cutlass_version,
+        "cccl": tc.cccl_version,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def _cell(m: Measure | None) -> str:
+    if m is None:
+        return "-"
+    if m.error or m.wall_s is None:
+        return "FAIL"
+    return f"{m.wall_s:.1f} ({m.cpu_s:.1f})"
+
+
+def table(measures: list[Measure], modes: list[str]) -> str:
+    """One row per kernel: wall (CPU) seconds per mode, then the cold compile's phase split."""
+    rows: dict[tuple[str, str], dict[str, Measure]] = {}
+    for m in measures:
+        rows.setdefault((m.example, m.arch), {})[m.mode] = m
+    head = ["example", "arch", *[f"{mode} s (cpu)" for mode in modes], "cold front/opt/ptx s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (example, arch), by_mode in rows.items():
+        cold = by_mode.get("cold")
+        split = "-"
+        if cold is not None and cold.phases_s:
+            split = " / ".join(f"{cold.phases_s.get(k, 0.0):.1f}" for k in ("front", "opt", "ptx"))
+        cells = [example, arch, *[_cell(by_mode.get(mode)) for mode in modes], split]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--examples", default=None, help="comma-separated example names (default: all)")
+    ap.add_argument("--targets", default=None, help="comma-separated TL Targets (default: each example's)")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    ap.add_argument("--device-arch", default=None, help="compile as for this device (e.g. sm_90)")
+    ap.add_argument("--build", action="store_true", help="also time compile_many, headers off and on")
+    ap.add_argument("--jobs", type=int, default=None, help="compile_many workers (default: all cores)")
+    ap.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="kernels measured at once (default 1: alone, the clean number)",
+    )
+    ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    ap.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(*args.child)
+    modes = [m for m in args.modes.split(",") if m]
+    if unknown := [m for m in modes if m not in MODES]:
+        ap.error(f"unknown mode(s): {', '.join(unknown)}")
+    targets: list[str | None] = args.targets.split(",") if args.targets else [None]
+    kernels: list[Kernel] = []
+    skipped: list[str] = []
+    from pipeline.build import BuildError
+
+    for path in examples(args.examples.split(",") if args.examples else None):
+        for target in targets:
+            try:
+                kernels.append(translate(path, target))
+            except BuildError as err:
+                skipped.append(f"{path.stem} for {target}: {err.message}")
+    info = machine()
+    print(
+        f"# {info['cores']} cores, {info['cpu']}, NVRTC {info['nvrtc']}, CUTLASS {info['cutlass']}",
+        flush=True,
+    )
+    measures: list[Measure] = []
+    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        for k, got in zip(
+            kernels, pool.map(lambda k: measure(k, modes, args.device_arch), kernels), strict=True
+        ):
+            measures += got
+            done = ", ".join(f"{m.mode} {_cell(m)}" for m in got)
+            print(f"# {k.example} {k.arch}: {done}", flush=True)
+    builds = []
+    if args.build and kernels:
+        for pch in (False, True):
+            builds.append(build(kernels, args.jobs, args.device_arch, pch))
+            print(
+                f"# build, precompiled headers {'on' if pch else 'off'}: {builds[-1].get('wall_s')} s",
+                flush=True,
+            )
+    print(table(measures, modes))
+    for b in builds:
+        if "error" in b:
+            print(f"build (headers {'on' if b['pch'] else 'off'}): FAIL {b['error'][:300]}")
+        else:
+            state = "on" if b["pch"] else "off"
+            n, workers = len(b["results"]), b["jobs"]
+            print(f"build of {n} kernels, {workers} workers, headers {state}: {b['wall_s']:.1f} s")
+    for s in skipped:
+        print(f"skipped: {s}")
+    print(
+        "cells: wall seconds (CPU seconds of the compiling process and its ptxas); load average in the JSON"
+    )
+    if args.json:
+        payload = {
+            "machine": info,
+            "device_arch": args.device_arch,
+            "parallel": args.parallel,
+            "modes": modes,
+            "measures": [asdict(m) for m in measures],
+            "builds": builds,
+            "skipped": skipped,
+        }
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")
+    failed = any(m.error for m in measures) or any("error" in b for b in builds)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

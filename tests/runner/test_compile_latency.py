@@ -1,0 +1,49 @@
+"""benchmarks/compile_latency.py without NVRTC: NVRTC's --time CSV read per phase, the table, translation
+of an example in memory (nothing written beside it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("compile_latency", ROOT / "benchmarks" / "compile_latency.py")
+assert _spec is not None and _spec.loader is not None
+cl = importlib.util.module_from_spec(_spec)
+sys.modules["compile_latency"] = cl  # dataclasses look their module up by name
+_spec.loader.exec_module(cl)
+
+
+def test_phases_sum_per_phase_in_seconds_and_empty_the_file(tmp_path: Path) -> None:
+    csv = tmp_path / "time.csv"
+    csv.write_text(
+        "File name, phase name, metric, unit\n"
+        "k.cu, CUDA C++ Frontend, 126978, ms\n"
+        "k.cu, NVVM Optimizer, 28652, ms\n"
+        "k.cu, PTX Translation, 1871, ms\n"
+    )
+    assert cl._phases(csv) == {"front": 126.98, "opt": 28.65, "ptx": 1.87}
+    assert not csv.exists() and cl._phases(csv) == {}
+
+
+def test_table_has_one_row_per_kernel_with_wall_cpu_and_the_cold_split() -> None:
+    ms = [
+        cl.Measure("mha_fwd", "sm_80", "sm_80", "cold", 30.0, 29.5, {"front": 24.0, "opt": 5.0, "ptx": 1.0}),
+        cl.Measure("mha_fwd", "sm_80", "sm_80", "warm", 26.0, 25.0, pch="used"),
+        cl.Measure("hopper_mha_fwd", "sm_90", "sm_90a", "cold", error="NVRTC failed"),
+    ]
+    lines = cl.table(ms, ["cold", "warm"]).splitlines()
+    assert lines[0] == "| example | arch | cold s (cpu) | warm s (cpu) | cold front/opt/ptx s |"
+    assert lines[2] == "| mha_fwd | sm_80 | 30.0 (29.5) | 26.0 (25.0) | 24.0 / 5.0 / 1.0 |"
+    assert lines[3] == "| hopper_mha_fwd | sm_90a | FAIL | - | - |"
+
+
+def test_translate_keeps_examples_untouched_and_retargets() -> None:
+    before = sorted(p.name for p in (ROOT / "examples").iterdir())
+    k = cl.translate(ROOT / "examples" / "mha_fwd.tl", None)
+    assert k.arch == "sm_80" and k.name == "mha_fwd.cu" and "#include <cute/tensor.hpp>" in k.source
+    assert '#line 12 "mha_fwd.tl"' in k.source  # the bare name: the source does not depend on a directory
+    k89 = cl.translate(ROOT / "examples" / "mha_fwd.tl", "sm_89")
+    assert k89.arch == "sm_89" and k89.target == "sm_89"
+    assert sorted(p.name for p in (ROOT / "examples").iterdir()) == before
