@@ -56,6 +56,7 @@ def _check(args: argparse.Namespace) -> int:
     records: list[dict[str, object]] = []
     counts = {Severity.ERROR: 0, Severity.WARNING: 0}
     unreadable = 0
+    sketches = 0  # files that are the first stage: their hints say what `tl complete` adds
     for path in args.files:
         try:
             text = read_tl(path)
@@ -75,12 +76,15 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"{path}:{pos.line + 1}:{pos.character + 1}: {d.severity.label}[{d.code}] {d.message}")
         if analysis.has_errors and status == 0:
             status = 1
+        sketches += analysis.model.is_sketch
     if args.format == "json":
         print(json.dumps(records, indent=2, ensure_ascii=False))
     else:
         errors, warnings = counts[Severity.ERROR], counts[Severity.WARNING]
         checked = len(args.files) - unreadable
         tail = f", {unreadable} unreadable" if unreadable else ""
+        if sketches:
+            tail += f"; {sketches} sketch(es): `tl complete FILE` writes the TL code"
         print(f"{errors} error(s), {warnings} warning(s) in {checked} file(s){tail}", file=sys.stderr)
     return status
 

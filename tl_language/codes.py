@@ -185,6 +185,21 @@ _TABLE: list[Code] = [
     Code("TL452", "missing-header", I,
          "A header the translator needs (Target, Dtype) is absent; a default applies.",
          "Defaults: Target sm_80, Dtype fp16."),
+    Code("TL453", "missing-allocate", I,
+         "A sketch reads a tensor from global memory that no `Allocate … in global` declares.",
+         "TL code declares Q, K and V in global with their shape and offset; the fix inserts the Allocate "
+         "(TL105 in a document that is not a sketch)."),
+    Code("TL454", "missing-coordinate", I,
+         "A sketch Copy between global memory and the block without `in coordinate [L = …]`.",
+         "Q's and O's tiles are this block's query tile (`block_m`); K's and V's the loop's key block. The "
+         "fix inserts the coordinate."),
+    Code("TL455", "placeholder-loop-bound", I,
+         "A sketch loop bound that is a bare name nothing defines (`for j = 0: N`).",
+         "TL code loops over the key blocks: `seqlen_k / BN`; the fix writes it when BN is a Param."),
+    Code("TL456", "missing-accumulator", I,
+         "A sketch accumulates into a tensor it never allocates.",
+         "TL code allocates the fp32 output accumulator in registers before the loop, e.g. `Allocate acc_o "
+         "in register (BM, d)`; the fix inserts it when those names are defined."),
     # Translator and GPU results mapped back to TL.
     Code("TL501", "unsupported-pattern", E,
          "The TL is valid but the translator has no kernel for this pattern."),

@@ -77,7 +77,9 @@ def _corpus() -> Iterator[tuple[str, str]]:
     for p in sorted((ROOT / "examples").rglob("*.tl")):
         yield str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")
     for p in sorted((ROOT / "tests").rglob("*.tl")):
-        rel = p.relative_to(ROOT / "tests" / "tl_language") if "tl_language" in p.parts else p.relative_to(ROOT)
+        rel = (
+            p.relative_to(ROOT / "tests" / "tl_language") if "tl_language" in p.parts else p.relative_to(ROOT)
+        )
         for i, doc in enumerate(split_documents(p.read_text(encoding="utf-8"))):
             yield f"{rel}#{i}", doc
 
@@ -100,7 +102,7 @@ def test_the_xfail_list_names_existing_cases() -> None:
     assert set(XFAIL) <= names, set(XFAIL) - names
 
 
-# ---- the generated family ----------------------------------------------------------------------------------
+# ---- the generated family ------------------------------------------------------------------------------
 
 BASES = ("mha_fwd", "hopper_mha_fwd", "mla_fwd", "gqa_fwd", "mqa_fwd", "causal_mha_fwd")
 CHOICES: dict[str, tuple[int, ...]] = {
@@ -187,7 +189,9 @@ def test_the_generated_family_agrees() -> None:
         if refused:
             disagreements.append(f"{member}: {refused[0]}")
     assert not disagreements, "\n".join(disagreements[:20])
-    assert checked >= SAMPLES // 8, f"only {checked} clean documents: the family no longer exercises the build"
+    assert checked >= SAMPLES // 8, (
+        f"only {checked} clean documents: the family no longer exercises the build"
+    )
 
 
 def test_the_family_reaches_every_kernel_limit() -> None:
@@ -198,7 +202,7 @@ def test_the_family_reaches_every_kernel_limit() -> None:
     assert {"TL301", "TL302", "TL303", "TL305", "TL306", "TL307", "TL308", "TL309", "TL203"} <= seen, seen
 
 
-# ---- through NVRTC: a small sample --------------------------------------------------------------------------
+# ---- through NVRTC: a small sample ---------------------------------------------------------------------
 
 
 def _nvrtc_sample() -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from tl_language.checks import (
     reshape,
     shared_memory,
     sketch,
+    sketch_parts,
     tiles,
     transitions,
 )
@@ -53,6 +54,7 @@ RULES: list[Rule] = [
     kernel_limits.check,  # the translator's kernels: TL301–TL302, TL305–TL309
     coverage.check,  # TL401
     sketch.check,  # TL450–TL452
+    sketch_parts.check,  # TL453–TL456
 ]
 
 

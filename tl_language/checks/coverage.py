@@ -55,6 +55,8 @@ def _rows(model: Model, stmt: ast.CopyStmt, name: str, rows: Dim, tile_rows: Dim
     loop_vars = {lp.var.name: lp for lp in loops if lp.var}
     used = {n.name for n in ast.expr_names(coord)}
     where = stmt.coordinate.range if stmt.coordinate else stmt.name.range if stmt.name else stmt.range
+    if coord is None and model.is_sketch:
+        return  # a sketch's missing coordinate is a hint (TL454), not yet a coverage warning
     if loops and not used & set(loop_vars):
         yield make("TL401", where,
                    f"`{name}` is copied inside `for {loops[0].var.name if loops[0].var else '…'}` but its "

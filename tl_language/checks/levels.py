@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tl_language import syntax as ast
+from tl_language.checks._sketch import placeholder_accumulator
 from tl_language.checks._support import closest, replace_fix
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.facts import LEVELS, first_placement, index_of, levels_before
@@ -70,7 +71,8 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
                 for e in stmt.args:
                     if isinstance(e, ast.Name):
                         yield from _not_at(model, e, "register", i, f" (`{spec.name}` works on registers)")
-            if stmt.result is not None and stmt.mode in ("accumulate", "get_new"):
+            if stmt.result is not None and stmt.mode in ("accumulate", "get_new") \
+                    and not placeholder_accumulator(model, stmt):  # a sketch's: TL456
                 yield from _not_at(model, stmt.result, "register", i, " (results live in registers)")
         elif isinstance(stmt, ast.ReshapeStmt) and stmt.name is not None:
             yield from _not_at(model, stmt.name, "register", i, " (Reshape relabels a register fragment)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tl_language import syntax as ast
+from tl_language.checks._sketch import placeholder_accumulator, placeholder_bound
 from tl_language.checks._support import closest
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.facts import first_placement, index_of
@@ -93,7 +94,9 @@ def _block(scope: _Scope, stmts: list[ast.Stmt]) -> Iterator[Diagnostic]:
             if stmt.name is not None and not scope.known(stmt.name.name, i):
                 yield _undefined(scope, stmt.name, i, "tensor ")
         elif isinstance(stmt, ast.ForStmt):
-            yield from _exprs(scope, [stmt.start, stmt.stop], i)
+            # a sketch's `for j = 0: N` is a placeholder (TL455, checks/sketch_parts.py), not TL101
+            bound = None if placeholder_bound(model, stmt) else stmt.stop
+            yield from _exprs(scope, [stmt.start, bound], i)
             var = stmt.var.name if stmt.var else None
             if stmt.var is not None and var is not None:
                 yield from _loop_var(scope, stmt.var)
@@ -156,7 +159,9 @@ def _compute(
         return
     yield from _tensor_name(scope, res)
     defined = scope.known(res.name, i)
-    if stmt.mode in ("accumulate", "get_new") and not defined:
+    if placeholder_accumulator(model, stmt):
+        pass  # a sketch accumulates before allocating: TL456 (checks/sketch_parts.py)
+    elif stmt.mode in ("accumulate", "get_new") and not defined:
         how = "accumulate into" if stmt.mode == "accumulate" else "replace (`get new`)"
         alt = f"; allocate it first (`Allocate {res.name} in register (…)`)" if stmt.mode == "accumulate" \
             else f"; write `and get {res.name}` to define it"

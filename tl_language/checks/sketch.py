@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 from tl_language import gpu
 from tl_language import syntax as ast
-from tl_language.diagnostics import Diagnostic, make
+from tl_language.diagnostics import Diagnostic, Fix, TextEdit, make
 from tl_language.model import Model
+from tl_language.source import Range
 
 
 def _holes(e: ast.Expr | None) -> Iterator[ast.Hole]:
@@ -43,12 +44,29 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
                 named = isinstance(stmt, ast.ParamStmt) and stmt.name is not None
                 what = f"Param `{stmt.name.name}`" if named else "this value"  # type: ignore[union-attr]
                 yield make("TL450", hole.range, f"{what} is a hole (`?`) still to be filled")
-        if (isinstance(stmt, ast.CopyStmt) and stmt.tile is None and stmt.name is not None
-                and stmt.src is not None and stmt.src.name.lower() == "global"):
-            yield make("TL451", stmt.name.range,
-                       f"`Copy {stmt.name.name}` from global has no tile shape yet, "
-                       f"e.g. `Copy {stmt.name.name} {_suggest_tile(model, stmt)}`")
+        if isinstance(stmt, ast.CopyStmt) and stmt.tile is None and stmt.name is not None:
+            yield from _missing_tile(model, stmt, stmt.name)
     yield from _headers(document)
+
+
+def _missing_tile(model: Model, stmt: ast.CopyStmt, name: ast.Ident) -> Iterator[Diagnostic]:
+    """TL451 on a copy from global without its tile; in a sketch, on a store to global too (TL code may
+    leave a store's tile out: the kernel stores the accumulator's). The fix writes the suggested tile
+    when every name in it is defined, so it never introduces an error."""
+    src = stmt.src.name.lower() if stmt.src else ""
+    dst = stmt.dst.name.lower() if stmt.dst else ""
+    if src != "global" and not (model.is_sketch and dst == "global" and src != "global"):
+        return
+    tile = _suggest_tile(model, stmt)
+    names = [part.strip("() ") for part in tile.split(",")]
+    fixes: tuple[Fix, ...] = ()
+    if all(n in model.params for n in names):
+        at = name.range.end
+        fixes = (Fix(f"Insert the tile `{tile}`", (TextEdit(Range(at, at), f" {tile}"),)),)
+    where = "from global" if src == "global" else "to global"
+    yield make("TL451", name.range,
+               f"`Copy {name.name}` {where} has no tile shape yet, e.g. `Copy {name.name} {tile}`",
+               fixes=fixes)  # fmt: skip
 
 
 def _suggest_tile(model: Model, stmt: ast.CopyStmt) -> str:

@@ -30,7 +30,7 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
             yield make("TL104", Range(stmt.src.range.start, stmt.dst.range.end),
                        f"a copy from {_WHERE[src]} to {_WHERE[src]} moves nothing; "
                        "copies go between two different levels")
-        if src == "global" and stmt.name is not None:
+        if src == "global" and stmt.name is not None and not model.is_sketch:  # a sketch's: TL453
             t = model.tensors.get(stmt.name.name)
             if t is None or "global" not in t.placements:
                 line, text = _allocate_line(document, model, stmt)
