@@ -74,3 +74,17 @@ def test_one_worker_compiles_two_jobs_the_second_with_the_first_ones_header(tmp_
         assert worker.started == 1
     assert [getattr(r, "pch", r) for r in results] == ["created", "used"]
     assert not list((tmp_path / "cache" / "pch").iterdir())  # the worker removed its headers at exit
+
+
+def test_several_jobs_in_this_process_enable_headers_for_their_duration_only(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cutlass_library")
+    from runner import compile as rc
+
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TL_PCH", raising=False)
+    seen: list[bool] = []
+    monkeypatch.setattr(rc, "_run_job", lambda job: seen.append(rc.pch_enabled()) or JOB)
+    rc.compile_many([JOB, CompileJob(source=JOB.source + "\n", arch="sm_80")], max_workers=1)
+    rc.compile_many([JOB], max_workers=1)
+    assert seen == [True, True, False] and not rc.pch_enabled()
