@@ -136,14 +136,17 @@ _INCLUDE = re.compile(r'^#\s*include\s*(<[^<>"]+>|"[^<>"]+")\s*(//.*)?$')
 _SIMPLE_DIRECTIVE = re.compile(r"^#\s*(define|undef|pragma)\b")
 
 
-def use_precompiled_headers(enabled: bool = True) -> None:
-    """Let this process write and read precompiled headers (unless `$TL_PCH` is "0").
+def use_precompiled_headers(enabled: bool = True, *, keep: int | None = None) -> None:
+    """Let this process write and read precompiled headers (unless `$TL_PCH` is "0"), at most `keep`
+    of them at once (default 2: a session may switch between two targets).
 
-    Worth it only in a process that compiles again: writing one costs about as much as parsing the
-    headers (and ~450 MB of disk), reading it back saves that parse on every later compile.
+    Worth it only in a process that compiles again: writing one costs the headers' parse and ~450 MB of
+    disk, reading it back saves most of that parse on every later compile.
     """
     global _pch_default
     _pch_default = enabled
+    if keep is not None:
+        _PCH.keep = keep
 
 
 def pch_enabled() -> bool:
@@ -209,6 +212,7 @@ class _Pch:
 
     def __init__(self) -> None:
         self.store: PchStore | None = None
+        self.keep = 2
         self.heap_bytes = PCH_HEAP_BYTES
         self._creating: set[str] = set()
         self._failed: set[str] = set()  # NVRTC could not write these: not tried again in this process
@@ -224,7 +228,7 @@ class _Pch:
         key = pch_key(prefix, dict(opts), toolchain().fingerprint(), opts["arch"])
         with self._lock:
             if self.store is None:
-                self.store = PchStore()
+                self.store = PchStore(max_entries=self.keep)
             if key in self._failed or key in self._creating:
                 return None  # another thread of this process is writing it: compile without
             path = self.store.get(key)

@@ -13,10 +13,13 @@ import os
 import pickle
 import sys
 
-from runner.compile import CompileJob, _run_job, read_frame, write_frame
+from runner.compile import CompileJob, _run_job, read_frame, use_precompiled_headers, write_frame
 
 
 def main() -> int:
+    # One header at a time: the jobs come sorted by include block, and a pool of workers each holding
+    # several 450 MB headers would fill a disk.
+    use_precompiled_headers(False, keep=1)
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
