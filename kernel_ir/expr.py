@@ -8,7 +8,7 @@ Types are "f32", "i32" and "bool"; an `i32` operand of an `f32` operator is conv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 F32, I32, BOOL = "f32", "i32", "bool"
@@ -23,6 +23,7 @@ INDEX_VARS: dict[str, tuple[str, str]] = {
     "head_idx": (I32, "uniform"),
     "kv_head_idx": (I32, "uniform"),
     "batch_idx": (I32, "uniform"),
+    "batch": (I32, "uniform"),
     "seqlen_q": (I32, "uniform"),
     "seqlen_k": (I32, "uniform"),
     "heads": (I32, "uniform"),
@@ -56,11 +57,23 @@ class Var:
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """One element of a side tensor: `tensor[index...]` (row-major, its dims from the program)."""
+    """One element of a side tensor: `tensor[index...]` (row-major, its dims from the program). The
+    kernels clamp each index to its dim, so an eager read under an untaken `where` branch stays inside
+    the tensor; a read out of range that is used is an error the reference reports."""
 
     tensor: str
     index: tuple[Expr, ...]
     type: str
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.tensor, self.index, self.type)))
+
+    def __hash__(self) -> int:  # cached: a DAG with shared nodes would otherwise rehash exponentially
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return _same(self, other)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +81,44 @@ class Op:
     op: str
     args: tuple[Expr, ...]
     type: str
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.op, self.args, self.type)))
+
+    def __hash__(self) -> int:  # cached, as Load's
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return _same(self, other)
 
 
 Expr = Const | Var | Load | Op
+
+
+def _same(a: object, b: object) -> bool:
+    """Structural equality of two DAGs, each pair of nodes compared once (two separately built copies
+    of a DAG with shared nodes would otherwise compare in exponential time)."""
+    stack = [(a, b)]
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        x, y = stack.pop()
+        if x is y or (id(x), id(y)) in seen:
+            continue
+        seen.add((id(x), id(y)))
+        if type(x) is not type(y) or hash(x) != hash(y):
+            return False
+        if isinstance(x, Op):
+            if x.op != y.op or x.type != y.type or len(x.args) != len(y.args):  # type: ignore[union-attr]
+                return False
+            stack.extend(zip(x.args, y.args, strict=True))  # type: ignore[union-attr]
+        elif isinstance(x, Load):
+            if x.tensor != y.tensor or x.type != y.type or len(x.index) != len(y.index):  # type: ignore[union-attr]
+                return False
+            stack.extend(zip(x.index, y.index, strict=True))  # type: ignore[union-attr]
+        elif x != y:
+            return False
+    return True
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
@@ -210,23 +258,35 @@ def op(name: str, *args: Expr) -> Expr:
 
 
 def to_json(e: Expr) -> Any:
-    if isinstance(e, Const):
-        return {"const": e.value, "type": e.type}
-    if isinstance(e, Var):
-        return {"var": e.name, "type": e.type}
-    if isinstance(e, Load):
-        return {"load": e.tensor, "index": [to_json(i) for i in e.index], "type": e.type}
-    return {"op": e.op, "args": [to_json(a) for a in e.args], "type": e.type}
+    """`{"dag": [...]}`: the distinct nodes, children first, each naming its children by position, so a
+    shared subexpression is written once (a tree could be exponentially larger)."""
+    nodes = walk(e)
+    at = {n: i for i, n in enumerate(nodes)}
+    out: list[Any] = []
+    for n in nodes:
+        if isinstance(n, Const):
+            out.append({"const": n.value, "type": n.type})
+        elif isinstance(n, Var):
+            out.append({"var": n.name, "type": n.type})
+        elif isinstance(n, Load):
+            out.append({"load": n.tensor, "index": [at[i] for i in n.index], "type": n.type})
+        else:
+            out.append({"op": n.op, "args": [at[a] for a in n.args], "type": n.type})
+    return {"dag": out}
 
 
 def from_json(d: Any) -> Expr:
-    if "const" in d:
-        return Const(d["const"], d["type"])
-    if "var" in d:
-        return Var(d["var"], d["type"])
-    if "load" in d:
-        return Load(d["load"], tuple(from_json(i) for i in d["index"]), d["type"])
-    return Op(d["op"], tuple(from_json(a) for a in d["args"]), d["type"])
+    built: list[Expr] = []
+    for n in d["dag"]:
+        if "const" in n:
+            built.append(Const(n["const"], n["type"]))
+        elif "var" in n:
+            built.append(Var(n["var"], n["type"]))
+        elif "load" in n:
+            built.append(Load(n["load"], tuple(built[i] for i in n["index"]), n["type"]))
+        else:
+            built.append(Op(n["op"], tuple(built[i] for i in n["args"]), n["type"]))
+    return built[-1]
 
 
 def text(e: Expr) -> str:

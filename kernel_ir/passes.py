@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -26,9 +27,10 @@ LEVELS = ("uniform", "row", "col", "elem")
 
 
 def is_uniform(e: Expr) -> bool:
-    return all(level(n) == "uniform" for n in walk(e) if not isinstance(n, Op | Load))
+    return level(e) == "uniform"
 
 
+@functools.lru_cache(maxsize=65536)
 def level(e: Expr) -> str:
     """The innermost loop level `e` varies at: row and col together make elem."""
     if isinstance(e, Const):
@@ -82,6 +84,7 @@ def log2_score(score: Expr) -> Expr:
     return _times(score, LOG2E)
 
 
+@functools.lru_cache(maxsize=65536)
 def _times(e: Expr, k: float) -> Expr:
     if isinstance(e, Const):
         return const(float(e.value) * k)
@@ -141,6 +144,7 @@ def block_class(masks: tuple[Expr, ...]) -> BlockClass:
     return BlockClass(never=never, always=always)
 
 
+@functools.lru_cache(maxsize=65536)
 def _interval(e: Expr) -> tuple[Expr, Expr] | None:
     """(lo, hi) of an integer expression over the block rectangle, or None when unknown."""
     if e.type != I32:
@@ -193,6 +197,7 @@ def _interval(e: Expr) -> tuple[Expr, Expr] | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)
 def _tri(e: Expr) -> tuple[Expr, Expr]:
     """(never, always) of a boolean expression over the rectangle; (false, false) when unknown."""
     unknown = (const(False), const(False))

@@ -307,8 +307,7 @@ class _Evaluator:
             self.roots.append(("output_scale", program.output_scale))
         root_exprs = [e for _, e in self.roots]
         # One representative per distinct subexpression (equal nodes are one value even where the DAG
-        # does not share them, e.g. after the launch spec's JSON, which writes a tree), keyed by identity:
-        # the IR's nodes hash structurally without caching, exponential in a shared DAG's depth.
+        # does not share them, e.g. when a program was built in pieces), keyed by identity.
         self.order, self.key = _distinct_nodes(root_exprs)
         self.row_dependent: set[int] = set()
         self.uses: dict[int, int] = {}

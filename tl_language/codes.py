@@ -114,6 +114,9 @@ _TABLE: list[Code] = [
     Code("TL126", "scalar-default", E, "A runtime Scalar whose default is not a number, or defined twice.",
          "`Scalar cap = 30.0` declares a real scalar, `Scalar prefix = 2048` an integer one; the launch "
          "may pass another value."),
+    Code("TL127", "mask-without-header", W, "`Compute Mask S` with no condition under `Mask none`.",
+         "Without a condition, `Compute Mask S` applies the `Mask` header; with `Mask none` it masks "
+         "nothing. Give a condition (`Compute Mask S, kv_idx <= q_idx`) or a `Mask causal` header."),
     Code("TL128", "real-where-integer", E, "A real constant where TL needs an integer.",
          "Params, shapes, offsets, loop bounds and coordinates are integers; reals belong in score and "
          "mask expressions and Scalars."),
@@ -209,6 +212,8 @@ _TABLE: list[Code] = [
 ]
 
 CODES: dict[str, Code] = {c.code: c for c in _TABLE}
+# The hints that say what a sketch still lacks (stage 2 adds it); TL452 only names a default that applies.
+SKETCH_CODES = frozenset({"TL450", "TL451", "TL453", "TL454", "TL455", "TL456"})
 
 
 def markdown_table() -> str:

@@ -19,7 +19,7 @@ from translator.errors import TranslateError, unsupported
 
 _BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod", "<": "lt", "<=": "le", ">": "gt",
            ">=": "ge", "==": "eq", "!=": "ne", "&": "and", "|": "or"}  # fmt: skip
-_SIZES = ("seqlen_q", "seqlen_k", "heads", "heads_kv")
+_SIZES = ("batch", "seqlen_q", "seqlen_k", "heads", "heads_kv")
 
 
 class _Lower:

@@ -117,8 +117,8 @@ def test_chunking_does_not_change_the_result():
 
 
 def test_shared_and_repeated_subexpressions_are_evaluated_once(monkeypatch):
-    """A DAG 40 levels deep with every level used twice (2^40 paths), and the same program after the
-    launch spec's JSON, which writes it as a tree: one Q·Kᵀ and one P·V per chunk either way."""
+    """A DAG 40 levels deep with every level used twice (2^40 paths), and a program whose copies of one
+    subexpression are distinct objects: one Q·Kᵀ and one P·V per chunk either way."""
     x = SCALED
     for _ in range(40):
         x = op("add", op("mul", x, const(0.5)), op("mul", op("tanh", x), const(0.5)))
@@ -130,8 +130,10 @@ def test_shared_and_repeated_subexpressions_are_evaluated_once(monkeypatch):
     o, _ = forward_reference(deep, q, k, v, chunk=16, dtype=torch.float64)
     assert len(calls) == 2 * 3  # three chunks of rows
     where = Forward(op("where", op("gt", SCALED, const(0.0)), SCALED, op("mul", SCALED, const(0.1))))
-    tree = Forward.from_dict(where.to_dict())
-    assert tree.score.args[1] is not tree.score.args[2].args[0]  # no sharing left
+    copy = op("mul", Var("s", F32), Var("softmax_scale", F32))  # equal to SCALED, built apart
+    tree = Forward(op("where", op("gt", SCALED, const(0.0)), copy, op("mul", SCALED, const(0.1))))
+    assert tree.score.args[1] is not tree.score.args[0].args[0]
+    assert Forward.from_dict(where.to_dict()) == where  # the launch spec's JSON keeps the DAG
     calls.clear()
     forward_reference(tree, q, k, v, chunk=16, dtype=torch.float64)
     assert len(calls) == 2 * 3

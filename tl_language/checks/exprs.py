@@ -24,7 +24,7 @@ _COMPARE = ("<", "<=", ">", ">=", "==", "!=")
 _LOGIC = ("&", "|")
 # Builtins that have a value inside a score expression (the others are memory offsets or softmax state).
 _SCORE_BUILTINS = {"seqlen_q": "int", "seqlen_k": "int", "heads": "int", "heads_kv": "int", "batch": "int",
-                   "scale": "real", "rowsum": "real", "rowmax": "real"}  # fmt: skip
+                   "scale": "real"}  # fmt: skip
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
@@ -32,12 +32,42 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
     side = model.side_tensors()
     yield from _scalars(model)
     yield from _side_tensors(model, side)
+    yield from _mask_without_header(model, scores)
     for stmt in model.statements:
+        if _is_normalize(stmt):
+            continue  # `Compute Divide acc_o, rowsum`: the softmax's own division
         for e, ctx in _expressions(stmt, scores):
             if ctx == "score":
                 yield from _Typer(model, side, scores).run(e, stmt)
             else:
                 yield from _integer_only(e)
+
+
+def _mask_without_header(model: Model, scores: set[str]) -> Iterator[Diagnostic]:
+    if model.mask != "none":
+        return
+    for s in model.statements:
+        if (
+            isinstance(s, ast.ComputeStmt)
+            and s.op is not None
+            and s.op.name.lower() == "mask"
+            and len(s.args) == 1
+            and isinstance(s.args[0], ast.Name)
+            and s.args[0].name in scores
+        ):
+            yield make("TL127", s.range, "`Compute Mask S` applies the `Mask` header, which is `none` here: "
+                       "nothing is masked (give a condition, e.g. `Compute Mask S, kv_idx <= q_idx`)")
+
+
+def _is_normalize(stmt: ast.Stmt) -> bool:
+    return (
+        isinstance(stmt, ast.ComputeStmt)
+        and stmt.op is not None
+        and stmt.op.name.lower() == "divide"
+        and len(stmt.args) == 2
+        and isinstance(stmt.args[1], ast.Name)
+        and stmt.args[1].name == "rowsum"
+    )
 
 
 def _score_tensors(model: Model) -> set[str]:
@@ -243,6 +273,9 @@ class _Typer:
         if e.op == "%":
             if "real" in (x, y):
                 self.out.append(make("TL122", e.range, "`%` takes integers (e.g. `(q_idx - kv_idx) % 4`)"))
+                return None
+            if self.model.evaluate(e.right) == 0:
+                self.out.append(make("TL122", e.right.range, "`% 0`: the remainder of a division by zero"))
                 return None
             return "int"
         if e.op == "/":

@@ -27,6 +27,7 @@ BINDINGS = {
     "head_idx": "bidh",
     "kv_head_idx": "bidh_kv",
     "batch_idx": "bidb",
+    "batch": "batch",
     "seqlen_q": "seqlen_q",
     "seqlen_k": "seqlen_k",
     "heads": "heads",
@@ -90,19 +91,8 @@ class Regions:
 
     # ---- expressions ----
 
-    def c(self, e: Expr, *, clamp: bool = False) -> str:
-        """C for `e`, reading hoisted temporaries where the renderer made them. `clamp`: inside a side
-        tensor's subscript, where rows past seqlen_q and keys past seqlen_k (the tiles' padding) read the
-        last valid element instead of memory past the tensor; those scores are masked anyway."""
-        if clamp:
-            if e == Var("q_idx", I32):
-                return "min(row, seqlen_q - 1)"
-            if e == Var("kv_idx", I32):
-                return "min(col, seqlen_k - 1)"
-            if passes.level(e) == "uniform" and e in self.temps:
-                return self.temps[e]
-            if isinstance(e, Op):
-                return _op(e.op, [self.c(a, clamp=True) for a in e.args], e)
+    def c(self, e: Expr) -> str:
+        """C for `e`, reading hoisted temporaries where the renderer made them."""
         t = self.temps.get(e)
         if t is not None:
             return t
@@ -114,15 +104,17 @@ class Regions:
             return BINDINGS[e.name]
         if isinstance(e, Load):
             return f"{tensor_arg(e.tensor)}[{self._offset(e)}]"
-        if clamp:
-            return self.c(e)
         return _op(e.op, [self.c(a) for a in e.args], e)
 
     def _offset(self, e: Load) -> str:
+        """Row-major offset with each index clamped to its dim: rows past seqlen_q and keys past seqlen_k
+        (the tiles' padding) and reads under an untaken `where` branch, all computed eagerly, stay inside
+        the tensor. Where a clamped value is used, the reference (which raises on it) fails the kernel."""
         dims = self.ir.tensor(e.tensor).dims
-        out = self.c(e.index[0], clamp=True)
-        for d, i in zip(dims[1:], e.index[1:], strict=True):
-            out = f"({out}) * {d} + {self.c(i, clamp=True)}"
+        idx = [f"min(max({self.c(i)}, 0), {d} - 1)" for d, i in zip(dims, e.index, strict=True)]
+        out = idx[0]
+        for d, i in zip(dims[1:], idx[1:], strict=True):
+            out = f"({out}) * {d} + {i}"
         return out
 
     def hoist(
