@@ -34,8 +34,8 @@ _TABLE: list[Code] = [
          "TL text is ASCII outside comments: identifiers, numbers and `()[],=:+-*/?%<>!&|`. The rest of the "
          "line is skipped; the next line parses normally."),
     Code("TL002", "unknown-statement", E, "A line that starts with no statement keyword.",
-         "Every line starts with Kernel, Target, Dtype, Param, Scalar, Mask, Allocate, Copy, Compute, Reshape, "
-         "for or end (any case). A close misspelling gets a suggestion."),
+         "Every line starts with Kernel, Target, Dtype, Param, Scalar, Mask, Allocate, Copy, Compute, "
+         "Reshape, for or end (any case). A close misspelling gets a suggestion."),
     Code("TL003", "expected-token", E, "The statement's grammar expected another word or symbol here.",
          "The statement is kept with the fields parsed so far; the message quotes what was expected and "
          "what was found, e.g. ``expected `to`, found `shraed` ``."),
@@ -43,7 +43,8 @@ _TABLE: list[Code] = [
          "Reported at the `for` line, not at the end of the file; the loop body still parses."),
     Code("TL005", "unmatched-end", E, "An `end` with no open `for`."),
     Code("TL006", "invalid-expression", E, "An expression that does not parse.",
-         "Expressions are integers, names, `?`, `+ - * /` and parentheses; unary minus is not TL."),
+         "Expressions are numbers, names, `?`, operators, calls, subscripts and parentheses "
+         "(docs/language.md, Grammar)."),
     # Input limits (tl_language/limits.py): past them the text is kept but not parsed, so nothing recurses
     # without bound on hostile or generated input.
     Code("TL090", "line-too-long", E, "A line with more tokens than TL reads (256).",
@@ -89,7 +90,8 @@ _TABLE: list[Code] = [
     Code("TL106", "unknown-level", E, "A memory level other than global, shared or register.",
          "The fix replaces a misspelt level with the closest one."),
     Code("TL107", "unknown-op", E, "`Compute` names an operation TL does not have.",
-         "Operations: GEMM, Softmax, Multiply, Divide, Add, Subtract, Exp, Max, Sum, Mask, Cast."),
+         "Operations: GEMM, Softmax, Multiply, Divide, Add, Subtract, Exp, Exp2, Log, Tanh, Sigmoid, "
+         "Abs, Relu, Min, Max, Where, Sum, Mask, Cast."),
     Code("TL108", "wrong-arity", E, "An operation given the wrong number of operands.",
          "Also reported when an operation that produces a new tensor has no `and get X`."),
     # GEMMs and layouts.

@@ -55,8 +55,12 @@ def _mask_without_header(model: Model, scores: set[str]) -> Iterator[Diagnostic]
             and isinstance(s.args[0], ast.Name)
             and s.args[0].name in scores
         ):
-            yield make("TL127", s.range, "`Compute Mask S` applies the `Mask` header, which is `none` here: "
-                       "nothing is masked (give a condition, e.g. `Compute Mask S, kv_idx <= q_idx`)")
+            yield make(
+                "TL127",
+                s.range,
+                "`Compute Mask S` applies the `Mask` header, which is `none` here: "
+                "nothing is masked (give a condition, e.g. `Compute Mask S, kv_idx <= q_idx`)",
+            )
 
 
 def _is_normalize(stmt: ast.Stmt) -> bool:
