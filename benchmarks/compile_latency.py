@@ -16,7 +16,8 @@ off and on (`$TL_PCH`), with `--jobs` workers. No GPU is needed; `--device-arch 
 H200 (sm_80-class kernels as compute_80 PTX, then ptxas for sm_90), as the on-save path does there.
 
 Run: `python benchmarks/compile_latency.py [--examples mha_fwd,hopper_mha_fwd] [--targets sm_80,sm_90]
-[--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N] [--json OUT]`.
+[--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N] [--repeat N]
+[--json OUT]`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,8 +69,9 @@ class Measure:
     cpu_s: float | None = None
     phases_s: dict[str, float] = field(default_factory=dict)
     pch: str | None = None
-    load: list[float] = field(default_factory=list)  # 1-minute load average before and after
+    load: list[float] = field(default_factory=list)  # 1-minute load average before and after each sample
     error: str | None = None
+    samples: list[dict[str, Any]] = field(default_factory=list)
 
 
 def examples(names: list[str] | None) -> list[Path]:
@@ -199,32 +202,44 @@ def run_child(kernel: Kernel, modes: list[str], process: str, device_arch: str |
         return json.loads(out_path.read_text())
 
 
-def measure(kernel: Kernel, modes: list[str], device_arch: str | None) -> list[Measure]:
-    raw: dict[str, Any] = {}
+def measure(kernel: Kernel, modes: list[str], device_arch: str | None, repeat: int = 1) -> list[Measure]:
+    """Each mode `repeat` times, the two kinds of process taking turns; the median of each (all samples in
+    `samples`): on a shared machine one compile's time moves by more than a header's parse."""
+    samples: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     plain = [m for m in ("headers", "cold") if m in modes]
-    if plain:
-        raw.update(run_child(kernel, plain, "plain", device_arch))
     pch = [m for m in ("first", "warm") if m in modes]
-    if pch:
-        raw.update(run_child(kernel, pch, "pch", device_arch))
+    for _ in range(max(1, repeat)):
+        for group, process in ((plain, "plain"), (pch, "pch")):
+            if group:
+                for mode, r in run_child(kernel, group, process, device_arch).items():
+                    samples[mode].append(r)
     out = []
     for mode in modes:
-        r = raw.get(mode, {"error": "not measured"})
+        got = samples[mode] or [{"error": "not measured"}]
+        ok = [r for r in got if not r.get("error") and r.get("wall_s") is not None]
+        phases = {
+            k: _median([r["phases_s"][k] for r in ok if k in r.get("phases_s", {})]) for k in PHASES.values()
+        }
         out.append(
             Measure(
                 kernel.example,
                 kernel.target,
                 kernel.arch,
                 mode,
-                wall_s=r.get("wall_s"),
-                cpu_s=r.get("cpu_s"),
-                phases_s=r.get("phases_s") or {},
-                pch=r.get("pch"),
-                load=r.get("load") or [],
-                error=r.get("error"),
+                wall_s=_median([r["wall_s"] for r in ok]) if ok else None,
+                cpu_s=_median([r["cpu_s"] for r in ok]) if ok else None,
+                phases_s={k: v for k, v in phases.items() if v is not None},
+                pch=ok[-1].get("pch") if ok else None,
+                load=[x for r in ok for x in r.get("load", [])],
+                error=None if len(ok) == len(got) else next(r["error"] for r in got if r.get("error")),
+                samples=got,
             )
         )
     return out
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
 
 
 # ---- parallel builds ----------------------------------------------------------------------------------
@@ -331,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="kernels measured at once (default 1: alone, the clean number)",
     )
+    ap.add_argument("--repeat", type=int, default=1, help="samples per mode; the table shows medians")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -357,9 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     measures: list[Measure] = []
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        for k, got in zip(
-            kernels, pool.map(lambda k: measure(k, modes, args.device_arch), kernels), strict=True
-        ):
+        runs = pool.map(lambda k: measure(k, modes, args.device_arch, args.repeat), kernels)
+        for k, got in zip(kernels, runs, strict=True):
             measures += got
             done = ", ".join(f"{m.mode} {_cell(m)}" for m in got)
             print(f"# {k.example} {k.arch}: {done}", flush=True)
@@ -382,13 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     for s in skipped:
         print(f"skipped: {s}")
     print(
-        "cells: wall seconds (CPU seconds of the compiling process and its ptxas); load average in the JSON"
+        "cells: median wall seconds (CPU seconds of the compiling process and its ptxas); samples in the JSON"
     )
     if args.json:
         payload = {
             "machine": info,
             "device_arch": args.device_arch,
             "parallel": args.parallel,
+            "repeat": args.repeat,
             "modes": modes,
             "measures": [asdict(m) for m in measures],
             "builds": builds,
