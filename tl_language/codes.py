@@ -69,6 +69,10 @@ _TABLE: list[Code] = [
          "The first one applies; the fix removes the second."),
     Code("TL053", "unknown-mask", E, "`Mask` is not none, causal or window(LEFT, RIGHT).",
          "Also reported when `window` lacks its two sizes or `none`/`causal` get arguments."),
+    Code("TL054", "invalid-kernel-name", E, "A `Kernel` name the generated CUDA cannot declare.",
+         "The name becomes `extern \"C\" __global__ void NAME(…)` beside `using namespace cute;`: not a C++ "
+         "keyword, a reserved identifier, a CUDA built-in or header function (`max`), or a CuTe name the "
+         "generated code uses (`Tensor`, `Shape`)."),
     # Names and memory levels.
     Code("TL101", "undefined-name", E, "A tensor, parameter or loop variable used before it is defined.",
          "Params are visible everywhere (a Param's value only sees Params above it), builtins always, a "

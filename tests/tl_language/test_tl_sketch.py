@@ -112,6 +112,7 @@ def test_fixes_that_would_name_undefined_params_are_not_offered() -> None:
 
 def test_the_coordinate_fix_goes_after_a_written_tile() -> None:
     sketch = PARAMS + "Param BM2 = ?\n" + PAPER.replace("Copy K from global", "Copy K (BN, d) from global")
-    fixed = apply_fix(sketch.replace("Copy Q from global", "Copy Q in coordinate [L = block_m] from global"),
-                      "TL454")  # fmt: skip
+    fixed = apply_fix(
+        sketch.replace("Copy Q from global", "Copy Q in coordinate [L = block_m] from global"), "TL454"
+    )
     assert "    Copy K (BN, d) in coordinate [L = j] from global to shared" in fixed.splitlines()

@@ -57,8 +57,10 @@ def build_refusal(analysis: Analysis) -> list[str]:
     try:
         translate(analysis, tl_path="agreement.tl")
     except TranslateError as err:
-        return [f"{d.range.start.line + 1}:{d.range.start.character + 1} {d.code} {d.message}"
-                for d in err.diagnostics]  # fmt: skip
+        return [
+            f"{d.range.start.line + 1}:{d.range.start.character + 1} {d.code} {d.message}"
+            for d in err.diagnostics
+        ]
     return []
 
 
@@ -202,6 +204,50 @@ def test_the_family_reaches_every_kernel_limit() -> None:
     assert {"TL301", "TL302", "TL303", "TL305", "TL306", "TL307", "TL308", "TL309", "TL203"} <= seen, seen
 
 
+# Sketches in the paper's form, with parts left out, completed by stage 2 (`tl complete`) for a target.
+PAPER = (ROOT / "examples" / "sketches" / "sketch_paper.tl").read_text(encoding="utf-8")
+DROPS = (
+    "    Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)\n",
+    "Copy Q from shared to register\n",
+    "    Copy K from shared to register\n",
+    "    Copy V from shared to register\n",
+    "    Compute Multiply S, scale and get new S\n",
+    "Compute Divide O, rowsum and get new O\n",
+)
+
+
+def sketch_family(seed: int, n: int) -> list[tuple[str, dict[str, object]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        text = PAPER
+        for drop in DROPS:
+            if rng.random() < 0.3:
+                text = text.replace(drop, "", 1)
+        if rng.random() < 0.3:
+            text = text.replace("accumulate O", "get O", 1)
+        options: dict[str, object] = {
+            "target": rng.choice(("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")),
+            "dtype": rng.choice(("fp16", "bf16")),
+            "head_dim": rng.choice((64, 128, 256)),
+        }
+        if rng.random() < 0.3:
+            text = "Mask causal\n" + text
+        out.append((text, options))
+    return out
+
+
+def test_completed_sketches_agree() -> None:
+    from translator.planner.sketch import complete_sketch
+
+    built = 0
+    for text, options in sketch_family(15, max(40, SAMPLES // 10)):
+        completed = complete_sketch(text, **options).text  # type: ignore[arg-type]
+        assert_agrees(completed)
+        built += clean(analyze(completed))
+    assert built >= 20, built  # most completions are TL code (bf16 on sm_75 and fit failures are not)
+
+
 # ---- through NVRTC: a small sample ---------------------------------------------------------------------
 
 
@@ -230,8 +276,15 @@ def test_a_sample_of_the_clean_family_compiles_through_nvrtc() -> None:
     jobs = []
     for name, text in _nvrtc_sample():
         t = translate(analyze(text), tl_path=f"{name}.tl")
-        jobs.append(CompileJob(source=t.source, arch=t.launch.arch, name=f"{name}.cu",
-                               source_map=t.source_map, tl_file=t.launch.tl_file))  # fmt: skip
+        jobs.append(
+            CompileJob(
+                source=t.source,
+                arch=t.launch.arch,
+                name=f"{name}.cu",
+                source_map=t.source_map,
+                tl_file=t.launch.tl_file,
+            )
+        )
     assert len(jobs) == 2
     results = compile_many(jobs, max_workers=os.cpu_count() or 2)
     failed = [r for r in results if isinstance(r, Exception)]

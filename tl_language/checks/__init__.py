@@ -17,6 +17,7 @@ from tl_language.checks import (
     head_dims,
     headers,
     kernel_limits,
+    kernel_name,
     levels,
     names,
     ops,
@@ -37,6 +38,7 @@ Rule = Callable[[ast.Document, Model], Iterable[Diagnostic]]
 
 RULES: list[Rule] = [
     headers.check,  # TL050–TL053
+    kernel_name.check,  # TL054
     names.check,  # TL101, TL102
     levels.check,  # TL103, TL106
     transitions.check,  # TL104, TL105

@@ -92,8 +92,11 @@ def _runtime_tiles(
         e = exprs[key]
         if e is None or values[key] is not None:
             continue
-        runtime = [n.name for n in ast.expr_names(e) if n.name not in model.params
-                   and (n.name in BUILTINS or n.name in loop_vars)]  # fmt: skip
+        runtime = [
+            n.name
+            for n in ast.expr_names(e)
+            if n.name not in model.params and (n.name in BUILTINS or n.name in loop_vars)
+        ]
         if runtime:
             yield make(
                 "TL308",
@@ -113,11 +116,15 @@ def _mismatches(
     """TL309: the tiles the plan requires to agree (`translator/plan.py` `_agree`). K's head dimension and
     V's rows are checked through the GEMMs (TL203); they are reported here only where TL203 is silent."""
     gemm_reported = any(d.code == "TL203" for d in gemm_shapes.check(document, model))
-    rules = [("o_rows", "q_rows", "O's tile rows must equal Q's (BM)"),
-             ("o_cols", "v_cols", "O's head dimension must equal V's")]  # fmt: skip
+    rules = [
+        ("o_rows", "q_rows", "O's tile rows must equal Q's (BM)"),
+        ("o_cols", "v_cols", "O's head dimension must equal V's"),
+    ]
     if not gemm_reported:
-        rules += [("k_cols", "q_cols", "K's head dimension must equal Q's"),
-                  ("v_rows", "k_rows", "V's tile rows must equal K's (BN)")]  # fmt: skip
+        rules += [
+            ("k_cols", "q_cols", "K's head dimension must equal Q's"),
+            ("v_rows", "k_rows", "V's tile rows must equal K's (BN)"),
+        ]
     for key, want, what in rules:
         got, expected = values[key], values[want]
         e = exprs[key]

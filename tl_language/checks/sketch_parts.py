@@ -58,9 +58,13 @@ def _missing_allocate(
         return
     done.add(name)
     line, text = _allocate_line(document, model, stmt)
-    yield make("TL453", stmt.name.range,
-               f"the sketch reads `{name}` from global memory; TL code declares it there with its shape and "
-               f"offset: `{text}`", fixes=insert_line_fix(f"Insert `{text}`", line, text))  # fmt: skip
+    yield make(
+        "TL453",
+        stmt.name.range,
+        f"the sketch reads `{name}` from global memory; TL code declares it there with its shape and "
+        f"offset: `{text}`",
+        fixes=insert_line_fix(f"Insert `{text}`", line, text),
+    )
 
 
 def _missing_coordinate(model: Model, lines: list[str], stmt: ast.CopyStmt) -> Iterator[Diagnostic]:
@@ -77,9 +81,12 @@ def _missing_coordinate(model: Model, lines: list[str], stmt: ast.CopyStmt) -> I
     clause = f" in coordinate [L = {value}]"
     at = _after_tile(lines, stmt)
     fixes = (Fix(f"Insert `{clause.strip()}`", (TextEdit(Range(at, at), clause),)),) if at else ()
-    yield make("TL454", stmt.name.range,
-               f"`Copy {stmt.name.name}` does not say which tile it moves; TL code picks {why}: "
-               f"`{clause.strip()}`", fixes=fixes)  # fmt: skip
+    yield make(
+        "TL454",
+        stmt.name.range,
+        f"`Copy {stmt.name.name}` does not say which tile it moves; TL code picks {why}: `{clause.strip()}`",
+        fixes=fixes,
+    )
 
 
 def _after_tile(lines: list[str], stmt: ast.CopyStmt) -> Position | None:
@@ -100,10 +107,13 @@ def _loop_bound(model: Model, loop: ast.ForStmt, bound: ast.Name) -> Diagnostic:
     """TL455: `for j = 0: N` with N a placeholder; the key loop visits every BN-row block of K."""
     want = "seqlen_k / BN"
     fixes = _replace(bound.range, want) if "BN" in model.params else ()
-    return make("TL455", bound.range,
-                f"the loop bound `{bound.name}` is a placeholder nothing defines; TL code loops over the key "
-                f"blocks: `{want}` (`seqlen_k` is a runtime length, BN the key tile's rows)",
-                fixes=fixes)  # fmt: skip
+    return make(
+        "TL455",
+        bound.range,
+        f"the loop bound `{bound.name}` is a placeholder nothing defines; TL code loops over the key "
+        f"blocks: `{want}` (`seqlen_k` is a runtime length, BN the key tile's rows)",
+        fixes=fixes,
+    )
 
 
 def _replace(rng: Range, text: str) -> tuple[Fix, ...]:
@@ -122,9 +132,13 @@ def _accumulator(model: Model, lines: list[str], stmt: ast.ComputeStmt, res: ast
         line = outer.range.start.line
         fixes = insert_line_fix(f"Insert `{text}`", line, indent_of(lines, line) + text)
     where = "is only the global output" if res.name in model.tensors else "does not exist yet"
-    return make("TL456", res.range,
-                f"the sketch accumulates into `{res.name}`, which {where}; TL code allocates the fp32 "
-                f"accumulator in registers before the loop: `{text}`", fixes=fixes)  # fmt: skip
+    return make(
+        "TL456",
+        res.range,
+        f"the sketch accumulates into `{res.name}`, which {where}; TL code allocates the fp32 "
+        f"accumulator in registers before the loop: `{text}`",
+        fixes=fixes,
+    )
 
 
 def _width(model: Model, stmt: ast.ComputeStmt) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tl_language import analyze
 from tl_language.analysis import Analysis
+from tl_language.codes import SKETCH_CODES
 from tl_language.diagnostics import Diagnostic, Severity, make
 from tl_language.source import Range
 
@@ -40,7 +41,8 @@ class Checked:
 
     @property
     def holes(self) -> int:
-        return sum(d.code in ("TL450", "TL451") for d in self.diagnostics)
+        """What stage 2 still has to add: `?` values, tiles, and a sketch's other missing parts."""
+        return sum(d.code in SKETCH_CODES for d in self.diagnostics)
 
     def key(self, *, want_filled: bool) -> tuple[int, int, int, int]:
         """Smaller is better: some TL at all, then errors, then (for code) holes left, then warnings."""

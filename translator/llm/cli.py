@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from tl_language.codes import SKETCH_CODES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
 
@@ -48,11 +51,18 @@ def register(subparsers: Any) -> None:
 
     c = subparsers.add_parser(
         "complete",
-        help="fill `?` parameters and missing tiles (planner; --llm asks the model)",
+        help="turn a sketch into TL code: its missing parts, `?` parameters and tiles (--llm asks the model)",
+        description="Stage 2 of the workflow: a statements-only sketch gets its global Allocates, register "
+        "accumulators, tiles, coordinates, loop bound, Reshape and headers, and the planner fills every `?` "
+        "for the target. Prints the result (or a diff with --diff); --write writes it back.",
     )
     c.add_argument("file", type=Path, metavar="FILE")
     c.add_argument("--llm", action="store_true", help="ask the configured model (checked by the repair loop)")
     c.add_argument("--write", action="store_true", help="write the result back to FILE (else print it)")
+    c.add_argument("--diff", action="store_true", help="print a unified diff instead of the whole result")
+    c.add_argument("--target", default=None, help="sm_75 … sm_90, where FILE has no Target")
+    c.add_argument("--dtype", default=None, help="fp16 | bf16, if FILE has no Dtype")
+    c.add_argument("--head-dim", type=int, default=None, help="the head dimension, if FILE has no `Param d`")
     c.add_argument("--rounds", type=int, default=3, help="repair rounds with --llm (default 3)")
     c.add_argument(
         "--shape", default=None, metavar="B,H,Sq,Sk", help="problem shape the planner optimises for"
@@ -117,7 +127,7 @@ def _shape(text: str | None) -> Any:
 def _report(path: str, diagnostics: list[Any]) -> tuple[int, int]:
     errors = warnings = 0
     for d in diagnostics:
-        if d.severity.label == "info" and d.code not in ("TL450", "TL451"):
+        if d.severity.label == "info" and d.code not in SKETCH_CODES:
             continue
         errors += d.severity.label == "error"
         warnings += d.severity.label == "warning"
@@ -202,6 +212,10 @@ def cmd_complete(args: argparse.Namespace) -> int:
     if settings is not None and not settings.configured:
         _err(f"tl complete: {settings.not_configured_message}")
         return EXIT_USAGE
+    usage = _header_options(args)
+    if usage:
+        _err(f"tl complete: {usage}")
+        return EXIT_USAGE
     try:
         r = complete(
             text,
@@ -211,29 +225,60 @@ def cmd_complete(args: argparse.Namespace) -> int:
             shape=shape,
             on_progress=lambda m: _err(f"tl complete: {m}"),
             stages=_stages(args),
+            target=args.target and args.target.lower(),
+            dtype=args.dtype and args.dtype.lower(),
+            head_dim=args.head_dim,
+            kernel=_kernel_name(args.file),
         )
     except LlmError as e:
         _err(f"tl complete: {e}")
         return EXIT_FAILED
     for note in r.notes:
         _err(f"tl complete: note: {note}")
+    if args.diff:
+        diff = difflib.unified_diff(
+            text.splitlines(keepends=True),
+            r.text.splitlines(keepends=True),
+            fromfile=str(args.file),
+            tofile=f"{args.file} (completed)",
+        )
+        sys.stdout.write("".join(diff))
+    elif not args.write:
+        sys.stdout.write(r.text)
     if args.write:
         if r.text != text:
             args.file.write_text(r.text, encoding="utf-8")
             _err(f"tl complete: wrote {args.file} ({'model' if not r.offline else 'planner'})")
         else:
             _err(f"tl complete: {args.file}: nothing to fill")
-    else:
-        sys.stdout.write(r.text)
     _errors, _ = _report(
         str(args.file),
-        [
-            d
-            for d in r.diagnostics
-            if d.severity.label in ("error", "warning") or d.code in ("TL450", "TL451")
-        ],
+        [d for d in r.diagnostics if d.severity.label in ("error", "warning") or d.code in SKETCH_CODES],
     )
     return EXIT_OK if r.ok else EXIT_FAILED
+
+
+def _header_options(args: argparse.Namespace) -> str | None:
+    """A usage error for --target/--dtype/--head-dim, or None."""
+    from tl_language import gpu
+
+    if args.target is not None and args.target.lower() not in gpu.TARGETS:
+        return f"unknown target `{args.target}` (known: {', '.join(gpu.TARGETS)})"
+    if args.dtype is not None and args.dtype.lower() not in gpu.DTYPES:
+        return f"unknown dtype `{args.dtype}` (known: {', '.join(gpu.DTYPES)})"
+    if args.head_dim is not None and args.head_dim not in gpu.HEAD_DIMS:
+        dims = ", ".join(map(str, gpu.HEAD_DIMS))
+        return f"head dimension {args.head_dim} is not one the kernels take ({dims})"
+    return None
+
+
+def _kernel_name(path: Path) -> str | None:
+    """The file's stem as a kernel name when it is an identifier TL accepts (else stage 2's default)."""
+    from tl_language.checks.kernel_name import kernel_name_problem
+
+    stem = path.stem
+    ok = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", stem) is not None and kernel_name_problem(stem) is None
+    return stem if ok else None
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tl_language import analyze
+from tl_language import analyze, gpu
+from tl_language.codes import SKETCH_CODES
 from tl_language.diagnostics import Diagnostic
 from translator import planner
 from translator.llm import prompts
@@ -28,6 +29,7 @@ from translator.llm.extract import extract_tl
 from translator.llm.request import Request, parse_request
 from translator.llm.settings import NOT_CONFIGURED, LlmSettings
 from translator.llm.template import render_sketch
+from translator.planner.sketch import complete_sketch, needs_stage2
 
 log = logging.getLogger("translator.llm")
 
@@ -138,7 +140,7 @@ class _Stage:
 
 def _repair_diagnostics(checked: Checked, want_filled: bool) -> list[Diagnostic]:
     """What to send back: errors and warnings; hole hints only when the stage must fill them."""
-    return [d for d in checked.diagnostics if want_filled or d.code not in ("TL450", "TL451", "TL452")]
+    return [d for d in checked.diagnostics if want_filled or d.code not in SKETCH_CODES | {"TL452"}]
 
 
 def _system(arch: str, request: Request) -> str:
@@ -270,13 +272,38 @@ def complete(
     stages: list[tuple[str, Stage]] | None = None,
     shape: planner.Shape | None = None,
     use_llm: bool = True,
+    target: str | None = None,
+    dtype: str | None = None,
+    head_dim: int | None = None,
+    kernel: str | None = None,
 ) -> CompleteResult:
     """Fill `text`'s holes: by the model when configured and `use_llm`, else (or on request) the planner.
+
+    A statements-only sketch (the paper's first stage) is also given what TL code needs (stage 2):
+    offline by `translator.planner.sketch.complete_sketch`, with the model by the same prompt and repair
+    loop. `target`, `dtype`, `head_dim` and `kernel` apply where the file says nothing.
 
     Raises `LlmError` when `use_llm` is set but no endpoint is configured, or the endpoint fails."""
     progress = on_progress or _noop
     stages = default_stages() if stages is None else stages
     analysis = analyze(text)
+    stage2 = needs_stage2(analysis, target=target, dtype=dtype)
+    if not use_llm and stage2:
+        progress("stage 2: adding what the sketch lacks, then the planner fills the tiles")
+        staged = complete_sketch(
+            text, target=target, dtype=dtype, head_dim=head_dim, kernel=kernel, shape=shape
+        )
+        checked = check(staged.text, stages=stages)
+        return CompleteResult(
+            staged.text,
+            checked.diagnostics,
+            0,
+            [],
+            offline=True,
+            ok=checked.acceptable(want_filled=True),
+            values=staged.values,
+            notes=staged.notes + checked.skipped,
+        )
     if not use_llm:
         progress("planner: filling holes")
         filled = planner.fill_analysis(analysis, shape=shape)
@@ -294,7 +321,14 @@ def complete(
     if settings is None or not settings.configured:
         raise LlmError(NOT_CONFIGURED, kind="config")
     arch = analysis.model.target.arch
+    if not analysis.model.target_explicit and target in gpu.TARGETS:
+        arch = target or arch
     req = parse_request("", arch=arch)
+    # The planner ranks tilings of TL code: for a sketch, of what stage 2 would make of it.
+    hint_text = text
+    if stage2:
+        hint_text = complete_sketch(text, target=arch, dtype=dtype, head_dim=head_dim, shape=shape).text
+    missing = [d for d in analysis.diagnostics if d.code in SKETCH_CODES]
     client = ChatClient(settings)
     stage = _Stage(
         client,
@@ -307,7 +341,11 @@ def complete(
     )
     best = stage.run(
         prompts.render(
-            "complete", arch=arch, planner_hint=planner_hint(text, shape=shape), text=text.rstrip()
+            "complete",
+            arch=arch,
+            planner_hint=planner_hint(hint_text, shape=shape),
+            missing=prompts.diagnostic_lines(missing),
+            text=text.rstrip(),
         ),
         rounds,
     )

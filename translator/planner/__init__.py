@@ -4,7 +4,9 @@ It needs no LLM and no GPU; it is the offline default of `tl complete`, `tl gene
 server's completions. Entry points:
   - `plan_candidates(analysis_or_model, shape=None)` → ranked `Candidate`s (full assignments, breakdown);
   - `suggest(model, param_name, shape=None)` → ranked `Suggestion`s for one parameter (completion items);
-  - `fill(text, shape=None)` → `FillResult(text, changes, diagnostics)` with every hole and tile filled.
+  - `fill(text, shape=None)` → `FillResult(text, changes, diagnostics)` with every hole and tile filled;
+  - `complete_sketch(text, target=…, dtype=…, head_dim=…)` → `SketchResult`: stage 2 of a statements-only
+    sketch (Allocates, accumulators, tiles, coordinates, loop bound, Reshape, headers), then `fill`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from translator.planner.candidates import Candidate, Plan, plan
 from translator.planner.cost import DEFAULT_SHAPE, Shape
 from translator.planner.fill import Change, FillResult, fill, fill_analysis
 from translator.planner.resources import Resources, Tiling
+from translator.planner.sketch import SketchResult, complete_sketch, needs_stage2
 
 __all__ = [
     "DEFAULT_SHAPE",
@@ -27,10 +30,13 @@ __all__ = [
     "Plan",
     "Resources",
     "Shape",
+    "SketchResult",
     "Suggestion",
     "Tiling",
     "fill",
+    "complete_sketch",
     "fill_analysis",
+    "needs_stage2",
     "plan",
     "plan_candidates",
     "suggest",
