@@ -208,8 +208,11 @@ def _fold(op: str, args: tuple[Expr, ...], ty: str) -> Expr | None:
 
 def op(name: str, *args: Expr) -> Expr:
     """Build `name(args)` with its result type, converting int operands of float math and folding
-    constants (and the identities x·1, x + 0). Raises ValueError on a type error (the checker reports
-    those first, with a location)."""
+    constants (and the identities x·1, x + 0). Raises ValueError on a type or arity error (the checker
+    reports those first, with a location)."""
+    want = 1 if name in (*UNARY_MATH, "not", "float") else 3 if name == "where" else 2
+    if len(args) != want:
+        raise ValueError(f"`{name}` takes {want} operand{'s' if want != 1 else ''}, found {len(args)}")
     if name in ("tanh", "sigmoid", "exp", "exp2", "log"):
         (a,) = args
         args, ty = (to_float(a),), F32

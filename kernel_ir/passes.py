@@ -247,3 +247,16 @@ def loads(roots: list[Expr | None]) -> set[str]:
 
 def finite_constant(e: Expr) -> float | None:
     return float(e.value) if isinstance(e, Const) and e.type != BOOL and math.isfinite(e.value) else None
+
+
+def launch_block_mask(masks: tuple[Expr, ...]) -> str:
+    """ "shared" or "per_head" when a mask reads a side tensor at per-row or per-key indices (the block
+    classification above cannot bound it, so blocks would all be "partial"); "" otherwise, and for masks
+    that read the scores themselves (those are decided per score)."""
+    if any(uses(m, "s") for m in masks):
+        return ""
+    data = any(isinstance(n, Load) and not is_uniform(n) for m in masks for n in walk(m))
+    if not data:
+        return ""
+    per_head = any(uses(m, v) for m in masks for v in ("head_idx", "kv_head_idx"))
+    return "per_head" if per_head else "shared"

@@ -59,6 +59,10 @@ class Forward:
     # "none" | "causal" | "window": the document's `Mask` header when it is the only mask, so backends
     # keep their specialised block ranges for it; "expr" when `masks` holds anything else.
     header_mask: str = "none"
+    # "" | "shared" | "per_head": the masks read per-token side tensors (document ids, flags), which
+    # interval arithmetic cannot bound, so a small kernel classifies every (query block, key block) at
+    # launch (FlexAttention's block mask), once per (batch) or per (batch, head).
+    block_mask: str = ""
     lines: dict[str, int] = field(default_factory=dict)  # region → TL line (1-based), for the tags
 
     # ---- what the emitters ask ----
@@ -93,6 +97,7 @@ class Forward:
             "scalars": [[s.name, s.type, s.default] for s in self.scalars],
             "tensors": [[t.name, list(t.dims), t.dtype] for t in self.tensors],
             "header_mask": self.header_mask,
+            "block_mask": self.block_mask,
         }
 
     @staticmethod
@@ -106,6 +111,7 @@ class Forward:
             scalars=tuple(Scalar(n, t, v) for n, t, v in d.get("scalars", ())),
             tensors=tuple(SideTensor(n, tuple(dims), dt) for n, dims, dt in d.get("tensors", ())),
             header_mask=d.get("header_mask", "none"),
+            block_mask=d.get("block_mask", ""),
         )
 
     def to_json(self) -> str:

@@ -62,7 +62,26 @@ def program_params(program: dict | None) -> tuple[tuple[str, str, str], ...]:
         (f"{name}_ptr", "const float*" if dtype == "float32" else "const int*", "uintp")
         for name, _dims, dtype in program.get("tensors", ())
     ]
+    if program.get("block_mask"):
+        out.append(("block_mask_ptr", "const unsigned char*", "uintp"))
     return tuple(out)
+
+
+# The launch-time block mask (`Forward.block_mask`): kernel `<name>_block_mask` in the same module, one
+# block of BLOCK_MASK_THREADS per (query block, batch, head or 1), writing one byte per key block
+# (0 empty, 1 partial, 2 full) to a (batch, heads or 1, m_blocks, n_blocks) uint8 buffer; its parameters
+# are BLOCK_MASK_PARAMS, then the program's scalars and side tensors, then the buffer.
+BLOCK_MASK_THREADS = 256
+BLOCK_MASK_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("batch", "int", "int32"),
+    ("seqlen_q", "int", "int32"),
+    ("seqlen_k", "int", "int32"),
+    ("heads", "int", "int32"),
+    ("heads_kv", "int", "int32"),
+    ("softmax_scale", "float", "float32"),
+    ("window_left", "int", "int32"),
+    ("window_right", "int", "int32"),
+)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ class LoadedKernel:
     kernel: Any  # cuda.core Kernel
     device_id: int
     load_seconds: float
+    block_mask_kernel: Any = None  # `<name>_block_mask` of a program with a launch-time block mask
+    block_mask_buffer: Any = None  # the last launch's block classes (kept alive with the kernel)
 
     @property
     def name(self) -> str:
@@ -93,6 +95,7 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
         else:
             obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
         kernel = obj.get_kernel(spec.kernel_name)
+        mask_kernel = obj.get_kernel(f"{spec.kernel_name}_block_mask") if _block_mask(spec) else None
     except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
         hint = ""
         if compiled.kind == "ptx" and "PTX" in str(exc).upper():
@@ -111,7 +114,12 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
         kernel=kernel,
         device_id=device_id,
         load_seconds=time.perf_counter() - start,
+        block_mask_kernel=mask_kernel,
     )
+
+
+def _block_mask(spec: LaunchSpec) -> str:
+    return str((spec.program or {}).get("block_mask", ""))
 
 
 def _opt_in_shared_memory(kernel: Any, nbytes: int, device_id: int) -> None:
@@ -331,6 +339,8 @@ def launch(
     tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
+    if _block_mask(spec):
+        tail.append(("uintp", _launch_block_mask(loaded, args, tail, q, k)))
     grid_xyz = grid(spec, batch, seqlen_q, heads, sm_count(q.device.index) if spec.persistent else 0)
     if spec.uses_tma:
         _launch_tma(loaded, args, (q, k, v, o), grid_xyz, tensor_maps, tail)
@@ -340,6 +350,40 @@ def launch(
 
     config = LaunchConfig(grid=grid_xyz, block=spec.threads, shmem_size=spec.shared_bytes)
     cu_launch(_torch_stream(q.device), config, loaded.kernel, *args, *(value for _, value in tail))
+
+
+def _launch_block_mask(
+    loaded: LoadedKernel, args: list[Any], tail: list[tuple[str, Any]], q: Any, k: Any
+) -> Any:
+    """Classify every (query block, key block) with the masks on the current stream; returns the buffer's
+    pointer (numpy) for the attention kernel. The buffer stays valid for kernels queued after this one on
+    the same stream (PyTorch's allocator is stream-ordered)."""
+    import numpy as np
+    import torch
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as cu_launch
+
+    from runner.abi import BLOCK_MASK_PARAMS, BLOCK_MASK_THREADS
+
+    spec = loaded.spec
+    if loaded.block_mask_kernel is None or spec.block_n <= 0:
+        raise LaunchError(f"{spec.kernel_name}: its block-mask kernel is missing; rebuild with `tl build`")
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    m_blocks = math.ceil(seqlen_q / spec.block_m)
+    n_blocks = math.ceil(k.shape[1] / spec.block_n)
+    per_head = _block_mask(spec) == "per_head"
+    buf = torch.empty(
+        (batch, heads if per_head else 1, m_blocks, n_blocks), dtype=torch.uint8, device=q.device
+    )
+    by_name = dict(zip((p[0] for p in ATTENTION_PARAMS), args, strict=True))
+    head = [by_name[name] for name, _, _ in BLOCK_MASK_PARAMS]
+    config = LaunchConfig(grid=(m_blocks, batch, heads if per_head else 1), block=BLOCK_MASK_THREADS)
+    values = [v for _, v in tail]
+    cu_launch(
+        _torch_stream(q.device), config, loaded.block_mask_kernel, *head, *values, np.uintp(buf.data_ptr())
+    )
+    loaded.block_mask_buffer = buf
+    return np.uintp(buf.data_ptr())
 
 
 def _launch_tma(

@@ -46,11 +46,14 @@ def _render(stmt: ast.Stmt) -> str | None:
         return f"Dtype {dt}"
     if isinstance(stmt, ast.ParamStmt) and stmt.name:
         return f"Param {stmt.name.name} = {_e(stmt.value)}"
+    if isinstance(stmt, ast.ScalarStmt) and stmt.name:
+        return f"Scalar {stmt.name.name} = {_e(stmt.value)}"
     if isinstance(stmt, ast.MaskStmt) and stmt.kind:
         return f"Mask {_low(stmt.kind)}" + (_tuple(stmt.args) if stmt.args else "")
     if isinstance(stmt, ast.AllocateStmt) and stmt.name and stmt.shape is not None:
         text = f"Allocate {stmt.name.name} in {_low(stmt.level)} {_tuple(stmt.shape)}"
-        return text + (f" with offset {_e(stmt.offset)}" if stmt.offset is not None else "")
+        text += f" with offset {_e(stmt.offset)}" if stmt.offset is not None else ""
+        return text + (f" with dtype {stmt.dtype.name.lower()}" if stmt.dtype is not None else "")
     if isinstance(stmt, ast.CopyStmt) and stmt.name:
         parts = [f"Copy {stmt.name.name}"]
         if stmt.tile is not None:
@@ -87,7 +90,7 @@ def _with_comment(code: str, comment: str, old_col: int) -> str:
 def format_text(text: str) -> str:
     """Format a TL document. Never raises; never drops a character that is not layout."""
     bom = "\ufeff" if text.startswith("\ufeff") else ""
-    body = text[len(bom):]
+    body = text[len(bom) :]
     out: list[str] = []
     depth = 0
     blank_run = 0

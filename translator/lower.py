@@ -10,6 +10,7 @@ let through that has no IR form raises TranslateError, never a Python error.
 from __future__ import annotations
 
 from kernel_ir import expr as ir
+from kernel_ir.passes import launch_block_mask
 from kernel_ir.program import CAUSAL_MASK, WINDOW_MASKS, Forward, Scalar, SideTensor
 from tl_language import syntax as ast
 from tl_language.model import INDEX_NAMES, Model
@@ -129,9 +130,11 @@ def lower_forward(model: Model, m: Match, lines: dict[str, int]) -> Forward:
         header = [CAUSAL_MASK]
     elif model.mask == "window":
         header = list(WINDOW_MASKS)
+    all_masks = tuple(header + masks)
     return Forward(
         score=low.score,
-        masks=tuple(header + masks),
+        masks=all_masks,
+        block_mask=launch_block_mask(all_masks),
         normalizer="softmax" if softmax else "none",
         sink=sink,
         output_scale=ir.to_float(output_scale) if output_scale is not None else None,

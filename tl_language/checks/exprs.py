@@ -38,7 +38,8 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
             continue  # `Compute Divide acc_o, rowsum`: the softmax's own division
         for e, ctx in _expressions(stmt, scores):
             if ctx == "score":
-                yield from _Typer(model, side, scores).run(e, stmt)
+                values, output = _values(model, stmt, scores)
+                yield from _Typer(model, side, values, output=output).run(e, stmt)
             else:
                 yield from _integer_only(e)
 
@@ -72,6 +73,31 @@ def _is_normalize(stmt: ast.Stmt) -> bool:
         and isinstance(stmt.args[1], ast.Name)
         and stmt.args[1].name == "rowsum"
     )
+
+
+def _values(model: Model, stmt: ast.Stmt, gemm_results: set[str]) -> tuple[set[str], bool]:
+    """The tiles a score statement may read as values: the scores in a statement on the scores, and in a
+    statement on the output accumulator (after the loop) that accumulator alone."""
+    accs = {
+        s.result.name
+        for s in model.statements
+        if isinstance(s, ast.ComputeStmt)
+        and s.op
+        and s.op.name.lower() == "gemm"
+        and s.result
+        and s.mode == "accumulate"
+    }
+    target = stmt.result.name if isinstance(stmt, ast.ComputeStmt) and stmt.result else None
+    if (
+        isinstance(stmt, ast.ComputeStmt)
+        and target is None
+        and stmt.args
+        and isinstance(stmt.args[0], ast.Name)
+    ):
+        target = stmt.args[0].name
+    if target in accs:
+        return {target}, True  # type: ignore[arg-type]
+    return gemm_results - accs, False
 
 
 def _score_tensors(model: Model) -> set[str]:
@@ -140,8 +166,8 @@ def _integer_only(e: ast.Expr) -> Iterator[Diagnostic]:
 
 
 class _Typer:
-    def __init__(self, model: Model, side: dict[str, object], scores: set[str]) -> None:
-        self.model, self.side, self.scores = model, side, scores
+    def __init__(self, model: Model, side: dict[str, object], scores: set[str], *, output: bool) -> None:
+        self.model, self.side, self.scores, self.output = model, side, scores, output
         self.out: list[Diagnostic] = []
 
     def run(self, e: ast.Expr, stmt: ast.ComputeStmt) -> list[Diagnostic]:  # type: ignore[override]
@@ -172,6 +198,22 @@ class _Typer:
                     e.range,
                     f"`{ast.expr_text(e)}` is a boolean; this operand "
                     "is a number (use `where(cond, a, b)` to choose between numbers)",
+                )
+            )
+        if self.output:
+            for n in ast.expr_walk(e):  # the output accumulator: one factor per row
+                if isinstance(n, ast.Name) and n.name == "kv_idx":
+                    self.out.append(
+                        make("TL123", n.range, "the output is scaled per row: it may not depend on `kv_idx`")
+                    )
+        if op in ("max", "min") and len(stmt.args) != 2 and e is first:
+            self.out.append(
+                make(
+                    "TL108",
+                    stmt.op.range if stmt.op else e.range,
+                    f"`{stmt.op.name if stmt.op else op}` "
+                    "on the scores is elementwise and takes two operands (`Compute Max S, 0.0 and get "
+                    "new S`); a row maximum is the Softmax's own",
                 )
             )
         if op == "softmax" and e is not first:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from kernel_ir import passes
 from kernel_ir.expr import BOOL, F32, I32, Const, Expr, Load, Op, Var, walk
 from kernel_ir.program import Forward
+from runner.abi import BLOCK_MASK_PARAMS, BLOCK_MASK_THREADS, program_params
 from translator.writer import CodeWriter
 
 NEG_INF = "-__int_as_float(0x7f800000)"
@@ -277,20 +278,91 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
     `next_block(n)` is the next lower block that is not skipped. Interval arithmetic over the block's
     rows and keys (`kernel_ir.passes.block_class`)."""
     bc = passes.block_class(reg.ir.masks)
-    with w.tl(tag_line, "which key blocks the masks empty, cut or keep whole (interval arithmetic)"):
-        with w.block("auto block_class = [&](int n_block) -> int", "};"):
-            w.line("const int q_lo = m_block * kBlockM;")
-            w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-            w.line("const int kv_lo = n_block * kBlockN;")
-            w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
-            w.line(f"if ({reg.c(bc.never)}) return 0;")
-            w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
-        with w.block("auto next_block = [&](int n)", "};"):
-            w.line("do { --n; } while (n >= n_block_min && block_class(n) == 0);")
-            w.line("return n;")
+    if reg.ir.block_mask:
+        head = "bidh" if reg.ir.block_mask == "per_head" else "0"
+        heads = "heads" if reg.ir.block_mask == "per_head" else "1"
+        note = "which key blocks the masks empty, cut or keep whole: classified at launch"
+        lam = "auto block_class = [&](int n_block) -> int"
+        with w.tl(tag_line, note), w.block(lam, "};"):
+            w.line(
+                f"return block_mask_ptr[((static_cast<long long>(bidb) * {heads} + {head}) * "
+                "cute::ceil_div(seqlen_q, kBlockM) + m_block) * cute::ceil_div(seqlen_k, kBlockN) "
+                "+ n_block];"
+            )
+    else:
+        _interval_class(w, reg, bc, tag_line)
+    with w.tl(tag_line):
+        w.line("auto next_block = [&](int n) {")
+        w.line("  do { --n; } while (n >= n_block_min && block_class(n) == 0);")
+        w.line("  return n;")
+        w.line("};")
         w.comment("the range: skip empty blocks at both ends")
         w.line("while (n_block_max > n_block_min && block_class(n_block_max - 1) == 0) --n_block_max;")
         w.line("while (n_block_min < n_block_max && block_class(n_block_min) == 0) ++n_block_min;")
+
+
+def _interval_class(w: CodeWriter, reg: Regions, bc: passes.BlockClass, tag_line: int | None) -> None:
+    note = "which key blocks the masks empty, cut or keep whole (interval arithmetic)"
+    with w.tl(tag_line, note), w.block("auto block_class = [&](int n_block) -> int", "};"):
+        w.line("const int q_lo = m_block * kBlockM;")
+        w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+        w.line("const int kv_lo = n_block * kBlockN;")
+        w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+        w.line(f"if ({reg.c(bc.never)}) return 0;")
+        w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
+
+
+def emit_block_mask_kernel(
+    w: CodeWriter, ir: Forward, *, name: str, block_m: int, block_n: int, tag_line: int | None
+) -> None:
+    """`<name>_block_mask`: the masks evaluated over every (query block, key block) tile at launch, one
+    byte per block (0: no score kept, 2: every score kept and the block inside seqlen_k, else 1), so the
+    attention kernel skips empty blocks and runs whole ones without the mask. Blocks the interval
+    classification already proves empty are not evaluated."""
+    reg = Regions(ir)  # a fresh renderer: this kernel has its own hoisted values
+    masks = list(ir.masks)
+    bc = passes.block_class(ir.masks)
+    params = [f"{c} {n}" for n, c, _ in BLOCK_MASK_PARAMS]
+    params += [f"{c} {n}" for n, c, _ in program_params(ir.to_dict()) if n != "block_mask_ptr"]
+    params.append("unsigned char* block_mask")
+    w.line()
+    with w.tl(tag_line, "the masks' block classification, computed at launch (per-token side tensors)"):
+        w.line(f'extern "C" __global__ void __launch_bounds__({BLOCK_MASK_THREADS}) {name}_block_mask(')
+        for prm in params[:-1]:
+            w.line(f"    {prm},")
+        with w.block(f"    {params[-1]})"):
+            w.line(f"constexpr int kBlockM = {block_m};")
+            w.line(f"constexpr int kBlockN = {block_n};")
+            w.line("const int m_block = blockIdx.x;")
+            w.line("const int bidb = blockIdx.y;")
+            w.line("const int bidh = blockIdx.z;  // 0 when the masks do not depend on the head")
+            w.line("const int bidh_kv = bidh / (heads / heads_kv);")
+            w.line("const int n_blocks = (seqlen_k + kBlockN - 1) / kBlockN;")
+            w.line(
+                "unsigned char* out = block_mask + "
+                "((static_cast<long long>(bidb) * gridDim.z + bidh) * gridDim.x + m_block) * n_blocks;"
+            )
+            reg.hoist(w, masks, "uniform", prefix="tl_u")
+            w.line("const int q_lo = m_block * kBlockM;")
+            w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+            with w.block("for (int n_block = 0; n_block < n_blocks; ++n_block)"):
+                w.line("const int kv_lo = n_block * kBlockN;")
+                w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+                with w.block(f"if ({reg.c(bc.never)})"):
+                    w.line("if (threadIdx.x == 0) out[n_block] = 0;")
+                    w.line("continue;  // uniform: every thread takes it")
+                w.line("int any = 0, all = 1;")
+                with w.block("for (int i = threadIdx.x; i < kBlockM * kBlockN; i += blockDim.x)"):
+                    w.line("const int row = m_block * kBlockM + i / kBlockN;")
+                    w.line("const int col = n_block * kBlockN + i % kBlockN;")
+                    w.line("if (row >= seqlen_q) continue;  // padding rows are never stored")
+                    w.line("if (col >= seqlen_k) { all = 0; continue; }")
+                    w.line(f"const bool keep = {' && '.join(reg.c(m) for m in masks)};")
+                    w.line("any |= keep;")
+                    w.line("all &= keep;")
+                w.line("any = __syncthreads_or(any);")
+                w.line("all = __syncthreads_and(all);")
+                w.line("if (threadIdx.x == 0) out[n_block] = !any ? 0 : (all ? 2 : 1);")
 
 
 def emit_normalize(w: CodeWriter, reg: Regions, thr_mma: str) -> None:
