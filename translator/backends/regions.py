@@ -16,6 +16,8 @@ from kernel_ir import passes
 from kernel_ir.expr import BOOL, F32, I32, Const, Expr, Load, Op, Var, walk
 from kernel_ir.program import Forward
 from runner.abi import BLOCK_MASK_PARAMS, BLOCK_MASK_THREADS, program_params
+from translator.backends.row_helpers import emit_normalize_rows
+from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
 NEG_INF = "-__int_as_float(0x7f800000)"
@@ -312,6 +314,20 @@ def _interval_class(w: CodeWriter, reg: Regions, bc: passes.BlockClass, tag_line
         w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
 
 
+def emit_block_mask_for(w: CodeWriter, plan: KernelPlan) -> None:
+    """Both backends: the launch-time block-mask kernel after the attention kernel, when the program
+    has one."""
+    if plan.ir.block_mask:
+        emit_block_mask_kernel(
+            w,
+            plan.ir,
+            name=plan.kernel_name,
+            block_m=plan.block_m,
+            block_n=plan.block_n,
+            tag_line=plan.line_of("mask_expr"),
+        )
+
+
 def emit_block_mask_kernel(
     w: CodeWriter, ir: Forward, *, name: str, block_m: int, block_n: int, tag_line: int | None
 ) -> None:
@@ -386,28 +402,20 @@ def emit_normalize(w: CodeWriter, reg: Regions, thr_mma: str) -> None:
             w.line("CUTE_UNROLL")
             w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= o_scale;")
         return
+    if reg.ir.sink is None:
+        emit_normalize_rows(w, lse_factor=reg.lse_factor(), declare_view=False)
+        return
     w.line("Tensor row_lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
-    if reg.ir.sink is not None:
-        w.line(f"const float sink_log2 = {reg.c(reg.ir.sink)} * 1.44269504088896340736f;  // the sink logit")
+    w.line(f"const float sink_log2 = {reg.c(reg.ir.sink)} * 1.44269504088896340736f;  // the sink logit")
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
         w.line("float sum = tl::quad_sum(row_sum(r));")
-        if reg.ir.sink is not None:
-            w.comment("the sink joins the denominator: rescale to max(row max, sink) to stay finite")
-            w.line(
-                f"const float m2 = row_max(r) == {NEG_INF} ? {NEG_INF} : row_max(r) * ({reg.scale_log2()});"
-            )
-            w.line("const float m_all = fmaxf(m2, sink_log2);")
-            w.line("const float keep = tl::exp2_approx(m2 - m_all);  // 0 for a row that saw no key")
-            w.line("sum = sum * keep + tl::exp2_approx(sink_log2 - m_all);")
-            w.line("const float inv_sum = keep / sum;")
-            w.line(f"row_lse(r) = (m_all + __log2f(sum)) * {LN2};")
-        else:
-            w.line("const bool empty = sum == 0.f || sum != sum;")
-            w.line("const float inv_sum = empty ? 1.f : 1.f / sum;")
-            w.line(
-                "row_lse(r) = empty ? __int_as_float(0x7f800000) : "
-                f"row_max(r) * {reg.lse_factor()} + __logf(sum);"
-            )
+        w.comment("the sink joins the denominator: rescale to max(row max, sink) to stay finite")
+        w.line(f"const float m2 = row_max(r) == {NEG_INF} ? {NEG_INF} : row_max(r) * ({reg.scale_log2()});")
+        w.line("const float m_all = fmaxf(m2, sink_log2);")
+        w.line("const float keep = tl::exp2_approx(m2 - m_all);  // 0 for a row that saw no key")
+        w.line("sum = sum * keep + tl::exp2_approx(sink_log2 - m_all);")
+        w.line("const float inv_sum = keep / sum;")
+        w.line(f"row_lse(r) = (m_all + __log2f(sum)) * {LN2};")
         w.line("CUTE_UNROLL")
         w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")

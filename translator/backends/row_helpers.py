@@ -44,16 +44,19 @@ def emit_row_helpers(w: CodeWriter, regions: bool = False) -> None:
         w.line("return dst;")
 
 
-def emit_normalize_rows(w: CodeWriter) -> None:
-    """TL `Compute Divide O, rowsum`: O /= row sum, and the row LSE; a row that saw no key keeps O = 0."""
-    w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
+def emit_normalize_rows(w: CodeWriter, lse_factor: str = "softmax_scale", declare_view: bool = True) -> None:
+    """TL `Compute Divide O, rowsum`: O /= row sum, and the row LSE; a row that saw no key keeps O = 0.
+    `lse_factor` turns a row max as the tile holds it into natural-log units (the scale for raw scores,
+    ln 2 for a variant's log2-domain scores)."""
+    if declare_view:
+        w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
     w.line("Tensor row_lse = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):
         w.line("const float sum = tl::quad_sum(row_sum(r));")
         w.line("const bool empty = sum == 0.f || sum != sum;")
         w.line("const float inv_sum = empty ? 1.f : 1.f / sum;")
-        w.line("row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * softmax_scale + __logf(sum);")
+        w.line(f"row_lse(r) = empty ? __int_as_float(0x7f800000) : row_max(r) * {lse_factor} + __logf(sum);")
         w.line("CUTE_UNROLL")
         w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
 

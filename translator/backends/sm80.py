@@ -11,7 +11,7 @@ from __future__ import annotations
 from runner.abi import ATTENTION_PARAMS, LaunchSpec, program_params
 from translator.backends.arch import ELEMENT, ArchFacts, SmemGeometry, arch_facts, smem_bytes
 from translator.backends.finish import launch_spec, render
-from translator.backends.regions import emit_block_mask_kernel
+from translator.backends.regions import emit_block_mask_for
 from translator.backends.sm80_helpers import emit_helpers
 from translator.backends.sm80_steps import Emit
 from translator.plan import KernelPlan
@@ -28,15 +28,7 @@ def generate(
     emit_helpers(w, facts.mma_k, regions=not plan.ir.plain)
     w.line()
     _emit_kernel(Emit(w, plan, facts))
-    if plan.ir.block_mask:
-        emit_block_mask_kernel(
-            w,
-            plan.ir,
-            name=plan.kernel_name,
-            block_m=plan.block_m,
-            block_n=plan.block_n,
-            tag_line=plan.line_of("mask_expr"),
-        )
+    emit_block_mask_for(w, plan)
     source, smap = render(w, plan, tl_file, line_directives)
     launch = launch_spec(
         plan, tl_file=tl_file, threads=plan.threads, shared_bytes=smem_bytes(plan)["total"], arch=plan.arch

@@ -27,7 +27,7 @@ from translator.backends.finish import launch_spec, render
 from translator.backends.regions import (
     Regions,
     emit_block_class,
-    emit_block_mask_kernel,
+    emit_block_mask_for,
     emit_normalize,
     emit_score_lambda,
     emit_uniforms,
@@ -98,15 +98,7 @@ def emit_sm90(
     emit_helpers(w, regions=e.reg is not None)
     w.line()
     _kernel(e)
-    if plan.ir.block_mask:
-        emit_block_mask_kernel(
-            w,
-            plan.ir,
-            name=plan.kernel_name,
-            block_m=plan.block_m,
-            block_n=plan.block_n,
-            tag_line=plan.line_of("mask_expr"),
-        )
+    emit_block_mask_for(w, plan)
     source, smap = render(w, plan, tl_file, line_directives)
     launch = launch_spec(
         plan,
