@@ -120,3 +120,14 @@ def _block_params(model: Model) -> tuple[str | None, str | None]:
         log.exception("planner roles failed")
     names = {n.lower(): n for n in model.params}
     return names.get("bm"), names.get("bn")
+
+
+def sketch_tile(model: Model, tensor: str) -> str | None:
+    """The tile of a load being written in a sketch, for a tensor nothing declares yet: Q and O tiles are a
+    block of query rows, K and V tiles a block of key rows (the roles stage 2 gives them)."""
+    if tensor in model.tensors or tensor in model.params:
+        return None
+    block_m, block_n = _block_params(model)
+    rows = (block_m or "BM") if tensor.upper().startswith(("Q", "O")) else (block_n or "BN")
+    width = "d_qk" if tensor.upper().startswith(("Q", "K")) else "d_v"
+    return f"({rows}, {width if width in model.params else 'd'})"

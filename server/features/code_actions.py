@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from server import convert
+from server import convert, sketch
 from server.safe import safe
 
 if TYPE_CHECKING:
     from server.app import TLServer
 
+# The paper's stage 2 as an edit of the document (`tl complete`): a rewrite, offered whenever it is a sketch.
+COMPLETE_SKETCH_KIND = "refactor.rewrite.tl.completeSketch"
 SOURCE_ACTIONS = (
     ("Generate CUDA", "tl.generateCuda", "source.tl.generateCuda"),
     ("Verify on GPU", "tl.verify", "source.tl.verify"),
@@ -72,6 +74,16 @@ def actions(ls: TLServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
                         edit=lsp.WorkspaceEdit(changes={uri: edits}),
                     )
                 )
+    if wanted(COMPLETE_SKETCH_KIND):
+        edits = sketch.completion_edits(analysis, ls.settings.target)
+        if edits:
+            out.append(
+                lsp.CodeAction(
+                    title=sketch.TITLE,
+                    kind=COMPLETE_SKETCH_KIND,
+                    edit=lsp.WorkspaceEdit(changes={uri: edits}),
+                )
+            )
     for title, command, kind in SOURCE_ACTIONS:
         if wanted(kind) and (not only or lsp.CodeActionKind.QuickFix not in only):
             out.append(
@@ -88,7 +100,8 @@ def register(server: TLServer) -> None:
     @server.feature(
         lsp.TEXT_DOCUMENT_CODE_ACTION,
         lsp.CodeActionOptions(
-            code_action_kinds=[lsp.CodeActionKind.QuickFix] + [k for _, _, k in SOURCE_ACTIONS]
+            code_action_kinds=[lsp.CodeActionKind.QuickFix, COMPLETE_SKETCH_KIND]
+            + [k for _, _, k in SOURCE_ACTIONS]
         ),
     )
     @safe("codeAction", empty=list)

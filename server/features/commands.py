@@ -10,6 +10,7 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
+from server import sketch
 from server.app import TLServer  # at run time: pygls reads the command handlers' type hints
 from server.documents import Doc
 from server.features.formatting import format_edits
@@ -24,6 +25,7 @@ COMMANDS = (
     "tl.benchmark",
     "tl.compile",
     "tl.format",
+    "tl.completeSketch",
     "tl.restartWorker",
     "tl.workerInfo",
 )
@@ -160,6 +162,24 @@ def register(server: TLServer) -> None:
                     edit=lsp.WorkspaceEdit(changes={doc.uri: edits}), label="Format TL"
                 )
             )
+        return {"status": "ok", "edits": len(edits)}
+
+    @server.command(sketch.COMMAND)
+    @safe(sketch.COMMAND)
+    async def cmd_complete_sketch(ls: TLServer, *args: Any) -> dict[str, Any] | None:
+        """Stage 2 on the open document (the completion item's command; the code action carries the edit)."""
+        doc = _doc(ls, args)
+        if doc is None:
+            return None
+        edits = sketch.completion_edits(doc.analysis(ls.settings.target), ls.settings.target)
+        if not edits:
+            ls.notify_user("TL: nothing to complete (not a sketch of the attention forward)")
+            return {"status": "unchanged"}
+        await ls.workspace_apply_edit_async(
+            lsp.ApplyWorkspaceEditParams(
+                edit=lsp.WorkspaceEdit(changes={doc.uri: edits}), label="Complete sketch"
+            )
+        )
         return {"status": "ok", "edits": len(edits)}
 
     @server.command("tl.restartWorker")

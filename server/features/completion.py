@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
+from server import sketch
 from server.safe import safe
-from server.suggest import parameter_suggestions, tile_suggestion
+from server.suggest import parameter_suggestions, sketch_tile, tile_suggestion
 from tl_language import Analysis, gpu
 from tl_language.model import BUILTINS
 from tl_language.source import LineText, split_lines
@@ -76,7 +77,9 @@ def _item(
     )
 
 
-def complete(analysis: Analysis, line_no: int, character: int) -> list[lsp.CompletionItem]:
+def complete(
+    analysis: Analysis, line_no: int, character: int, uri: str | None = None
+) -> list[lsp.CompletionItem]:
     lines = split_lines(analysis.text)
     if not 0 <= line_no < len(lines):
         return []
@@ -100,7 +103,7 @@ def complete(analysis: Analysis, line_no: int, character: int) -> list[lsp.Compl
     if hole is not None:
         return hole
     if not tokens:
-        return _statement_items(analysis, line_no)
+        return _statement_items(analysis, line_no, uri)
     head = low[0]
     if head == "target" and len(low) == 1:
         return [
@@ -143,17 +146,32 @@ def complete(analysis: Analysis, line_no: int, character: int) -> list[lsp.Compl
                 "accumulator layout → A-operand layout",
             )
         ]
+    if head == "for" and low[-1] == ":":
+        # the key loop's bound: every BN-row block of K (a sketch's placeholder `N` becomes this)
+        bound = f"seqlen_k / {_block_name(model, 'block_n') or 'BN'}"
+        return [_item(bound, K.Value, "every key block", sort="0"), *_value_items(model)]
     if low[-1] in ("=", "(", ",", "+", "-", "*", "/", ":") or head in ("for", "allocate", "param"):
         return _value_items(model)
     _ = replace
     return []
 
 
-def _statement_items(analysis: Analysis, line_no: int) -> list[lsp.CompletionItem]:
+def _statement_items(analysis: Analysis, line_no: int, uri: str | None = None) -> list[lsp.CompletionItem]:
     items = [
         _item(label, K.Snippet if label != "for" else K.Keyword, detail, snippet=body, sort=f"0{i:02}")
         for i, (label, body, detail) in enumerate(SNIPPETS)
     ]
+    if uri is not None and sketch.is_sketch(analysis):
+        # stage 2 of the whole document, as `tl complete` (the command applies the edit)
+        done = lsp.CompletionItem(
+            label="Complete sketch",
+            kind=K.Event,
+            detail="add the Allocates, tiles, coordinates, loop bound and Params (tl complete)",
+            insert_text="",
+            sort_text="0000",
+            command=lsp.Command(title="Complete sketch", command=sketch.COMMAND, arguments=[uri]),
+        )
+        items.insert(0, done)
     if any(loop.range.start.line < line_no and loop.end_range is None for loop in analysis.model.loops):
         items.append(_item("end", K.Keyword, "close the open `for`", sort="000"))
     return items
@@ -228,16 +246,18 @@ def _copy_clause_items(analysis: Analysis, tokens: list[str], low: list[str]) ->
         return []
     items: list[lsp.CompletionItem] = []
     t = model.tensors.get(name)
-    if len(low) == 2 and t is not None and "global" in t.placements:
-        tile = tile_suggestion(model, name)
+    # a tensor in global memory, or one the sketch has not placed anywhere yet (a load being written)
+    if len(low) == 2 and (t is None or "global" in t.placements):
+        tile = tile_suggestion(model, name) if t is not None else sketch_tile(model, name)
         if tile:
+            coord = "block_m" if tile.startswith("(" + (_block_name(model, "block_m") or "BM")) else "j"
             items.append(
                 _item(
                     f"{tile} in coordinate [L = …] from global to shared",
                     K.Snippet,
                     "tile, coordinate and path",
                     sort="00",
-                    snippet=f"{tile} in coordinate [L = ${{1:j}}] from global to shared",
+                    snippet=f"{tile} in coordinate [L = ${{1:{coord}}}] from global to shared",
                 )
             )
             items.append(_item(tile, K.Value, "tile for this sketch Copy", sort="01"))
@@ -326,7 +346,18 @@ def register(server: TLServer) -> None:
     @safe("completion", empty=lambda: lsp.CompletionList(is_incomplete=False, items=[]))
     def completion(ls: TLServer, params: lsp.CompletionParams) -> lsp.CompletionList:
         analysis = ls.analysis_of(params.text_document.uri)
-        items = (
-            [] if analysis is None else complete(analysis, params.position.line, params.position.character)
-        )
+        uri = params.text_document.uri
+        pos = params.position
+        items = [] if analysis is None else complete(analysis, pos.line, pos.character, uri)
         return lsp.CompletionList(is_incomplete=False, items=items)
+
+
+def _block_name(model, role: str) -> str | None:  # type: ignore[no-untyped-def]
+    """The Param that plays `role` (block_m, block_n), by the planner's rules when it is importable."""
+    try:
+        from translator.planner.roles import find_roles
+
+        return find_roles(model).name(role)
+    except ImportError:
+        names = {n.lower(): n for n in model.params}
+        return names.get("bm" if role == "block_m" else "bn")
