@@ -1,0 +1,234 @@
+"""Catalogue variants on the sm_90 path against FlexAttention and FA4 (where it runs them natively), one
+process, balanced order; TFLOPS on the (query, key) pairs the masks keep. Every TL kernel is verified
+against its IR reference first; each baseline is checked against the verified TL kernel's output.
+
+    python3 benchmarks/variants.py [--seqlen 8192] [--batch 2] [--heads 16] [--only a,b] [--json OUT]
+
+The TL kernels are the catalogue files as written (Target set to sm_90, bf16): their tiles are the
+catalogue's, not tuned per variant (that is issue 17's planner work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PLAIN = {"none": "hopper_mha_fwd", "causal": "hopper_mha_fwd"}
+
+
+def _flex_mods(name: str, scalars: dict[str, Any], side: dict[str, Any], sq: int, sk: int) -> Any:
+    """(score_mod, mask_mod) for FlexAttention with the same meaning as the catalogue file, or None."""
+    import torch
+
+    off = sk - sq
+
+    def causal(b: Any, h: Any, q: Any, k: Any) -> Any:
+        return k <= q + off
+
+    if name == "softcap":
+        cap = scalars["cap"]
+        return (lambda s, b, h, q, k: cap * torch.tanh(s / cap)), None
+    if name == "alibi":
+        slopes = side["slopes"]
+        return (lambda s, b, h, q, k: s + slopes[h] * (k - (q + off))), causal
+    if name == "relative_bias":
+        rel = side["rel"]
+        return (lambda s, b, h, q, k: s + rel[h, torch.clamp(k - q, -64, 64) + 64]), None
+    if name == "sliding_window":
+        w = scalars["window_size"]
+        return None, lambda b, h, q, k: (k <= q + off) & (q + off - k < w)
+    if name == "sink_tokens_window":
+        w, n = scalars["window_size"], scalars["n_sink"]
+        return None, lambda b, h, q, k: (k <= q + off) & ((k < n) | (q + off - k < w))
+    if name == "prefix_lm":
+        prefix = side["prefix"]
+        return None, lambda b, h, q, k: (k < prefix[b]) | (k <= q + off)
+    if name == "document_mask":
+        doc = side["doc"]
+        return None, lambda b, h, q, k: (k <= q + off) & (doc[b, q] == doc[b, k])
+    return None
+
+
+def _fa4_native(name: str, scalars: dict[str, Any]) -> dict[str, Any] | None:
+    if name == "softcap":
+        return {"softcap": scalars["cap"]}
+    if name == "sliding_window":
+        return {"causal": True, "window_size": (scalars["window_size"] - 1, 0)}
+    return None
+
+
+def _num(r: dict[str, Any], key: str) -> str:
+    return f"{r[key]:6.0f}" if isinstance(r.get(key), float) else f"{'—':>6s}"
+
+
+def _ratio(r: dict[str, Any], key: str) -> str:
+    ok = isinstance(r.get(key), float) and isinstance(r.get("tl"), float)
+    return f"{r['tl'] / r[key]:7.2f}" if ok else f"{'—':>7s}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument(
+        "--only",
+        default="softcap,alibi,relative_bias,sliding_window,sink_tokens_window,prefix_lm,document_mask",
+    )
+    ap.add_argument("--json", default="")
+    ap.add_argument("--target-s", type=float, default=0.6)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from kernel_ir.expr import const
+    from kernel_ir.program import Forward
+    from pipeline.build import translate_text
+    from runner.bench import time_interleaved
+    from runner.compile import CompileError, CompileJob, compile_many
+    from runner.ir_reference import forward_reference, make_side_tensors
+    from runner.launch import cuda_device_arch, launch, load
+    from runner.verify import Shape, verify
+
+    names = [n for n in args.only.split(",") if n]
+    texts = {n: (ROOT / "examples" / "variants" / f"{n}.tl").read_text() for n in names}
+    base = (ROOT / "examples" / "hopper_mha_fwd.tl").read_text()
+    texts["plain_none"] = base
+    texts["plain_causal"] = re.sub(
+        r"(?m)^Mask .*$", "Mask causal", re.sub(r"(?m)^Param BN = .*$", "Param BN = 128", base)
+    )
+    built = {}
+    for n, t in texts.items():
+        t = re.sub(r"(?m)^Dtype .*$", "Dtype bf16", re.sub(r"(?m)^Target .*$", "Target sm_90", t))
+        built[n] = translate_text(t, Path(f"{n}_bench.tl"))
+    device = cuda_device_arch()
+    results = compile_many(
+        [
+            CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.cu", device_arch=device)
+            for n, b in built.items()
+        ]
+    )
+    loaded = {}
+    for (n, b), c in zip(built.items(), results, strict=True):
+        if isinstance(c, CompileError):
+            print(f"compile failed: {n}: {str(c)[:300]}")
+            continue
+        loaded[n] = load(c, b.spec)
+    gpu = torch.cuda.get_device_name()
+    B, H, S, D = args.batch, args.heads, args.seqlen, 128
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    scale = 1 / math.sqrt(D)
+    rows = []
+    for n in names:
+        if n not in loaded:
+            continue
+        lk, spec = loaded[n], built[n].spec
+        program = Forward.from_dict(spec.program) if spec.program else None
+        small = verify(lk, Shape(1, 2, 1, 1000, 1000), seed=1)
+        if not small.passed:
+            print(f"{n}: verification failed, not timed\n{small}")
+            rows.append({"variant": n, "error": "verification failed"})
+            continue
+        side = make_side_tensors(program, B, H, H, S, S, generator=g, device="cuda") if program else {}
+        if "slopes" in side:  # ALiBi's own slopes, 2^(-8 (h + 1) / H)
+            side["slopes"] = torch.exp2(-8.0 * torch.arange(1, H + 1, device="cuda") / H).float()
+        scalars = {s.name: s.default for s in program.scalars} if program else {}
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        # useful pairs: the masks' kept (query, key) pairs, counted by the IR reference on a ones V
+        count = Forward(
+            score=const(1.0),
+            masks=program.masks,
+            normalizer="none",
+            tensors=program.tensors,
+            scalars=program.scalars,
+        )
+        ones = torch.ones(B, S, H, 8, device="cuda")
+        kept, _ = forward_reference(
+            count, q[..., :8].float(), k[..., :8].float(), ones, tensors={t: side[t] for t in side}, chunk=512
+        )
+        pairs = float(kept[..., 0].sum())
+        flops = 4 * pairs * D
+        causal = bool(program.masks)
+        plain = loaded["plain_causal" if causal else "plain_none"]
+        po = torch.empty_like(q)
+        plse = torch.empty_like(lse)
+        plain_pairs = B * H * (S * (S + 1) / 2 if causal else S * S)
+        fns = {
+            "tl": lambda i, lk=lk, o=o, lse=lse, side=side: launch(lk, q, k, v, o, lse, extras=side),
+            "tl-plain": lambda i, plain=plain, po=po, plse=plse: launch(plain, q, k, v, po, plse),
+        }
+        launch(lk, q, k, v, o, lse, extras=side)
+        ref_o = o.float()
+        mods = _flex_mods(n, scalars, side, S, S)
+        notes = {}
+        if mods is not None:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            flex = torch.compile(flex_attention, dynamic=False)
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # once: q, k, v are fixed
+            sm, mm = mods
+            bm = create_block_mask(mm, B, None, S, S, device="cuda") if mm else None  # built outside timing
+            out = flex(qt, kt, vt, score_mod=sm, block_mask=bm, scale=scale).transpose(1, 2).float()
+            err = float((out - ref_o).abs().max())
+            notes["flex_max_abs_vs_tl"] = err
+            if err < 5e-2:
+                fns["flex"] = lambda i, sm=sm, bm=bm, flex=flex, t=(qt, kt, vt): flex(
+                    *t, score_mod=sm, block_mask=bm, scale=scale
+                )
+            else:
+                print(f"{n}: flex disagrees with the verified TL kernel (max abs {err:.3e}); not timed")
+        fa4_kw = _fa4_native(n, scalars)
+        if fa4_kw is not None:
+            try:
+                from flash_attn.cute import flash_attn_func
+
+                out = flash_attn_func(q, k, v, softmax_scale=scale, **fa4_kw)
+                out = (out[0] if isinstance(out, tuple) else out).float()
+                err = float((out - ref_o).abs().max())
+                notes["fa4_max_abs_vs_tl"] = err
+                if err < 5e-2:
+                    fns["fa4"] = lambda i, kw=fa4_kw: flash_attn_func(q, k, v, softmax_scale=scale, **kw)
+                else:
+                    print(f"{n}: fa4 disagrees with the verified TL kernel (max abs {err:.3e}); not timed")
+            except ImportError as exc:
+                notes["fa4"] = f"n/a: {exc}"
+        timings = time_interleaved(fns, target_s=args.target_s, warmup_s=0.1)
+        row = {"variant": n, "useful_pairs": pairs / (B * H * S * S), **notes}
+        for cand, tm in timings.items():
+            if isinstance(tm, Exception):
+                row[cand] = f"error: {tm}"[:200]
+                continue
+            f = 4 * plain_pairs * D if cand == "tl-plain" else flops
+            row[cand] = round(f / (tm.median_ms / 1e3) / 1e12, 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    cols = ("kept", "tl", "plain", "flex", "fa4", "tl/flex", "tl/fa4")
+    head = f"{'variant':22s} " + " ".join(f"{c:>{7 if '/' in c else 6 if c != 'kept' else 5}s}" for c in cols)
+    print(f"\nTFLOPS on kept pairs, bf16 d{D} B{B} H{H} S{S}, sm_90 path, {gpu}, {time.strftime('%Y-%m-%d')}")
+    print(head)
+    for r in rows:
+        if "tl" not in r:
+            print(f"{r['variant']:22s} {r.get('error', '')}")
+            continue
+        print(
+            f"{r['variant']:22s} {r['useful_pairs']:5.2f} {_num(r, 'tl')} {_num(r, 'tl-plain')} "
+            f"{_num(r, 'flex')} {_num(r, 'fa4')} {_ratio(r, 'flex')} {_ratio(r, 'fa4')}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": gpu, "shape": [B, H, S, D], "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
