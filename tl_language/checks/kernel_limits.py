@@ -48,6 +48,12 @@ def attention_match(model: Model) -> Match | None:
             model.cache["attention_match"] = match_attention(model)
         except PatternError:
             model.cache["attention_match"] = None
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError, StopIteration):
+            # The pattern is written for checked documents (the translator's and `pattern_check`'s callers
+            # run it on error-free ones); this rule runs beside the others, so a document with errors
+            # elsewhere may hold half-parsed statements it does not expect. Then there are no kernel
+            # numbers to check, and `analyze` still never raises.
+            model.cache["attention_match"] = None
     got = model.cache["attention_match"]
     return got if isinstance(got, Match) else None
 
