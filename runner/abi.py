@@ -68,7 +68,7 @@ def program_params(program: dict | None) -> tuple[tuple[str, str, str], ...]:
 
 
 # The launch-time block mask (`Forward.block_mask`): kernel `<name>_block_mask` in the same module, one
-# block of BLOCK_MASK_THREADS per (query block, batch, head or 1), writing one byte per key block
+# block of BLOCK_MASK_THREADS per (key block, query block, batch × (heads or 1)), writing one byte
 # (0 empty, 1 partial, 2 full) to a (batch, heads or 1, m_blocks, n_blocks) uint8 buffer; its parameters
 # are BLOCK_MASK_PARAMS, then the program's scalars and side tensors, then the buffer.
 BLOCK_MASK_THREADS = 256

@@ -377,7 +377,9 @@ def _launch_block_mask(
     )
     by_name = dict(zip((p[0] for p in ATTENTION_PARAMS), args, strict=True))
     head = [by_name[name] for name, _, _ in BLOCK_MASK_PARAMS]
-    config = LaunchConfig(grid=(m_blocks, batch, heads if per_head else 1), block=BLOCK_MASK_THREADS)
+    config = LaunchConfig(
+        grid=(n_blocks, m_blocks, batch * (heads if per_head else 1)), block=BLOCK_MASK_THREADS
+    )
     values = [v for _, v in tail]
     cu_launch(
         _torch_stream(q.device), config, loaded.block_mask_kernel, *head, *values, np.uintp(buf.data_ptr())

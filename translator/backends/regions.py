@@ -341,6 +341,7 @@ def emit_block_mask_kernel(
     params = [f"{c} {n}" for n, c, _ in BLOCK_MASK_PARAMS]
     params += [f"{c} {n}" for n, c, _ in program_params(ir.to_dict()) if n != "block_mask_ptr"]
     params.append("unsigned char* block_mask")
+    heads = "heads" if ir.block_mask == "per_head" else "1"
     w.line()
     with w.tl(tag_line, "the masks' block classification, computed at launch (per-token side tensors)"):
         w.line(f'extern "C" __global__ void __launch_bounds__({BLOCK_MASK_THREADS}) {name}_block_mask(')
@@ -349,36 +350,37 @@ def emit_block_mask_kernel(
         with w.block(f"    {params[-1]})"):
             w.line(f"constexpr int kBlockM = {block_m};")
             w.line(f"constexpr int kBlockN = {block_n};")
-            w.line("const int m_block = blockIdx.x;")
-            w.line("const int bidb = blockIdx.y;")
-            w.line("const int bidh = blockIdx.z;  // 0 when the masks do not depend on the head")
+            w.comment("one thread block per (key block, query block, batch × heads or batch): thousands of")
+            w.comment("small blocks keep every SM busy (a loop over the key blocks left most of them idle)")
+            w.line("const int n_block = blockIdx.x;")
+            w.line("const int m_block = blockIdx.y;")
+            w.line(f"const int bidb = blockIdx.z / {heads};")
+            w.line(f"const int bidh = blockIdx.z % {heads};  // 0 when the masks do not depend on the head")
             w.line("const int bidh_kv = bidh / (heads / heads_kv);")
-            w.line("const int n_blocks = (seqlen_k + kBlockN - 1) / kBlockN;")
             w.line(
                 "unsigned char* out = block_mask + "
-                "((static_cast<long long>(bidb) * gridDim.z + bidh) * gridDim.x + m_block) * n_blocks;"
+                "(static_cast<long long>(blockIdx.z) * gridDim.y + m_block) * gridDim.x + n_block;"
             )
             reg.hoist(w, masks, "uniform", prefix="tl_u")
             w.line("const int q_lo = m_block * kBlockM;")
             w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-            with w.block("for (int n_block = 0; n_block < n_blocks; ++n_block)"):
-                w.line("const int kv_lo = n_block * kBlockN;")
-                w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
-                with w.block(f"if ({reg.c(bc.never)})"):
-                    w.line("if (threadIdx.x == 0) out[n_block] = 0;")
-                    w.line("continue;  // uniform: every thread takes it")
-                w.line("int any = 0, all = 1;")
-                with w.block("for (int i = threadIdx.x; i < kBlockM * kBlockN; i += blockDim.x)"):
-                    w.line("const int row = m_block * kBlockM + i / kBlockN;")
-                    w.line("const int col = n_block * kBlockN + i % kBlockN;")
-                    w.line("if (row >= seqlen_q) continue;  // padding rows are never stored")
-                    w.line("if (col >= seqlen_k) { all = 0; continue; }")
-                    w.line(f"const bool keep = {' && '.join(reg.c(m) for m in masks)};")
-                    w.line("any |= keep;")
-                    w.line("all &= keep;")
-                w.line("any = __syncthreads_or(any);")
-                w.line("all = __syncthreads_and(all);")
-                w.line("if (threadIdx.x == 0) out[n_block] = !any ? 0 : (all ? 2 : 1);")
+            w.line("const int kv_lo = n_block * kBlockN;")
+            w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+            with w.block(f"if ({reg.c(bc.never)})"):
+                w.line("if (threadIdx.x == 0) *out = 0;")
+                w.line("return;  // uniform: every thread takes it")
+            w.line("int any = 0, all = 1;")
+            with w.block("for (int i = threadIdx.x; i < kBlockM * kBlockN; i += blockDim.x)"):
+                w.line("const int row = m_block * kBlockM + i / kBlockN;")
+                w.line("const int col = n_block * kBlockN + i % kBlockN;")
+                w.line("if (row >= seqlen_q) continue;  // padding rows are never stored")
+                w.line("if (col >= seqlen_k) { all = 0; continue; }")
+                w.line(f"const bool keep = {' && '.join(reg.c(m) for m in masks)};")
+                w.line("any |= keep;")
+                w.line("all &= keep;")
+            w.line("any = __syncthreads_or(any);")
+            w.line("all = __syncthreads_and(all);")
+            w.line("if (threadIdx.x == 0) *out = !any ? 0 : (all ? 2 : 1);")
 
 
 def emit_normalize(w: CodeWriter, reg: Regions, thr_mma: str) -> None:
