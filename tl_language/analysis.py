@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tl_language import syntax as ast
 from tl_language.binder import build_model
-from tl_language.diagnostics import Diagnostic
+from tl_language.diagnostics import Diagnostic, Severity
 from tl_language.model import Model
 from tl_language.parser import parse
 
@@ -31,6 +31,7 @@ def analyze(text: str) -> Analysis:
 
     document, diagnostics = parse(text)
     model = build_model(document)
-    diagnostics = diagnostics + run_checks(document, model)
+    syntax_errors = any(d.severity == Severity.ERROR for d in diagnostics)
+    diagnostics = diagnostics + run_checks(document, model, syntax_errors=syntax_errors)
     diagnostics.sort(key=lambda d: (d.range.start, d.code))
     return Analysis(text=text, document=document, model=model, diagnostics=diagnostics)

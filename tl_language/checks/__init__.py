@@ -60,24 +60,22 @@ RULES: list[Rule] = [
 ]
 
 
-def run_checks(document: ast.Document, model: Model) -> list[Diagnostic]:
+def run_checks(document: ast.Document, model: Model, *, syntax_errors: bool = False) -> list[Diagnostic]:
+    """Every rule's diagnostics; then, on a document with no error so far (syntax included), the
+    attention pattern's."""
     out: list[Diagnostic] = []
     for rule in RULES:
         out.extend(rule(document, model))
-    if not any(d.severity == Severity.ERROR for d in out):
+    if not syntax_errors and not any(d.severity == Severity.ERROR for d in out):
         out.extend(pattern_check(model))
     return out
 
 
 def pattern_check(model: Model) -> list[Diagnostic]:
     """TL501 from the attention pattern the translator builds from (`tl_language.pattern`), on a
-    document that is otherwise clean and writes a kernel (a key loop with a GEMM): so `tl check` refuses
-    what `tl build` would. Sketches are left to the sketch hints."""
-    gemm = any(
-        isinstance(s, ast.ComputeStmt) and s.op is not None and s.op.name.lower() == "gemm"
-        for s in model.statements
-    )
-    if model.is_sketch or not model.loops or not gemm:
+    document that is otherwise clean: so `tl check` refuses what `tl build` would, a fragment without a
+    key loop or a header-only document included. Sketches are left to the sketch hints."""
+    if model.is_sketch or not model.statements:
         return []
     try:
         match_attention(model)
