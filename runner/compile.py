@@ -19,6 +19,7 @@ import os
 import pickle
 import queue
 import re
+import resource
 import select
 import struct
 import subprocess
@@ -216,6 +217,14 @@ class _Pch:
         self.heap_bytes = PCH_HEAP_BYTES
         self._creating: set[str] = set()
         self._failed: set[str] = set()  # NVRTC could not write these: not tried again in this process
+        # Reading a header costs page faults on its image (450 MB for sm_80's block): 7 s of system time
+        # a compile on the 2-core VM of docs/performance.md, more than the 4.4 s the block's parse costs
+        # there, while the Hopper block's parse costs 22 s. So the first read of each header is weighed:
+        # its system time against the CPU time of the parse (the compile that wrote the header), and a
+        # header that costs more than it saves is dropped and not written again in this process.
+        self._parse_s: dict[str, float] = {}
+        self._declined: set[str] = set()
+        self._weighed: set[str] = set()
         self._lock = threading.Lock()
 
     def plan(self, source: str, opts: Mapping[str, Any], flags: list[bytes]) -> _PchPlan | None:
@@ -229,7 +238,9 @@ class _Pch:
         with self._lock:
             if self.store is None:
                 self.store = PchStore(max_entries=self.keep)
-            if key in self._failed or key in self._creating:
+            if key in self._failed or key in self._declined:
+                return None
+            if key in self._creating:
                 return None  # another thread of this process is writing it: compile without
             path = self.store.get(key)
             if path is not None:
@@ -249,7 +260,9 @@ class _Pch:
         for _ in range(2):  # a second time only after growing the heap to what NVRTC asked for
             _ensure_heap(self.heap_bytes)
             anchor = prefix + _ANCHOR
+            before = _thread_cpu()
             prog, _log, _code = _nvrtc_once(anchor, "tl_pch.cu", flags + _pch_flags("create", path), None)
+            self._parse_s[key] = sum(_thread_cpu()) - sum(before)
             try:
                 (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog.prog)
                 err, required = nvrtc.nvrtcGetPCHHeapSizeRequired(prog.prog)
@@ -269,17 +282,36 @@ class _Pch:
             self._failed.add(key)
         return None
 
-    def finish(self, plan: _PchPlan, log: str) -> str | None:
-        """The outcome of a compile that read `plan`'s header: "created", "used", or None if NVRTC could
-        not use it (then the header is dropped; NVRTC parsed the block itself, or never ran)."""
+    def finish(self, plan: _PchPlan, log: str, system_s: float) -> str | None:
+        """The outcome of a compile that read `plan`'s header, `system_s` its system CPU time: "created",
+        "used", or None if NVRTC could not use it (then the header is dropped; NVRTC parsed the block
+        itself, or never ran)."""
+        assert self.store is not None
         if _PCH_UNUSABLE.search(log) or _PCH_MISSING in log:
-            assert self.store is not None
             self.store.discard(plan.key)
             return None
+        with self._lock:
+            first_read = plan.key not in self._weighed
+            self._weighed.add(plan.key)
+            if first_read and system_s >= self._parse_s.get(plan.key, float("inf")):
+                self._declined.add(plan.key)
+                declined = True
+            else:
+                declined = False
+        if declined:
+            self.store.discard(plan.key)
         return "created" if plan.created else "used"
 
 
 _PCH = _Pch()
+
+
+def _thread_cpu() -> tuple[float, float]:
+    """(user, system) CPU seconds of this thread: NVRTC compiles on the calling thread, so this is the
+    compile's own time even while other threads of the process compile too."""
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    usage = resource.getrusage(who)
+    return usage.ru_utime, usage.ru_stime
 
 
 @contextlib.contextmanager
@@ -440,9 +472,10 @@ def _nvrtc(
     flags = ProgramOptions(**opts).as_bytes("nvrtc")
     start = time.perf_counter()
     plan = _PCH.plan(source, opts, flags)
+    system_before = _thread_cpu()[1]
     result, log, code = _nvrtc_once(source, opts["name"], flags + (plan.flags() if plan else []), kind)
     result.destroy()
-    pch = _PCH.finish(plan, log) if plan is not None else None
+    pch = _PCH.finish(plan, log, _thread_cpu()[1] - system_before) if plan is not None else None
     if plan is not None and pch is None and _PCH_MISSING in log:
         # The header vanished under us (a cleaned cache directory): the compile never ran; run it plainly.
         result, log, code = _nvrtc_once(source, opts["name"], flags, kind)

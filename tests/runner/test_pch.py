@@ -129,6 +129,27 @@ def test_clean_pch_log_drops_notes_about_the_header_only() -> None:
     )
 
 
+def test_a_header_whose_first_read_costs_more_than_its_parse_is_dropped(tmp_path) -> None:
+    state = rc._Pch()
+    state.store = PchStore(tmp_path)
+    plans = {}
+    for key, parse_s in (("cheap", 4.4), ("dear", 22.0)):
+        path = state.store.path_for(key)
+        path.write_bytes(b"pch")
+        state.store.add(key, path)
+        state._parse_s[key] = parse_s
+        plans[key] = rc._PchPlan(key, path, created=True)
+    assert state.finish(plans["cheap"], "", system_s=7.0) == "created"  # it was read, this once
+    assert state.finish(plans["dear"], "", system_s=7.0) == "created"
+    assert state._declined == {"cheap"} and state.store.get("cheap") is None
+    assert state.store.get("dear") is not None
+    later = rc._PchPlan("dear", plans["dear"].path, created=False)
+    assert (
+        state.finish(later, "", system_s=30.0) == "used" and state.store.get("dear") is not None
+    )  # weighed once
+    state.store.close()
+
+
 # ---- with NVRTC ------------------------------------------------------------------------------------------
 
 SMALL = "// generated\n#include <cuda/std/cstdint>  // a small header: about a second per compile\n"
