@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 kernels.append(translate(path, target))
             except BuildError as err:
-                skipped.append(f"{path.stem} for {target}: {err.message}")
+                skipped.append(f"{path.stem} for {target or 'its own Target'}: {err.message}")
     info = machine()
     print(
         f"# {info['cores']} cores, {info['cpu']}, NVRTC {info['nvrtc']}, CUTLASS {info['cutlass']}",
