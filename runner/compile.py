@@ -117,11 +117,12 @@ def nvrtc_options(target: str, name: str, extra: Mapping[str, Any] | None = None
 # ---- precompiled headers -------------------------------------------------------------------------------
 
 PCH_ENV = "TL_PCH"  # "0" turns precompiled headers off, "1" on, unset: the process's default
-# NVRTC's PCH heap must hold the front end's whole state at the end of the include block: 447 MB for
-# `cute/tensor.hpp` with NVRTC 13.5. A larger block gets the size NVRTC asks for (see `_Pch.finish`).
+# NVRTC's PCH heap must hold the front end's whole state at the end of the include block (NVRTC 13.5:
+# 457 MB for the sm_80 block, whose header file is 449 MiB; the Hopper block's is 742 MiB), more than its
+# 256 MiB default. A larger block gets the size NVRTC asks for (see `_Pch._create`).
 PCH_HEAP_BYTES = 1 << 30
 # 639: "insufficient preallocated memory for generation of precompiled header file": the create status
-# says the same and `_Pch.finish` acts on it, so it need not reach the kernel's log.
+# says the same and `_Pch._create` acts on it, so it need not reach the kernel's log.
 _PCH_SUPPRESS = (639,)
 # NVRTC could not use the header and parsed the include block itself (the compile is still correct):
 # 626 invalid or another NVRTC's, 629 other options, 630 another include block, 20282 another heap
@@ -141,8 +142,8 @@ def use_precompiled_headers(enabled: bool = True, *, keep: int | None = None) ->
     """Let this process write and read precompiled headers (unless `$TL_PCH` is "0"), at most `keep`
     of them at once (default 2: a session may switch between two targets).
 
-    Worth it only in a process that compiles again: writing one costs the headers' parse and ~450 MB of
-    disk, reading it back saves most of that parse on every later compile.
+    Worth it only in a process that compiles again: writing one costs the headers' parse and 450–750 MB
+    of disk; reading it back skips the parse for the price of faulting the image in (see `_Pch`).
     """
     global _pch_default
     _pch_default = enabled
@@ -188,8 +189,8 @@ def header_prefix(source: str) -> str:
 
 
 # The translation unit a header is written from: the include block and one empty kernel, so the header
-# holds exactly the block its key names, and writing it costs the block's parse (5 s of CPU for
-# `cute/tensor.hpp` on the 2-core machine of docs/performance.md) plus the write (1.4 s there).
+# holds exactly the block its key names, and writing it costs the block's parse (4.7 s of CPU for the
+# sm_80 block on the 2-core VM of docs/performance.md) plus the write (1.4 s there).
 _ANCHOR = "\n__global__ void tl_pch_anchor() {}\n"
 
 
@@ -217,7 +218,7 @@ class _Pch:
         self.heap_bytes = PCH_HEAP_BYTES
         self._creating: set[str] = set()
         self._failed: set[str] = set()  # NVRTC could not write these: not tried again in this process
-        # Reading a header costs page faults on its image (450 MB for sm_80's block): 7 s of system time
+        # Reading a header costs page faults on its image (449 MiB for sm_80's block): 7 s of system time
         # a compile on the 2-core VM of docs/performance.md, more than the 4.4 s the block's parse costs
         # there, while the Hopper block's parse costs 22 s. So the first read of each header is weighed:
         # its system time against the CPU time of the parse (the compile that wrote the header), and a
@@ -278,6 +279,8 @@ class _Pch:
             # A new heap has another address: every header written so far becomes unusable.
             self.heap_bytes = _round_up(required + required // 4, 64 << 20)
             self.store.clear()
+            with self._lock:
+                self._weighed.clear()
         with self._lock:
             self._failed.add(key)
         return None
