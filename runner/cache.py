@@ -7,7 +7,8 @@ directory, then `os.replace`), so parallel compiles of the same kernel and inter
 a half-written entry. Directory: `$TL_CACHE_DIR`, else `~/.cache/tl/kernels`.
 
 `PchStore` keeps NVRTC precompiled headers beside it (`pch/` in the same directory), one directory per
-process: see its docstring for why a precompiled header never outlives the process that made it.
+process: see its docstring for why a precompiled header never outlives the process that made it. Whether
+a header pays for itself on this machine outlives it, in `pch/verdicts/` (delete them to weigh again).
 """
 
 from __future__ import annotations
@@ -168,6 +169,23 @@ class PchStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    # Whether a header paid for itself is a fact about the machine and the toolchain (both in the key),
+    # not about one process: every process reads what the first one to weigh the header found.
+    def verdict(self, key: str) -> bool | None:
+        """True/False when some process on this machine found a header for `key` worth keeping or not."""
+        try:
+            data = json.loads(self._verdict_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        keep = data.get("keep") if isinstance(data, dict) else None
+        return keep if isinstance(keep, bool) else None
+
+    def set_verdict(self, key: str, keep: bool, facts: dict[str, Any]) -> None:
+        atomic_write(self._verdict_path(key), json.dumps({"keep": keep, **facts}, sort_keys=True).encode())
+
+    def _verdict_path(self, key: str) -> Path:
+        return self.root / "verdicts" / f"{key}.json"
 
     def close(self) -> None:
         """Forget every header and remove this process's directory."""

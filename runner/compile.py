@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -228,8 +229,11 @@ class _Pch:
         self._weighed: set[str] = set()
         self._lock = threading.Lock()
 
-    def plan(self, source: str, opts: Mapping[str, Any], flags: list[bytes]) -> _PchPlan | None:
-        """The header to read for `source`, written now if need be; None: compile without one."""
+    def plan(
+        self, source: str, opts: Mapping[str, Any], flags: list[bytes], *, create: bool = True
+    ) -> _PchPlan | None:
+        """The header to read for `source`, written now if need be (and `create`); None: compile
+        without one."""
         if not pch_enabled():
             return None
         prefix = header_prefix(source)
@@ -241,11 +245,14 @@ class _Pch:
                 self.store = PchStore(max_entries=self.keep)
             if key in self._failed or key in self._declined:
                 return None
-            if key in self._creating:
-                return None  # another thread of this process is writing it: compile without
             path = self.store.get(key)
             if path is not None:
                 return _PchPlan(key, path, created=False)
+            if not create or key in self._creating:
+                return None  # (the latter: another thread of this process is writing it)
+            if self.store.verdict(key) is False:
+                self._declined.add(key)  # weighed on this machine already: it costs more than it saves
+                return None
             self._creating.add(key)
         try:
             return self._create(key, prefix, flags)
@@ -296,11 +303,13 @@ class _Pch:
         with self._lock:
             first_read = plan.key not in self._weighed
             self._weighed.add(plan.key)
-            if first_read and system_s >= self._parse_s.get(plan.key, float("inf")):
+            parse_s = self._parse_s.get(plan.key)
+            declined = first_read and parse_s is not None and system_s >= parse_s
+            if declined:
                 self._declined.add(plan.key)
-                declined = True
-            else:
-                declined = False
+        if first_read and parse_s is not None:
+            facts = {"parse_cpu_s": round(parse_s, 2), "read_system_s": round(system_s, 2)}
+            self.store.set_verdict(plan.key, not declined, facts)
         if declined:
             self.store.discard(plan.key)
         return "created" if plan.created else "used"
@@ -365,10 +374,17 @@ def compile_source(
     tl_file: str | None = None,
     cache: KernelCache | None = None,
     use_cache: bool = True,
+    new_header: bool = True,
 ) -> CompiledKernel:
-    """Compile `source` for `arch` (running on `device_arch`, or build-only when None)."""
+    """Compile `source` for `arch` (running on `device_arch`, or build-only when None).
+
+    `new_header`: whether this compile may write a precompiled header its process lacks (when the
+    process uses them); False when no later compile of the process shares the include block.
+    """
     store = cache if cache is not None else KernelCache()
-    ptx = _compile_cached(source, arch, device_arch, name, options, source_map, tl_file, store, use_cache)
+    ptx = _compile_cached(
+        source, arch, device_arch, name, options, source_map, tl_file, store, use_cache, new_header
+    )
     if ptx.kind == "ptx" and device_arch is not None:
         return _finalize(ptx, device_arch, store, use_cache)
     return ptx
@@ -425,6 +441,7 @@ def _compile_cached(
     tl_file: str | None,
     store: KernelCache,
     use_cache: bool,
+    new_header: bool = True,
 ) -> CompiledKernel:
     target, kind = compile_target(arch, device_arch)
     opts = nvrtc_options(target, name, options)
@@ -443,7 +460,9 @@ def _compile_cached(
                 cached=True,
                 key=key,
             )
-    code, log, seconds, pch = _nvrtc(source, opts, kind, source_map=source_map, tl_file=tl_file)
+    code, log, seconds, pch = _nvrtc(
+        source, opts, kind, source_map=source_map, tl_file=tl_file, new_header=new_header
+    )
     if use_cache:
         store.put(key, code, {"log": log, "seconds": seconds, "target": target, "kind": kind, "name": name})
     return CompiledKernel(
@@ -461,7 +480,13 @@ def _compile_cached(
 
 
 def _nvrtc(
-    source: str, opts: dict[str, Any], kind: str, *, source_map: Mapping[int, int] | None, tl_file: str | None
+    source: str,
+    opts: dict[str, Any],
+    kind: str,
+    *,
+    source_map: Mapping[int, int] | None,
+    tl_file: str | None,
+    new_header: bool = True,
 ) -> tuple[bytes, str, float, str | None]:
     """One NVRTC compile through cuda.bindings, with the flags cuda.core's `ProgramOptions` builds, and
     with this process's precompiled header when there is one (or with writing it when there is none).
@@ -474,7 +499,7 @@ def _nvrtc(
 
     flags = ProgramOptions(**opts).as_bytes("nvrtc")
     start = time.perf_counter()
-    plan = _PCH.plan(source, opts, flags)
+    plan = _PCH.plan(source, opts, flags, create=new_header)
     system_before = _thread_cpu()[1]
     result, log, code = _nvrtc_once(source, opts["name"], flags + (plan.flags() if plan else []), kind)
     result.destroy()
@@ -578,6 +603,7 @@ class CompileJob:
     options: dict[str, Any] = field(default_factory=dict)
     source_map: dict[int, int] | None = None
     tl_file: str | None = None
+    new_header: bool = True  # see compile_source
 
 
 def _run_job(job: CompileJob) -> CompiledKernel | CompileError:
@@ -590,6 +616,7 @@ def _run_job(job: CompileJob) -> CompiledKernel | CompileError:
             options=job.options,
             source_map=job.source_map,
             tl_file=job.tl_file,
+            new_header=job.new_header,
         )
     except CompileError as err:
         return err
@@ -627,13 +654,17 @@ def compile_many(
         else:
             pending.append(i)
     workers = min(len(pending), max_workers or os.cpu_count() or 1)
+    # A job whose include block no other job shares would write a header nobody reads.
+    blocks = {i: (header_prefix(jobs[i].source), jobs[i].arch, jobs[i].device_arch or "") for i in pending}
+    shared = Counter(blocks.values())
+    todo = {i: jobs[i] if shared[blocks[i]] > 1 else replace(jobs[i], new_header=False) for i in pending}
     if len(pending) == 1 or workers == 1:
         with _precompiled_headers_while(len(pending) > 1):
             for i in pending:
-                results[i] = _run_job(jobs[i])
+                results[i] = _run_job(todo[i])
     elif pending:
-        pending.sort(key=lambda i: (header_prefix(jobs[i].source), jobs[i].arch, jobs[i].device_arch or ""))
-        for i, result in _run_in_workers([(i, jobs[i]) for i in pending], workers):
+        pending.sort(key=lambda i: blocks[i])
+        for i, result in _run_in_workers([(i, todo[i]) for i in pending], workers):
             results[i] = result
     return [r for r in results if r is not None]
 

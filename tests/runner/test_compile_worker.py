@@ -73,7 +73,11 @@ def test_one_worker_compiles_two_jobs_the_second_with_the_first_ones_header(tmp_
         results = [worker.run(job) for job in jobs]
         assert worker.started == 1
     assert [getattr(r, "pch", r) for r in results] == ["created", "used"]
-    assert not list((tmp_path / "cache" / "pch").iterdir())  # the worker removed its headers at exit
+    # The worker removed its headers at exit; what it found (a small header pays) stays for others.
+    pch_dir = tmp_path / "cache" / "pch"
+    assert [p.name for p in pch_dir.iterdir()] == ["verdicts"]
+    (verdict,) = (pch_dir / "verdicts").iterdir()
+    assert '"keep": true' in verdict.read_text()
 
 
 def test_several_jobs_in_this_process_enable_headers_for_their_duration_only(tmp_path, monkeypatch) -> None:
@@ -88,3 +92,22 @@ def test_several_jobs_in_this_process_enable_headers_for_their_duration_only(tmp
     rc.compile_many([JOB, CompileJob(source=JOB.source + "\n", arch="sm_80")], max_workers=1)
     rc.compile_many([JOB], max_workers=1)
     assert seen == [True, True, False] and not rc.pch_enabled()
+
+
+def test_only_jobs_that_share_an_include_block_may_write_a_header(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cutlass_library")
+    from runner import compile as rc
+
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
+    block = "#include <cuda/std/cstdint>\n"
+    jobs = [
+        CompileJob(source=block + "int a;\n", arch="sm_80", name="a.cu"),
+        CompileJob(source="#include <cuda/std/tuple>\nint b;\n", arch="sm_80", name="b.cu"),
+        CompileJob(source=block + "int c;\n", arch="sm_80", name="c.cu"),
+        CompileJob(source=block + "int d;\n", arch="sm_89", name="d.cu"),  # another target: another header
+    ]
+    seen: dict[str, bool] = {}
+    monkeypatch.setattr(rc, "_run_job", lambda job: seen.update({job.name: job.new_header}) or JOB)
+    rc.compile_many(jobs, max_workers=1)
+    assert seen == {"a.cu": True, "b.cu": False, "c.cu": True, "d.cu": False}

@@ -143,10 +143,28 @@ def test_a_header_whose_first_read_costs_more_than_its_parse_is_dropped(tmp_path
     assert state.finish(plans["dear"], "", system_s=7.0) == "created"
     assert state._declined == {"cheap"} and state.store.get("cheap") is None
     assert state.store.get("dear") is not None
+    assert state.store.verdict("cheap") is False and state.store.verdict("dear") is True
     later = rc._PchPlan("dear", plans["dear"].path, created=False)
     assert (
         state.finish(later, "", system_s=30.0) == "used" and state.store.get("dear") is not None
     )  # weighed once
+    state.store.close()
+
+
+def test_verdicts_outlive_the_process_and_a_negative_one_stops_writing(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cutlass_library")
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(rc.PCH_ENV, "1")
+    src = "#include <cute/tensor.hpp>\nint x;\n"
+    opts = rc.nvrtc_options("sm_80", "k.cu")
+    key = pch_key(header_prefix(src), opts, rc.toolchain().fingerprint(), "sm_80")
+    PchStore(tmp_path).set_verdict(key, False, {"parse_cpu_s": 4.4, "read_system_s": 7.0})
+    assert PchStore(tmp_path).verdict(key) is False and PchStore(tmp_path).verdict("other") is None
+    state = rc._Pch()
+    monkeypatch.setattr(state, "_create", lambda *a: pytest.fail("a declined header was written"))
+    assert state.plan(src, opts, []) is None and key in state._declined
+    assert state.store is not None
     state.store.close()
 
 
