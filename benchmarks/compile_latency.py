@@ -7,13 +7,18 @@ ptxas's) and NVRTC's phase split (`--time`: C++ front end, NVVM optimizer, PTX â
   headers  the kernel's include block alone (+ an empty kernel), no precompiled header: the most a
            precompiled header can save;
   cold     the kernel, no precompiled header: what every compile costs without one;
-  first    the kernel, writing the process's precompiled header (the first compile of a worker);
-  warm     then, in the same process, the kernel with a one-line edit, reading that header (what the
-           language server's second save and a worker's later jobs cost).
+  first    the kernel in a process that uses precompiled headers: it writes the header of the block,
+           compiles with it and weighs it (runner.compile: a header whose read costs more system time
+           than its parse took is dropped);
+  warm     then, in the same process, the kernel with a one-line edit: with the header if it was kept
+           ("pch": "used" in the JSON), without it otherwise (what a second save in the language server
+           and a compile_many worker's later jobs cost).
 
-`--build` also times `compile_many` over all of them from an empty cache, with precompiled headers
-off and on (`$TL_PCH`), with `--jobs` workers. No GPU is needed; `--device-arch sm_90` compiles as for an
-H200 (sm_80-class kernels as compute_80 PTX, then ptxas for sm_90), as the on-save path does there.
+`--build` also times `compile_many` over all of them from an empty kernel cache with `--jobs` workers:
+precompiled headers off, on (`$TL_PCH`) on a machine where no header was weighed yet, and on again with
+the first build's verdicts (a later build on the same machine). No GPU is needed; `--device-arch sm_90`
+compiles as for an H200 (sm_80-class kernels as compute_80 PTX, then ptxas for sm_90), as the on-save
+path does there.
 
 Run: `python benchmarks/compile_latency.py [--examples mha_fwd,hopper_mha_fwd] [--targets sm_80,sm_90]
 [--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N] [--repeat N]
@@ -29,6 +34,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -246,8 +252,15 @@ def _median(values: list[float]) -> float | None:
 # ---- parallel builds ----------------------------------------------------------------------------------
 
 
-def build(kernels: list[Kernel], jobs: int | None, device_arch: str | None, pch: bool) -> dict[str, Any]:
-    """`compile_many` over every kernel from an empty cache in a fresh interpreter, headers on or off."""
+BUILDS = (("off", False), ("on", True), ("on, weighed", True))
+
+
+def build(
+    kernels: list[Kernel], jobs: int | None, device_arch: str | None, pch: bool, verdicts: Path | None = None
+) -> dict[str, Any]:
+    """`compile_many` over every kernel from an empty kernel cache in a fresh interpreter, headers on or
+    off; with `verdicts` (a previous build's `pch/verdicts`), as a later build on the same machine that
+    knows which headers pay. The result's `verdicts` is this build's, for the next."""
     script = (
         "import json, sys, time\n"
         "from runner.compile import CompileJob, compile_many\n"
@@ -261,8 +274,12 @@ def build(kernels: list[Kernel], jobs: int | None, device_arch: str | None, pch:
         " 'ok': hasattr(r, 'code'), 'seconds': round(getattr(r, 'seconds', 0.0), 2),"
         " 'pch': getattr(r, 'pch', None)} for j, r in zip(jobs, res)]}))\n"
     )
+    keep = Path(tempfile.mkdtemp(prefix="tl-compile-latency-verdicts-"))
     with tempfile.TemporaryDirectory(prefix="tl-compile-latency-build-") as tmp:
-        env = {**os.environ, "TL_CACHE_DIR": str(Path(tmp) / "cache"), "TL_PCH": "1" if pch else "0"}
+        cache = Path(tmp) / "cache"
+        if verdicts is not None and verdicts.is_dir():
+            shutil.copytree(verdicts, cache / "pch" / "verdicts")
+        env = {**os.environ, "TL_CACHE_DIR": str(cache), "TL_PCH": "1" if pch else "0"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         spec = {"kernels": [asdict(k) for k in kernels], "jobs": jobs, "device_arch": device_arch}
         load0 = _load()
@@ -276,8 +293,11 @@ def build(kernels: list[Kernel], jobs: int | None, device_arch: str | None, pch:
         )
         if proc.returncode != 0:
             return {"pch": pch, "error": proc.stderr.decode(errors="replace")[-1500:]}
+        if (cache / "pch" / "verdicts").is_dir():
+            shutil.copytree(cache / "pch" / "verdicts", keep, dirs_exist_ok=True)
         out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
         out.update({"pch": pch, "jobs": jobs or os.cpu_count(), "load": [round(load0, 2), round(_load(), 2)]})
+        out["verdicts"] = str(keep)
         return out
 
 
@@ -381,20 +401,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {k.example} {k.arch}: {done}", flush=True)
     builds = []
     if args.build and kernels:
-        for pch in (False, True):
-            builds.append(build(kernels, args.jobs, args.device_arch, pch))
-            print(
-                f"# build, precompiled headers {'on' if pch else 'off'}: {builds[-1].get('wall_s')} s",
-                flush=True,
-            )
+        verdicts: Path | None = None
+        for label, pch in BUILDS:
+            b = build(kernels, args.jobs, args.device_arch, pch, verdicts if label == "on, weighed" else None)
+            b["headers"] = label
+            builds.append(b)
+            verdicts = Path(b["verdicts"]) if "verdicts" in b else None
+            print(f"# build, precompiled headers {label}: {b.get('wall_s')} s", flush=True)
     print(table(measures, modes))
     for b in builds:
         if "error" in b:
-            print(f"build (headers {'on' if b['pch'] else 'off'}): FAIL {b['error'][:300]}")
+            print(f"build (headers {b['headers']}): FAIL {b['error'][:300]}")
         else:
-            state = "on" if b["pch"] else "off"
             n, workers = len(b["results"]), b["jobs"]
-            print(f"build of {n} kernels, {workers} workers, headers {state}: {b['wall_s']:.1f} s")
+            print(f"build of {n} kernels, {workers} workers, headers {b['headers']}: {b['wall_s']:.1f} s")
     for s in skipped:
         print(f"skipped: {s}")
     print(
