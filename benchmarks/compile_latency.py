@@ -292,6 +292,7 @@ def build(
             check=False,
         )
         if proc.returncode != 0:
+            shutil.rmtree(keep, ignore_errors=True)
             return {"pch": pch, "error": proc.stderr.decode(errors="replace")[-1500:]}
         if (cache / "pch" / "verdicts").is_dir():
             shutil.copytree(cache / "pch" / "verdicts", keep, dirs_exist_ok=True)
@@ -408,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
             builds.append(b)
             verdicts = Path(b["verdicts"]) if "verdicts" in b else None
             print(f"# build, precompiled headers {label}: {b.get('wall_s')} s", flush=True)
+        for b in builds:
+            if "verdicts" in b:
+                shutil.rmtree(b.pop("verdicts"), ignore_errors=True)
     print(table(measures, modes))
     for b in builds:
         if "error" in b:
