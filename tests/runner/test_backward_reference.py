@@ -42,15 +42,26 @@ SCORES: dict[str, Expr] = {
 def _evaluate(e: Expr, s: Any, tensors: dict[str, Any]) -> Any:
     prog = Forward(score=e, scalars=(Scalar("cap", F32, 2.5),), tensors=TENSORS)
     sizes = {"batch": 1, "heads": 2, "heads_kv": 2, "seqlen_q": s.shape[2], "seqlen_k": s.shape[3]}
-    ev = _GradEvaluator(prog, learnable=tuple(n for n, x in tensors.items() if x.requires_grad), sizes=sizes, scale=0.7, window=(-1, -1), scalars={}, tensors=tensors,
-                    dtype=torch.float64, device=s.device)  # fmt: skip
+    ev = _GradEvaluator(
+        prog,
+        learnable=tuple(n for n, x in tensors.items() if x.requires_grad),
+        sizes=sizes,
+        scale=0.7,
+        window=(-1, -1),
+        scalars={},
+        tensors=tensors,
+        dtype=torch.float64,
+        device=s.device,
+    )
     return ev.chunk(0, s.shape[2], lambda: s)["score"].expand(s.shape)
 
 
 def _side(seed: int) -> dict[str, Any]:
     g = torch.Generator().manual_seed(seed)
-    return {"slopes": torch.randn(2, generator=g, dtype=torch.float64),
-            "rel": torch.randn(2, 7, generator=g, dtype=torch.float64)}  # fmt: skip
+    return {
+        "slopes": torch.randn(2, generator=g, dtype=torch.float64),
+        "rel": torch.randn(2, 7, generator=g, dtype=torch.float64),
+    }
 
 
 @pytest.mark.parametrize("name", sorted(SCORES))
@@ -80,8 +91,10 @@ def test_tensor_partials_scatter_to_the_autograd_gradient(name):
     for ld, g in partials:
         # Σ weight · ∂X/∂load, scattered at the load's index (the index evaluated as a score of its own)
         gv = _evaluate(g, s, side).detach() * weight
-        idx = [_evaluate(op("float", i) if i.type != F32 else i, s, side).detach().expand(s.shape).long()
-               for i in ld.index]  # fmt: skip
+        idx = [
+            _evaluate(op("float", i) if i.type != F32 else i, s, side).detach().expand(s.shape).long()
+            for i in ld.index
+        ]
         got = torch.zeros_like(side[ld.tensor])
         got.index_put_(tuple(idx), gv, accumulate=True)
         torch.testing.assert_close(got, want[ld.tensor], rtol=1e-9, atol=1e-12)
@@ -96,7 +109,7 @@ def test_no_derivative_is_a_named_error():
 
 def _attention(q, k, v, scale, causal, sink=None):
     """Hand-written attention (float64): GQA by repeating K/V, bottom-right causal, a per-head sink."""
-    b, sq, h, d = q.shape
+    b, sq, h, _ = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     kk = k.repeat_interleave(h // hkv, dim=2)
     vv = v.repeat_interleave(h // hkv, dim=2)
@@ -120,10 +133,16 @@ def test_reference_gradients_match_hand_written_attention(sq, sk, h, hkv, causal
     v = torch.randn(2, sk, hkv, 8, generator=g, dtype=torch.float64)
     do = torch.randn(2, sq, h, 8, generator=g, dtype=torch.float64)
     sinks = torch.randn(h, generator=g, dtype=torch.float64)
-    prog = Forward(score=PLAIN_SCORE, masks=(CAUSAL_MASK,) if causal else (), sink=Load("sinks", (H,), F32),
-                   tensors=(SideTensor("sinks", ("heads",), "float32"),), header_mask="causal" if causal else "none")  # fmt: skip
-    dq, dk, dv, dside = backward_reference(prog, q, k, v, do, tensors={"sinks": sinks}, learnable=("sinks",),
-                                           chunk=4, dtype=torch.float64)  # fmt: skip
+    prog = Forward(
+        score=PLAIN_SCORE,
+        masks=(CAUSAL_MASK,) if causal else (),
+        sink=Load("sinks", (H,), F32),
+        tensors=(SideTensor("sinks", ("heads",), "float32"),),
+        header_mask="causal" if causal else "none",
+    )
+    dq, dk, dv, dside = backward_reference(
+        prog, q, k, v, do, tensors={"sinks": sinks}, learnable=("sinks",), chunk=4, dtype=torch.float64
+    )
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v, sinks)]
     o = _attention(*leaves[:3], 0.25, causal, leaves[3])
     want = torch.autograd.grad((o * do).sum(), leaves)
