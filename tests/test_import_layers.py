@@ -105,6 +105,9 @@ CASES: list[tuple[dict[str, str], set[str]]] = [
     ({"kernel_ir": "import tl_language"}, {"kernel_ir"}),
     ({"kernel_ir": "from runner.abi import LaunchSpec"}, {"kernel_ir"}),
     ({"kernel_ir": "import torch"}, {"kernel_ir"}),
+    ({"runner": "import tl_attention"}, {"runner"}),
+    ({"pipeline": "from tl_attention import compile"}, {"pipeline"}),
+    ({"tl_attention": "import server"}, {"tl_attention"}),
     # Indirect: translator reaches torch only through a module of tl_language.
     (
         {"tl_language": "import torch", "translator": f"import tl_language.{PROBE}"},

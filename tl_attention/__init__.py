@@ -1,0 +1,15 @@
+"""TL kernels from PyTorch: `tl_attention.compile(path_or_text)` returns a callable kernel backed by the
+`tl_attention::forward` custom op (fake kernel, autograd, `torch.compile`, CUDA graphs). docs/pytorch.md."""
+
+from tl_attention.backward import BackwardUnavailable, register_backward_provider
+from tl_attention.kernel import Kernel, TLBuildError, TLError, compile, device_family
+
+__all__ = [
+    "BackwardUnavailable",
+    "Kernel",
+    "TLBuildError",
+    "TLError",
+    "compile",
+    "device_family",
+    "register_backward_provider",
+]

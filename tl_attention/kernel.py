@@ -1,0 +1,234 @@
+"""`tl_attention.compile`: a TL kernel as a PyTorch callable.
+
+`compile(source)` checks and translates at once (a TL with errors raises `TLError` here, with the checker's
+codes and locations). The NVRTC compile goes through the on-disk cache (`runner.cache`, `$TL_CACHE_DIR`),
+so a warm start runs no NVRTC. When a CUDA device is visible, `compile` also compiles for it and loads the
+module on the current device; without one it stops after the translation and the compile happens on the
+first call on CUDA tensors (meta and fake tensors need no binary: tracing and `torch.compile` run on a
+machine without a GPU). A kernel not loaded yet on a device refuses a call made during CUDA graph capture,
+because loading a module there would break the capture: call it once first.
+
+Target: the TL's own `Target` header by default, compiled for the current device (a cubin for its own
+arch, PTX the driver JIT-compiles for an older one); a target that cannot run on the device (sm_90's
+wgmma code on an sm_80 GPU) raises `ValueError`. `target="auto"` retargets the TL to the device's family
+(sm_90 on Hopper, sm_80 on Ampere, Ada and newer, sm_75 on Turing); `target="sm_80"` names one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline.build import BuildError, Translated, compile_all, translate_text
+from pipeline.report import format_build_error
+from pipeline.variants import EXAMPLES, variant
+from runner.abi import LaunchSpec
+from runner.compile import CompiledKernel
+from runner.toolchain import ToolchainError, compile_target
+from tl_attention import checks
+from tl_attention.ops import forward_op, register_kernel, resolve
+
+
+class TLError(ValueError):
+    """The TL did not check or translate; `diagnostics` holds the checker's records (code, range)."""
+
+    def __init__(self, message: str, diagnostics: list[Any]) -> None:
+        super().__init__(message)
+        self.diagnostics = diagnostics
+
+
+class TLBuildError(RuntimeError):
+    """NVRTC rejected the generated CUDA (a translator bug, or a toolchain problem); the log is attached."""
+
+
+def device_family(arch: str) -> str:
+    """The TL target whose code runs best on a device of `arch` (`sm_XY`)."""
+    n = int(arch.removeprefix("sm_").rstrip("af"))
+    if n == 90:
+        return "sm_90"
+    if n >= 80:
+        return "sm_80"  # sm_90a code does not run past Hopper; sm_80's PTX does
+    return "sm_75"
+
+
+def current_arch() -> str | None:
+    """`sm_XY` of the current CUDA device; None without one."""
+    if not torch.cuda.is_available():
+        return None
+    return _arch_of(torch.device("cuda", torch.cuda.current_device()))
+
+
+def _arch_of(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+@dataclass
+class Kernel:
+    """A checked, translated TL kernel; compiled and loaded per device on demand. Call it on tensors."""
+
+    translated: Translated
+    origin: str  # the path given, or "<TL text>"
+    key: str  # the op registry key
+    _loaded: dict[int, Any] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def spec(self) -> LaunchSpec:
+        return self.translated.spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.kernel_name
+
+    @property
+    def text(self) -> str:
+        return self.translated.text
+
+    @property
+    def scalar_names(self) -> list[str]:
+        return [name for name, _, _ in (self.spec.program or {}).get("scalars", ())]
+
+    @property
+    def tensor_names(self) -> list[str]:
+        return [name for name, _, _ in (self.spec.program or {}).get("tensors", ())]
+
+    # ---- the call ----------------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        *,
+        scale: float | None = None,
+        return_lse: bool = False,
+        layout: str = "bhsd",
+        window: tuple[int, int] | None = None,
+        **extras: Any,
+    ) -> Any:
+        """Attention of q, k, v in `layout` ('bhsd' like SDPA, 'bshd' like FlashAttention); GQA when k and
+        v have fewer heads than q. `extras`: the TL's runtime Scalars and side tensors by name. Returns o in
+        `layout`, and with `return_lse` also lse float32 (batch, heads, seqlen_q)."""
+        spec = self.spec
+        shapes = checks.check_qkv(spec, q, k, v, layout)
+        softmax_scale = checks.check_scale(scale, spec)
+        win = checks.check_window(window, spec)
+        tensors, scalars = checks.check_extras(spec, shapes, q.device, extras)
+        if return_lse and not spec.writes_lse:
+            raise ValueError(f"return_lse: {self.name} has no softmax, so it has no log-sum-exp to return")
+        if layout == "bhsd":
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        tensors = [t.contiguous() for t in tensors]
+        o, lse = forward_op(self.key, q, k, v, softmax_scale, win, tensors, scalars)
+        if layout == "bhsd":
+            o = o.transpose(1, 2)
+        return (o, lse) if return_lse else o
+
+    # ---- build and load ----------------------------------------------------------------------------
+
+    def build(self, device_arch: str | None = None) -> CompiledKernel:
+        """Compile (through the disk cache) for `device_arch`, or build-only for the TL's arch when None."""
+        if device_arch is not None:
+            self.check_runs_on(device_arch)
+        (result,) = compile_all([self.translated], device_arch=device_arch, max_workers=1)
+        if isinstance(result, BuildError):
+            raise TLBuildError(format_build_error(result))
+        return result.compiled
+
+    def check_runs_on(self, device_arch: str) -> None:
+        try:
+            compile_target(self.spec.arch, device_arch)
+        except ToolchainError as exc:
+            raise ValueError(
+                f"{self.origin}: {self.name} is code for {self.spec.arch}, which cannot run on this "
+                f"{device_arch} device ({exc}); compile with target='auto' to retarget the TL for the "
+                "device, or name a target (target='sm_80')"
+            ) from None
+
+    def load(self, device: torch.device | int | None = None) -> Any:
+        """The module loaded on `device` (default: the current CUDA device), compiled first if needed."""
+        from runner.launch import load
+
+        index = torch.device(device).index if device is not None else None
+        index = torch.cuda.current_device() if index is None else index
+        loaded = self._loaded.get(index)
+        if loaded is not None:
+            return loaded
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"{self.name} is not loaded on cuda:{index} yet, and loading a module during CUDA graph "
+                "capture would break the capture: call the kernel once (or kernel.load()) before capturing"
+            )
+        with self._lock:
+            if index not in self._loaded:
+                compiled = self.build(_arch_of(torch.device("cuda", index)))
+                with torch.cuda.device(index):
+                    self._loaded[index] = load(compiled, self.spec)
+            return self._loaded[index]
+
+    def launch(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        scale: float,
+        window: list[int],
+        tensors: list[Any],
+        scalars: list[float],
+    ) -> tuple[Any, Any]:
+        """The op's CUDA kernel: tensors already checked, in (batch, seqlen, heads, dim)."""
+        from runner.launch import attention
+
+        loaded = self.load(q.device)
+        extras: dict[str, Any] = dict(zip(self.tensor_names, tensors, strict=True))
+        for (name, ty, _), value in zip((self.spec.program or {}).get("scalars", ()), scalars, strict=True):
+            extras[name] = value if ty == "f32" else int(value)
+        o, lse = attention(loaded, q, k, v, softmax_scale=scale, window=(window[0], window[1]), extras=extras)
+        if not self.spec.writes_lse:
+            lse.fill_(float("nan"))  # no softmax, no log-sum-exp: never hand out uninitialised memory
+        return o, lse
+
+
+def _read(source: str | Path) -> tuple[str, Path, str]:
+    """(TL text, the path diagnostics name, origin). A str is a path when it names a file (or, not found,
+    a file of examples/ or examples/variants/) and TL text otherwise."""
+    if isinstance(source, Path) or ("\n" not in source and source.endswith(".tl")):
+        path = Path(source)
+        if not path.exists() and not path.is_absolute():
+            for folder in (EXAMPLES, EXAMPLES / "variants"):
+                if (folder / path).exists():
+                    path = folder / path
+                    break
+        try:
+            return path.read_text(), path, str(source)
+        except OSError as exc:
+            raise FileNotFoundError(f"{source}: cannot read the TL file ({exc.strerror})") from None
+    return source, Path("inline.tl"), "<TL text>"
+
+
+def compile(source: str | Path, *, target: str | None = None) -> Kernel:
+    """A TL kernel from a path or TL text, ready to call on tensors (see the module docstring)."""
+    text, path, origin = _read(source)
+    device_arch = current_arch()
+    if target == "auto":
+        target = device_family(device_arch) if device_arch else None
+    if target is not None:
+        text = variant(text, target=target)
+    try:
+        translated = translate_text(text, path)
+    except BuildError as err:
+        raise TLError(f"{origin}: {err.message}\n{format_build_error(err)}", err.diagnostics) from None
+    digest = hashlib.sha256(f"{translated.source}\0{translated.spec.to_json()}".encode()).hexdigest()[:16]
+    kernel = Kernel(translated=translated, origin=origin, key=f"tl:{translated.spec.kernel_name}:{digest}")
+    # An earlier compile of the same source keeps its entry, and with it the modules it loaded.
+    kernel = resolve(register_kernel(kernel))
+    if device_arch is not None:
+        kernel.load()
+    return kernel
