@@ -68,7 +68,7 @@ def _arch_of(device: torch.device) -> str:
     return f"sm_{major}{minor}"
 
 
-@dataclass
+@dataclass(eq=False)
 class Kernel:
     """A checked, translated TL kernel; compiled and loaded per device on demand. Call it on tensors."""
 
@@ -194,6 +194,23 @@ class Kernel:
         if not self.spec.writes_lse:
             lse.fill_(float("nan"))  # no softmax, no log-sum-exp: never hand out uninitialised memory
         return o, lse
+
+
+def load_many(kernels: list[Kernel]) -> None:
+    """Load every kernel on the current device, compiling the missing ones together (NVRTC runs in
+    parallel worker processes, one per core): what a model's first call would otherwise do one by one."""
+    from runner.launch import load
+
+    index = torch.cuda.current_device()
+    arch = _arch_of(torch.device("cuda", index))
+    todo = [kn for kn in dict.fromkeys(kernels) if index not in kn._loaded]
+    for kn in todo:
+        kn.check_runs_on(arch)
+    for kn, result in zip(todo, compile_all([kn.translated for kn in todo], device_arch=arch), strict=True):
+        if isinstance(result, BuildError):
+            raise TLBuildError(format_build_error(result))
+        with kn._lock:
+            kn._loaded.setdefault(index, load(result.compiled, kn.spec))
 
 
 def _read(source: str | Path) -> tuple[str, Path, str]:

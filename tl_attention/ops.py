@@ -170,7 +170,9 @@ def _backward(ctx: Any, grad_o: Tensor, _grad_lse: Tensor | None) -> tuple[Any, 
     )
     it = iter(grads)
     side = [next(it) if t.dtype == torch.float32 else None for t in tensors]
-    return None, dq, dk, dv, None, None, side, None
+    # torch's pytree reads an empty list as a list of (optional) tensors, whose gradient is a list too.
+    no_grad_scalars = [] if not ctx.scalars else None
+    return None, dq, dk, dv, None, None, side, no_grad_scalars
 
 
 torch.library.register_autograd("tl_attention::forward", _backward, setup_context=_setup_context)
