@@ -3,6 +3,10 @@ process, balanced order; TFLOPS on the (query, key) pairs the masks keep. Every 
 against its IR reference first; each baseline is checked against the verified TL kernel's output.
 
     python3 benchmarks/variants.py [--seqlen 8192] [--batch 2] [--heads 16] [--only a,b] [--json OUT]
+                                   [--ab fma_exps=0,3,6]
+
+`--ab PARAM=V1,V2`: each variant is also built with `Param PARAM = V` for every value (set or replaced in
+its TL), verified, and timed in the same interleaved run as `tl PARAM=V` (an A/B of one switch).
 
 The TL kernels are the catalogue files as written (Target set to sm_90, bf16): their tiles are the
 catalogue's, not tuned per variant (that is issue 17's planner work).
@@ -66,6 +70,15 @@ def _fa4_native(name: str, scalars: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _with_param(text: str, param: str, value: str) -> str:
+    """`text` with `Param param = value`, replacing the line that sets it or added after the Dtype line."""
+    line = f"Param {param} = {value}"
+    pattern = rf"(?m)^Param {re.escape(param)} = .*$"
+    if re.search(pattern, text):
+        return re.sub(pattern, line, text)
+    return re.sub(r"(?m)^(Dtype .*)$", lambda m: f"{m.group(1)}\n{line}", text, count=1)
+
+
 def _num(r: dict[str, Any], key: str) -> str:
     return f"{r[key]:6.0f}" if isinstance(r.get(key), float) else f"{'—':>6s}"
 
@@ -86,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default="")
     ap.add_argument("--target-s", type=float, default=0.6)
+    ap.add_argument("--ab", default="", help="PARAM=V1,V2,...: the variants also with each value")
     args = ap.parse_args(argv)
+    ab_param, _, ab_values = args.ab.partition("=")
+    ab = [(ab_param, v) for v in ab_values.split(",") if v] if ab_param else []
 
     import torch
 
@@ -106,10 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     texts["plain_causal"] = re.sub(
         r"(?m)^Mask .*$", "Mask causal", re.sub(r"(?m)^Param BN = .*$", "Param BN = 128", base)
     )
+    for n in names:
+        for param, value in ab:
+            texts[f"{n} {param}={value}"] = _with_param(texts[n], param, value)
     built = {}
     for n, t in texts.items():
         t = re.sub(r"(?m)^Dtype .*$", "Dtype bf16", re.sub(r"(?m)^Target .*$", "Target sm_90", t))
-        built[n] = translate_text(t, Path(f"{n}_bench.tl"))
+        built[n] = translate_text(t, Path(f"{n.replace(' ', '_')}_bench.tl"))
     device = cuda_device_arch()
     results = compile_many(
         [
@@ -168,6 +187,17 @@ def main(argv: list[str] | None = None) -> int:
             "tl": lambda i, lk=lk, o=o, lse=lse, side=side: launch(lk, q, k, v, o, lse, extras=side),
             "tl-plain": lambda i, plain=plain, po=po, plse=plse: launch(plain, q, k, v, po, plse),
         }
+        for param, value in ab:
+            key = f"{n} {param}={value}"
+            if key not in loaded:
+                continue
+            if not verify(loaded[key], Shape(1, 2, 1, 1000, 1000), seed=1).passed:
+                print(f"{key}: verification failed, not timed")
+                continue
+            out = (torch.empty_like(q), torch.empty_like(lse))
+            fns[f"tl {param}={value}"] = lambda i, lk=loaded[key], out=out, side=side: launch(
+                lk, q, k, v, *out, extras=side
+            )
         launch(lk, q, k, v, o, lse, extras=side)
         ref_o = o.float()
         mods = _flex_mods(n, scalars, side, S, S)
@@ -225,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['variant']:22s} {r['useful_pairs']:5.2f} {_num(r, 'tl')} {_num(r, 'tl-plain')} "
             f"{_num(r, 'flex')} {_num(r, 'fa4')} {_ratio(r, 'flex')} {_ratio(r, 'fa4')}"
         )
+        for param, value in ab:
+            print(f"{'  ' + param + '=' + value:22s} {'':5s} {_num(r, f'tl {param}={value}')}")
     if args.json:
         Path(args.json).write_text(json.dumps({"gpu": gpu, "shape": [B, H, S, D], "rows": rows}, indent=1))
     return 0

@@ -4,6 +4,10 @@
   factor is pushed through sums and through products with a uniform operand (it lands on `cap` in
   `cap · tanh(s / cap)` or on the scale in `s · scale`), never inside a nonlinear function such as `tanh`,
   where folding it would change the result.
+- `reassociate`: a division by a uniform value becomes a multiply by its reciprocal (hoisted with the
+  uniforms), and uniform factors of a product gather into one, so `s · scale / cap` costs one FMUL a
+  score instead of an FMUL and an IEEE division (a reciprocal and about eight FP32 instructions). Values
+  move by an ulp or two; the reference keeps the program's own order.
 - `levels`: the loop level each subexpression varies at (uniform, row, col, elem), so the renderers hoist
   per-(batch, head) values out of the tile, per-row values out of the column loop and per-key values out of
   the row loop.
@@ -11,7 +15,8 @@
   rectangle of (q_idx, kv_idx): exact for masks built from affine index expressions, uniform values and
   side-tensor reads at uniform indices; anything else (a per-key table lookup, `%`) is "partial", decided
   per score.
-- `mufu_ops`: the transcendental instructions one score costs (the SFU is the bottleneck of softcap).
+- `score_cost`: what one score costs the SFU (MUFU instructions, and how many of them are exp2s a
+  polynomial on the FMA pipe could take instead) and the FP32 pipe (the SFU is softcap's bottleneck).
 """
 
 from __future__ import annotations
@@ -85,6 +90,27 @@ def log2_score(score: Expr) -> Expr:
 
 
 @functools.lru_cache(maxsize=65536)
+def reassociate(e: Expr) -> Expr:
+    if not isinstance(e, Op):
+        return e
+    args = tuple(reassociate(a) for a in e.args)
+    if e.op == "div" and e.type == F32 and is_uniform(args[1]) and not is_uniform(args[0]):
+        return reassociate(op("mul", args[0], op("div", const(1.0), args[1])))
+    if e.op == "mul" and e.type == F32:
+        a, b = args
+        if is_uniform(a) and not is_uniform(b):
+            a, b = b, a
+        if is_uniform(b) and isinstance(a, Op) and a.op == "mul":
+            x, y = a.args
+            if is_uniform(x) and not is_uniform(y):
+                x, y = y, x
+            if is_uniform(y) and not is_uniform(x):
+                return op("mul", x, op("mul", y, b))
+        return op("mul", a, b)
+    return op(e.op, *args)
+
+
+@functools.lru_cache(maxsize=65536)
 def _times(e: Expr, k: float) -> Expr:
     if isinstance(e, Const):
         return const(float(e.value) * k)
@@ -107,11 +133,51 @@ def _times(e: Expr, k: float) -> Expr:
     return op("mul", e, const(k))
 
 
-def mufu_ops(e: Expr) -> int:
-    """Transcendentals (MUFU instructions) per score outside uniform and per-row subexpressions."""
+def rendered_score(score: Expr, *, softmax: bool) -> Expr | None:
+    """The per-score value the backends render, reassociated: in log2 units under a softmax, or None when
+    the score is `s · m` with m uniform and the softmax folds m · log2(e) into its FFMA on raw scores."""
+    score = reassociate(score)
+    if not softmax:
+        return score
+    if scale_of(score) is not None:
+        return None
+    return reassociate(log2_score(score))
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreCost:
+    """Instructions per score of the region, outside uniform and per-row subexpressions. `mufu`: SFU
+    instructions, of which `exps` are exp2s (inside exp, tanh, sigmoid) that `exp2_fma`, a polynomial on
+    the FP32 pipe, can compute instead; `fp32`: FP32-pipe instructions (adds, multiplies, compares, the
+    arithmetic around each transcendental)."""
+
+    mufu: int
+    exps: int
+    fp32: int
+
+
+# (MUFU, movable exp2s, FP32) per operation: tanh(x) = 1 - 2 / (2^(2x·log2 e) + 1) is an exp2, a
+# reciprocal and three FP32 instructions; sigmoid(x) = 1 / (1 + 2^(-x·log2 e)) an exp2, a reciprocal and
+# two; a division by a non-uniform value a reciprocal and a multiply.
+_OP_COST = {
+    "tanh": (2, 1, 3),
+    "sigmoid": (2, 1, 2),
+    "exp": (1, 1, 1),
+    "exp2": (1, 1, 0),
+    "log": (1, 0, 1),
+    "div": (1, 0, 1),
+}
+
+
+def score_cost(e: Expr) -> ScoreCost:
     lv = levels([e])
-    cost = {"tanh": 1, "sigmoid": 2, "exp": 1, "exp2": 1, "log": 1, "div": 1}
-    return sum(cost.get(n.op, 0) for n in walk(e) if isinstance(n, Op) and lv[n] in ("col", "elem"))
+    mufu = exps = fp32 = 0
+    for n in walk(e):
+        if not isinstance(n, Op) or lv[n] not in ("col", "elem"):
+            continue
+        m, x, f = _OP_COST.get(n.op, (0, 0, 1 if n.type == F32 or n.op in ("lt", "le", "gt", "ge") else 0))
+        mufu, exps, fp32 = mufu + m, exps + x, fp32 + f
+    return ScoreCost(mufu, exps, fp32)
 
 
 # ---- block classification by interval arithmetic --------------------------------------------------------

@@ -65,6 +65,8 @@ class KernelPlan:
     pingpong: bool = False
     persistent: bool = False  # one block per SM walking the query tiles (sm_90)
     # The regions (score, masks, normaliser) as the kernel IR; the plain forward's unless the TL says more.
+    # sm_90: exp2s of every eight on the FP32 pipe (`Param fma_exps`); -1: the cost model decides.
+    fma_exps: int = -1
     ir: Forward = Forward(score=PLAIN_SCORE)
 
     @property
@@ -115,6 +117,7 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
     group = _param(model, "group", 0)
     heads_kv = _param(model, "heads_kv", 0)
     window = (-1, -1)
+    fma_exps = _param(model, "fma_exps", -1)
     if model.mask == "window":
         window = (_or(model.window[0], -1), _or(model.window[1], -1))
 
@@ -145,6 +148,7 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         ir=ir,
     )
     if target.wgmma:
+        fma_exps=fma_exps,
         _check_hopper(plan, model, m)
     else:
         _check_supported(plan, model, m)

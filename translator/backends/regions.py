@@ -61,11 +61,18 @@ class Regions:
     otherwise the score region writes log2-domain scores and the softmax's factor is 1."""
 
     ir: Forward
+    # exp2s of every eight columns on the FP32 pipe (`tl::exp2_fma`); the rest on the SFU
+    fma_exps: int = 0
     fold: Expr | None = None
     temps: dict[Expr, str] = field(default_factory=dict)
+    # C of the predicate "this score's exp2s run on the FP32 pipe"; set while the column loop renders
+    fma: str = "false"
+    # Size names as side-tensor dims, where the kernel's own variables of that name differ (an inference
+    # kernel's `seqlen_k` is the sequence's length, its side tensors are laid out by the batch's maximum).
+    dims: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.fold = passes.scale_of(self.ir.score) if self.ir.normalizer == "softmax" else None
+        self.fold = passes.scale_of(passes.reassociate(self.ir.score)) if self.softmax else None
 
     @property
     def softmax(self) -> bool:
@@ -74,9 +81,7 @@ class Regions:
     @property
     def value(self) -> Expr | None:
         """The per-score value the tile holds after the region (None: the raw score stays, folded)."""
-        if self.fold is not None:
-            return None
-        return passes.log2_score(self.ir.score) if self.softmax else self.ir.score
+        return passes.rendered_score(self.ir.score, softmax=self.softmax)
 
     @property
     def has_masks(self) -> bool:
@@ -107,13 +112,13 @@ class Regions:
             return BINDINGS[e.name]
         if isinstance(e, Load):
             return f"{tensor_arg(e.tensor)}[{self._offset(e)}]"
-        return _op(e.op, [self.c(a) for a in e.args], e)
+        return _op(e.op, [self.c(a) for a in e.args], e, self.fma)
 
     def _offset(self, e: Load) -> str:
         """Row-major offset with each index clamped to its dim: rows past seqlen_q and keys past seqlen_k
         (the tiles' padding) and reads under an untaken `where` branch, all computed eagerly, stay inside
         the tensor. Where a clamped value is used, the reference (which raises on it) fails the kernel."""
-        dims = self.ir.tensor(e.tensor).dims
+        dims = [self.dims.get(d, d) if isinstance(d, str) else d for d in self.ir.tensor(e.tensor).dims]
         idx = [f"min(max({self.c(i)}, 0), {d} - 1)" for d, i in zip(dims, e.index, strict=True)]
         out = idx[0]
         for d, i in zip(dims[1:], idx[1:], strict=True):
@@ -173,7 +178,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}  # fmt: skip
 
 
-def _op(name: str, a: list[str], e: Op) -> str:
+def _op(name: str, a: list[str], e: Op, fma: str = "false") -> str:
     f32 = e.type == F32 or (e.args and e.args[0].type == F32)
     if name in _INFIX:
         return f"({a[0]} {_INFIX[name]} {a[1]})"
@@ -192,13 +197,13 @@ def _op(name: str, a: list[str], e: Op) -> str:
     if name == "relu":
         return f"fmaxf({a[0]}, 0.f)" if f32 else f"max({a[0]}, 0)"
     if name == "tanh":
-        return f"tl::tanh_exp2({a[0]})"
+        return f"tl::tanh_exp2({a[0]}, {fma})"
     if name == "sigmoid":
-        return f"tl::sigmoid_exp2({a[0]})"
+        return f"tl::sigmoid_exp2({a[0]}, {fma})"
     if name == "exp":
-        return f"tl::exp2_approx({a[0]} * 1.44269504088896340736f)"
+        return f"tl::exp2_on({a[0]} * 1.44269504088896340736f, {fma})"
     if name == "exp2":
-        return f"tl::exp2_approx({a[0]})"
+        return f"tl::exp2_on({a[0]}, {fma})"
     if name == "log":
         return f"logf({a[0]})"
     raise ValueError(f"no CUDA for IR op {name!r}")
@@ -206,21 +211,66 @@ def _op(name: str, a: list[str], e: Op) -> str:
 
 def emit_region_helpers(w: CodeWriter) -> None:
     """Device functions the score regions call (inside `namespace tl`, after `exp2_approx`)."""
-    w.comment("tanh and sigmoid from one ex2.approx and a fast division: exact to a few ulp of fp32 where")
-    w.comment("a score needs it (tanh.approx's 2^-11 would move softcapped logits by 1e-2).")
-    with w.block("CUTE_DEVICE float tanh_exp2(float x)"):
-        w.line("const float e = exp2_approx(2.88539008177792681f * x);  // e^(2x)")
+    emit_exp2_fma(w)
+    w.comment("tanh and sigmoid from one exp2 and a fast division: exact to a few ulp of fp32 where")
+    w.comment("a score needs it (tanh.approx's 2^-11 would move softcapped logits by 1e-2). `fma`: the")
+    w.comment("exp2 runs on the FP32 pipe (a compile-time constant once the column loop is unrolled).")
+    with w.block("CUTE_DEVICE float tanh_exp2(float x, bool fma)"):
+        w.line("const float e = exp2_on(2.88539008177792681f * x, fma);  // e^(2x)")
         w.line("return 1.f - __fdividef(2.f, e + 1.f);")
     w.line()
-    with w.block("CUTE_DEVICE float sigmoid_exp2(float x)"):
-        w.line("return __fdividef(1.f, 1.f + exp2_approx(-1.44269504088896340736f * x));")
+    with w.block("CUTE_DEVICE float sigmoid_exp2(float x, bool fma)"):
+        w.line("return __fdividef(1.f, 1.f + exp2_on(-1.44269504088896340736f * x, fma));")
     w.line()
 
 
-def emit_score_lambda(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
+# 2^f on [-1/2, 1/2] as 1 + f·(c1 + f·(c2 + f·(c3 + f·c4))): a near-minimax fit of the relative error
+# (max 2.9e-6 in float32 Horner, against the 2^-8 / 2^-11 of the bf16 / fp16 P it feeds); c0 = 1 exactly,
+# so the clamp's 2^-127 comes out as +0, as ex2.approx.ftz gives for -inf.
+EXP2_POLY = (0.009582852944731712, 0.055906426161527634, 0.24024099111557007, 0.6931241750717163)
+
+
+def emit_exp2_fma(w: CodeWriter) -> None:
+    """`exp2_fma`: 2^x on the FP32 pipe; `exp2_on` picks it or the SFU's `exp2_approx`."""
+    w.comment("2^x without the SFU, for the share of exp2s the cost model moves to the FP32 pipe: round x")
+    w.comment("with the 1.5·2^23 shifter, a degree-4 polynomial of the fraction, the integer part added to")
+    w.comment("the exponent field. x clamps to [-127, 127]: 2^-127 is +0, 2^127 stands in for overflow.")
+    with w.block("CUTE_DEVICE float exp2_fma(float x)"):
+        w.line("x = fminf(fmaxf(x, -127.f), 127.f);")
+        w.line("const float t = x + 12582912.f;  // round(x) in t's low mantissa bits")
+        w.line("const float f = x - (t - 12582912.f);  // in [-1/2, 1/2]")
+        c4, c3, c2, c1 = EXP2_POLY
+        w.line(f"float p = fmaf(f, {c4!r}f, {c3!r}f);")
+        w.line(f"p = fmaf(p, f, {c2!r}f);")
+        w.line(f"p = fmaf(p, f, {c1!r}f);")
+        w.line("p = fmaf(p, f, 1.f);")
+        w.line("return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));")
+    w.line()
+    with w.block("CUTE_DEVICE float exp2_on(float x, bool fma)"):
+        w.line("return fma ? exp2_fma(x) : exp2_approx(x);")
+    w.line()
+
+
+def fma_predicate(fma_exps: int, col: str = "c") -> str:
+    """C of "column `col`'s exp2s run on the FP32 pipe": `fma_exps` of every eight columns."""
+    if fma_exps <= 0:
+        return "false"
+    if fma_exps >= 8:
+        return "true"
+    return f"(({col}) & 7) < {fma_exps}" if " " in col else f"({col} & 7) < {fma_exps}"
+
+
+def emit_score_lambda(
+    w: CodeWriter,
+    reg: Regions,
+    *,
+    tag_line: int | None,
+    row: str = "m_block * kBlockM + get<0>(coords(r, 0))",
+) -> None:
     """`apply_score(acc_s, n_block, masked)`: the score region on every score of one key block and, when
     `masked` (a compile-time flag: blocks the classification could not prove whole), the masks and the
-    seqlen_k tail. Masked scores become −∞ under a softmax and 0 without one."""
+    seqlen_k tail. Masked scores become −∞ under a softmax and 0 without one. `row`: the query row of the
+    tile's row r (a packed GQA tile holds several heads of each row)."""
     value = reg.value
     masks = list(reg.ir.masks)
     roots = ([value] if value is not None else []) + masks
@@ -244,16 +294,20 @@ def emit_score_lambda(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> N
                     reg.temps[n] = f"{name}[c]"
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
-            w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
+            w.line(f"const int row = {row};")
             reg.hoist(w, roots, "row", prefix="tl_r")
             w.line("CUTE_UNROLL")
             with w.block("for (int c = 0; c < kCols; ++c)"):
                 w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
+                if reg.fma_exps:
+                    w.line(f"const bool tl_fma = {fma_predicate(reg.fma_exps)};  // exp2s on the FP32 pipe")
+                    reg.fma = "tl_fma"
                 reg.hoist(w, roots, "elem", prefix="tl_e")
                 if value is not None:
                     w.line(f"float x = {reg.c(value)};")
                 else:
                     w.line("float x = scores(r, c);")
+                reg.fma = "false"
                 keep = " && ".join(reg.c(m) for m in masks) or "true"
                 with w.block("if constexpr (decltype(masked)::value)"):
                     w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")

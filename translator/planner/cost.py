@@ -20,6 +20,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from kernel_ir.passes import ScoreCost
 from tl_language import gpu
 from translator.planner.resources import Resources, Tiling
 
@@ -51,17 +52,19 @@ DEFAULT_SHAPE = Shape()
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """Per SM per clock: dense 16-bit tensor FLOPs, shared-memory bytes, L2 bytes, exponentials."""
+    """Per SM per clock: dense 16-bit tensor FLOPs, shared-memory bytes, L2 bytes, exponentials (SFU
+    instructions), FP32 instructions."""
 
     mma_flops: float
     smem_bytes: float
     l2_bytes: float
     sfu_ops: float
+    fp32_ops: float = 128
 
 
 _RATES: dict[str, Rates] = {
-    "sm_75": Rates(mma_flops=1024, smem_bytes=64, l2_bytes=32, sfu_ops=16),
-    "sm_80": Rates(mma_flops=2048, smem_bytes=128, l2_bytes=48, sfu_ops=16),
+    "sm_75": Rates(mma_flops=1024, smem_bytes=64, l2_bytes=32, sfu_ops=16, fp32_ops=64),
+    "sm_80": Rates(mma_flops=2048, smem_bytes=128, l2_bytes=48, sfu_ops=16, fp32_ops=64),
     "sm_86": Rates(mma_flops=1024, smem_bytes=128, l2_bytes=32, sfu_ops=16),
     "sm_89": Rates(mma_flops=1024, smem_bytes=128, l2_bytes=32, sfu_ops=16),
     "sm_90": Rates(mma_flops=4096, smem_bytes=128, l2_bytes=64, sfu_ops=16),
@@ -168,3 +171,35 @@ def _visible_pairs(shape: Shape, causal: bool) -> int:
         return shape.seqlen_q * shape.seqlen_k
     shift = shape.seqlen_k - shape.seqlen_q
     return sum(min(shape.seqlen_k, max(0, r + shift + 1)) for r in range(shape.seqlen_q))
+
+
+# ---- the transcendental split: exp2s on the SFU or as a polynomial on the FP32 pipe ----------------------
+
+# FP32-pipe instructions per score that the online softmax adds (the exp's FADD against the row max, the
+# max, the sum, half a conversion to 16 bits), and per exp2 that `tl::exp2_fma` computes (clamp, round,
+# four-term polynomial, exponent shift).
+SOFTMAX_FP32 = 4
+EXP2_FMA_FP32 = 9
+# The SFU must be busier than this fraction of the tensor cores' time per score before exps move:
+# below it, the exps hide under the GEMMs (the plain kernel's one exp2 a score uses 1/2 at head dim 128).
+SFU_HEADROOM = 0.75
+FMA_EXP_EIGHTHS = 8  # the split's granularity: of every eight columns of a thread's scores
+
+
+def fma_exp_share(cost: ScoreCost, *, softmax: bool, d_qk: int, d_v: int, target: gpu.Target) -> int:
+    """How many of every eight exp2s per score (the score region's and the softmax's) run on the FP32
+    pipe: the count that minimises the busier of the SFU and the FP32 pipe, or 0 while the SFU hides under
+    the tensor cores. `cost` is the rendered score region's (`kernel_ir.passes.score_cost`)."""
+    r = rates(target)
+    exps = cost.exps + (1 if softmax else 0)
+    mufu = cost.mufu + (1 if softmax else 0)
+    fp32 = cost.fp32 + (SOFTMAX_FP32 if softmax else 0)
+    mma_cyc = 2 * (d_qk + d_v) / r.mma_flops
+
+    def busiest(k: int) -> float:
+        moved = exps * k / FMA_EXP_EIGHTHS
+        return max((mufu - moved) / r.sfu_ops, (fp32 + moved * EXP2_FMA_FP32) / r.fp32_ops)
+
+    if exps == 0 or mufu / r.sfu_ops <= SFU_HEADROOM * mma_cyc:
+        return 0
+    return min(range(FMA_EXP_EIGHTHS + 1), key=lambda k: (busiest(k), k))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_ir import passes
 from tl_language import gpu
 from tl_language.diagnostics import Diagnostic
 from tl_language.resources import (
@@ -24,6 +25,7 @@ from tl_language.resources import (
 from tl_language.source import Position, Range
 from translator.errors import TranslateError, unsupported
 from translator.plan import KernelPlan
+from translator.planner.cost import fma_exp_share
 
 ELEMENT = {"fp16": "cute::half_t", "bf16": "cute::bfloat16_t"}
 ELEMENT_BYTES = 2
@@ -63,6 +65,21 @@ class HopperConfig:
         and d_v 128 without a mask 1-2 % slower, 8 and 10 no better anywhere
         (docs/results/2026-11-30-h200-sm90-sweeps-sixth.json)."""
         return 4 if self.plan.head_dim_v <= 64 else 6
+
+    @property
+    def fma_exps(self) -> int:
+        """exp2s of every eight columns computed on the FP32 pipe (`Param fma_exps`, else the planner's
+        balance of the SFU and the FP32 pipe for this score region: `fma_exp_share`)."""
+        p = self.plan
+        if p.fma_exps >= 0:
+            return p.fma_exps
+        if p.ir.plain:  # the tuned plain kernel stays as measured unless the TL asks
+            return 0
+        softmax = p.ir.normalizer == "softmax"
+        value = passes.rendered_score(p.ir.score, softmax=softmax)
+        cost = passes.score_cost(value) if value is not None else passes.ScoreCost(0, 0, 0)
+        target = gpu.target(p.arch) or gpu.TARGETS["sm_90"]
+        return fma_exp_share(cost, softmax=softmax, d_qk=p.head_dim_qk, d_v=p.head_dim_v, target=target)
 
     @property
     def threads(self) -> int:

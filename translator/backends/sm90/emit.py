@@ -31,6 +31,7 @@ from translator.backends.regions import (
     emit_normalize,
     emit_score_lambda,
     emit_uniforms,
+    fma_predicate,
 )
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
@@ -52,7 +53,16 @@ class _Emit:
     def __init__(self, w: CodeWriter, cfg: HopperConfig) -> None:
         self.w, self.cfg, self.plan = w, cfg, cfg.plan
         # The variant's regions; None for the plain forward, whose tuned code stays as measured.
-        self.reg = None if cfg.plan.ir.plain else Regions(cfg.plan.ir)
+        # A plain forward with `Param fma_exps` takes the regions' path for its exp2 helpers.
+        fma = cfg.fma_exps
+        self.reg = None if cfg.plan.ir.plain and not fma else Regions(cfg.plan.ir, fma_exps=fma)
+
+    def exp2(self, arg: str, col: str = "c") -> str:
+        """C of the softmax's exp2 of `arg` in column `col`: on the SFU, or for `fma_exps` of every eight
+        columns on the FP32 pipe."""
+        if self.reg is None or not self.reg.fma_exps:
+            return f"tl::exp2_approx({arg})"
+        return f"tl::exp2_on({arg}, {fma_predicate(self.reg.fma_exps, col)})"
 
     @property
     def by_class(self) -> bool:
@@ -781,7 +791,7 @@ def _softmax_lambdas(e: _Emit) -> None:
             w.line("float sum = 0.f;")
             w.line("CUTE_UNROLL")
             with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
-                w.line("scores(r, c) = tl::exp2_approx(scores(r, c) * scale_log2 - m_scaled);")
+                w.line(f"scores(r, c) = {e.exp2('scores(r, c) * scale_log2 - m_scaled')};")
                 w.line("sum += scores(r, c);  // this thread's columns; the quad sums at the end")
             w.line("row_sum(r) = row_sum(r) * correction(r) + sum;")
     if e.cfg.split_softmax:
@@ -837,7 +847,7 @@ def _split_softmax(e: _Emit) -> None:
                 w.line("CUTE_UNROLL")
                 with w.block(rows):
                     w.line("scores(r, c) = scores(r, c) * scale_log2 - row_max_scaled(r);")
-                    w.line(f"if (c < {cols}) scores(r, c) = tl::exp2_approx(scores(r, c));")
+                    w.line(f"if (c < {cols}) scores(r, c) = {e.exp2('scores(r, c)')};")
     after = "after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed"
     with e.tag("softmax", after), w.block("auto softmax_after_wait = [&](auto& acc_s, auto& rP)", "};"):
         w.line(SCORES_ROWCOL)
@@ -849,8 +859,8 @@ def _split_softmax(e: _Emit) -> None:
             w.line("CUTE_UNROLL")
             with w.block(rows):
                 with w.block(f"if (c >= {cols})"):
-                    w.line("scores(r, c) = tl::exp2_approx(scores(r, c));")
-                    w.line("scores(r, c + 1) = tl::exp2_approx(scores(r, c + 1));")
+                    w.line(f"scores(r, c) = {e.exp2('scores(r, c)')};")
+                    w.line(f"scores(r, c + 1) = {e.exp2('scores(r, c + 1)', 'c + 1')};")
                 w.line("cutlass::Array<float, 2> pair;")
                 w.line("pair[0] = scores(r, c);")
                 w.line("pair[1] = scores(r, c + 1);")

@@ -1,0 +1,134 @@
+"""The score region's transcendental cost and its split between the SFU and the FP32 pipe (issue 17):
+reassociation of uniform factors, the cost count, the planner's share, the emitted code and the
+polynomial exp2 it calls."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernel_ir import passes
+from kernel_ir.expr import F32, I32, Var, op, text
+from tl_language import gpu
+from translator.backends.regions import EXP2_POLY, fma_predicate
+from translator.planner.cost import fma_exp_share
+
+ROOT = Path(__file__).resolve().parents[2]
+S, SCALE, CAP = Var("s", F32), Var("softmax_scale", F32), Var("cap", F32)
+SOFTCAP = op("mul", op("tanh", op("div", op("mul", S, SCALE), CAP)), CAP)
+H100 = gpu.TARGETS["sm_90"]
+
+
+def test_a_division_by_a_uniform_value_becomes_a_hoisted_reciprocal():
+    assert text(passes.reassociate(SOFTCAP)) == "(tanh((s * (softmax_scale * (1.0 / cap)))) * cap)"
+    # (s · scale) / cap is s times one uniform: the softmax folds it like the plain kernel's scale
+    assert passes.rendered_score(op("div", op("mul", S, SCALE), CAP), softmax=True) is None
+    per_key = op("div", S, op("float", Var("kv_idx", I32)))  # a per-key divisor stays a division
+    assert passes.reassociate(per_key) == per_key
+
+
+def test_reassociation_keeps_the_values():
+    torch = pytest.importorskip("torch")
+    from kernel_ir.program import Forward, Scalar
+    from runner.ir_reference import forward_reference
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 70, 2, 32, generator=g, dtype=torch.float64) * 3 for _ in range(3))
+    scalars = (Scalar("cap", "f32", 7.0),)
+    before = Forward(score=SOFTCAP, scalars=scalars)
+    after = Forward(score=passes.reassociate(SOFTCAP), scalars=scalars)
+    o1, lse1 = forward_reference(before, q, k, v, dtype=torch.float64)
+    o2, lse2 = forward_reference(after, q, k, v, dtype=torch.float64)
+    assert torch.allclose(o1, o2, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(lse1, lse2, rtol=1e-12, atol=1e-12)
+
+
+def test_score_cost_counts_what_one_score_costs():
+    softcap = passes.score_cost(passes.rendered_score(SOFTCAP, softmax=True))
+    # tanh: an exp2 (movable) and a reciprocal; FP32: s · u, tanh's three, · cap·log2(e)
+    assert softcap == passes.ScoreCost(mufu=2, exps=1, fp32=5)
+    sigmoid = passes.score_cost(passes.rendered_score(op("sigmoid", op("mul", S, SCALE)), softmax=False))
+    assert (sigmoid.mufu, sigmoid.exps) == (2, 1)
+    # uniform and per-row work is hoisted out of the score loop, so it costs nothing per score
+    row_only = op("add", S, op("tanh", op("float", Var("q_idx", I32))))
+    assert passes.score_cost(row_only).mufu == 0
+
+
+def test_the_planner_moves_exps_only_when_the_sfu_is_the_bottleneck():
+    plain = passes.ScoreCost(0, 0, 0)
+    alibi = passes.score_cost(passes.rendered_score(op("add", op("mul", S, SCALE), CAP), softmax=True))
+    softcap = passes.score_cost(passes.rendered_score(SOFTCAP, softmax=True))
+    # at head dim 128 the one exp2 a score hides under the GEMMs; at 64 the SFU is as busy as the tensor
+    # cores, so a little moves
+    assert fma_exp_share(alibi, softmax=True, d_qk=128, d_v=128, target=H100) == 0
+    assert fma_exp_share(alibi, softmax=True, d_qk=64, d_v=64, target=H100) == 1
+    for d in (64, 128):
+        share = fma_exp_share(softcap, softmax=True, d_qk=d, d_v=d, target=H100)
+        assert 1 <= share <= 6, share
+    assert fma_exp_share(plain, softmax=True, d_qk=128, d_v=128, target=H100) == 0
+    # no exp2 left to move: nothing moves, however busy the SFU
+    logs = passes.ScoreCost(mufu=4, exps=0, fp32=4)
+    assert fma_exp_share(logs, softmax=False, d_qk=64, d_v=64, target=H100) == 0
+
+
+def _exp2_fma(x: np.ndarray) -> np.ndarray:
+    """`tl::exp2_fma` step for step in float32 (the shifter, Horner with FMA-free float32 rounding, the
+    exponent add), so the polynomial and its edge cases are pinned without a GPU."""
+    f32 = np.float32
+    x = np.minimum(np.maximum(x.astype(f32), f32(-127)), f32(127))
+    t = (x + f32(12582912.0)).astype(f32)
+    f = (x - (t - f32(12582912.0))).astype(f32)
+    c4, c3, c2, c1 = (f32(c) for c in EXP2_POLY)
+    p = (f * c4 + c3).astype(f32)
+    p = (p * f + c2).astype(f32)
+    p = (p * f + c1).astype(f32)
+    p = (p * f + f32(1)).astype(f32)
+    bits = p.view(np.int32) + (t.view(np.int32) << np.int32(23))
+    return bits.astype(np.int32).view(f32)
+
+
+def test_exp2_fma_is_accurate_and_flushes_like_the_sfu():
+    x = np.linspace(-126, 126, 2_000_003, dtype=np.float32)
+    rel = np.abs(_exp2_fma(x).astype(np.float64) / np.exp2(x.astype(np.float64)) - 1)
+    assert rel.max() < 4e-6  # P is rounded to bf16 (2^-8) or fp16 (2^-11) right after
+    edge = _exp2_fma(np.array([-np.inf, -1000, -127, 0, 127, 1000], dtype=np.float32))
+    assert edge[0] == 0 and edge[1] == 0 and edge[2] == 0 and not np.signbit(edge[2])
+    assert edge[3] == 1
+    assert np.isfinite(edge[4]) and edge[4] == edge[5] and edge[4] > 1e38
+
+
+def test_the_predicate_picks_columns_of_every_eight():
+    assert fma_predicate(0) == "false" and fma_predicate(8) == "true"
+    assert fma_predicate(3) == "(c & 7) < 3"
+    assert fma_predicate(3, "c + 1") == "((c + 1) & 7) < 3"
+
+
+def _sm90_source(tl: str) -> str:
+    from pipeline.build import translate_text
+
+    return translate_text(tl, Path("split.tl")).source
+
+
+def test_softcap_renders_its_exps_split_and_a_param_overrides_the_share():
+    tl = (ROOT / "examples/variants/softcap.tl").read_text()
+    src = _sm90_source(tl)
+    share = re.search(r"const bool tl_fma = \(c & 7\) < (\d);", src)
+    assert share is not None
+    n = share.group(1)
+    assert f"tl::exp2_on(scores(r, c), (c & 7) < {n})" in src  # the softmax's exps, same columns
+    assert "tl::tanh_exp2(" in src and ", tl_fma)" in src
+    assert "(1.0f / scalar_cap)" in src  # the reciprocal, once per tile
+    assert not re.search(r"const float tl_e\d+ = [^;]*/ scalar_cap", src)  # no division per score
+    off = _sm90_source(tl.replace("Mask none", "Param fma_exps = 0\nMask none"))
+    assert "tl_fma" not in off and "tl::exp2_on(" not in off.split("namespace tl")[-1].split("CUTE_DEVICE")[0]
+    assert "exp2_on(scores" not in off
+
+
+def test_the_plain_kernel_keeps_its_sfu_exps_unless_the_tl_asks():
+    tl = (ROOT / "examples/hopper_mha_fwd.tl").read_text()
+    assert "exp2_on" not in _sm90_source(tl)
+    forced = _sm90_source(tl.replace("Mask ", "Param fma_exps = 2\nMask ", 1))
+    assert "tl::exp2_on(scores(r, c), (c & 7) < 2)" in forced
