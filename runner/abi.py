@@ -134,3 +134,103 @@ class LaunchSpec:
         data["window"] = tuple(data.get("window", (-1, -1)))
         data["params"] = tuple(data.get("params", ()))
         return LaunchSpec(**data)
+
+
+# ---- the backward (issue 18): three kernels per TL program, `<name>_bwd_*`, in one module -------------
+# dot_do_o: D = rowsum(dO ∘ O) into dpsum (batch, heads, seqlen_q) fp32 (and a learnable sink's gradient);
+# grid (ceil(seqlen_q / preprocess_rows), batch, heads). dq_dk_dv: grid (ceil(seqlen_k / block_n), batch,
+# heads_kv); adds dQ into dq_accum (batch, heads, seqlen_q, d) fp32, which must start zeroed, and writes
+# dK, dV (summed over each GQA group). convert_dq: dq_accum → dq; grid (ceil(seqlen_q / block_m), batch,
+# heads). Strides are in elements, as in ATTENTION_PARAMS; `dout` is dO.
+_STRIDES = ("batch", "row", "head")
+BACKWARD_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("q", "const void*", "uintp"),
+    ("k", "const void*", "uintp"),
+    ("v", "const void*", "uintp"),
+    ("dout", "const void*", "uintp"),
+    ("lse", "const float*", "uintp"),
+    ("dpsum", "const float*", "uintp"),
+    ("dq_accum", "float*", "uintp"),
+    ("dk", "void*", "uintp"),
+    ("dv", "void*", "uintp"),
+    ("batch", "int", "int32"),
+    ("seqlen_q", "int", "int32"),
+    ("seqlen_k", "int", "int32"),
+    ("heads", "int", "int32"),
+    ("heads_kv", "int", "int32"),
+    *((f"{t}_{s}_stride", "long long", "int64") for t in ("q", "k", "v", "do", "dk", "dv") for s in _STRIDES),
+    ("softmax_scale", "float", "float32"),
+    ("window_left", "int", "int32"),
+    ("window_right", "int", "int32"),
+)
+BACKWARD_PREPROCESS_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("o", "const void*", "uintp"),
+    ("dout", "const void*", "uintp"),
+    ("lse", "const float*", "uintp"),
+    ("dpsum", "float*", "uintp"),
+    ("batch", "int", "int32"),
+    ("seqlen_q", "int", "int32"),
+    ("seqlen_k", "int", "int32"),
+    ("heads", "int", "int32"),
+    ("heads_kv", "int", "int32"),
+    *((f"{t}_{s}_stride", "long long", "int64") for t in ("o", "do") for s in _STRIDES),
+    ("softmax_scale", "float", "float32"),
+    ("window_left", "int", "int32"),
+    ("window_right", "int", "int32"),
+)
+BACKWARD_CONVERT_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("dq_accum", "const float*", "uintp"),
+    ("dq", "void*", "uintp"),
+    ("batch", "int", "int32"),
+    ("seqlen_q", "int", "int32"),
+    ("heads", "int", "int32"),
+    *((f"dq_{s}_stride", "long long", "int64") for s in _STRIDES),
+)
+
+
+def backward_program_params(
+    program: dict | None, learnable: tuple[str, ...]
+) -> tuple[tuple[str, str, str], ...]:
+    """What dot_do_o and dq_dk_dv take after their ABI: the program's scalars and side tensors (no block
+    mask: the backward classifies blocks per score where the forward needed one), then one fp32 gradient
+    buffer `<name>_grad` per learnable tensor (zeroed before the launch, the tensor's shape)."""
+    out = [p for p in program_params(program) if p[0] != "block_mask_ptr"]
+    out += [(f"{name}_grad", "float*", "uintp") for name in learnable]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BackwardSpec:
+    """What the runner needs to launch the backward of one TL program (written as FILE.bwd.launch.json)."""
+
+    # the forward's kernel name: the kernels are <name>_bwd_dot_do_o, _bwd_dq_dk_dv and _bwd_convert_dq
+    name: str
+    block_m: int
+    block_n: int
+    threads: int
+    shared_bytes: int  # dynamic shared memory of dq_dk_dv
+    dtype: str
+    head_dim: int
+    arch: str
+    mask: str = "none"
+    window: tuple[int, int] = (-1, -1)
+    preprocess_rows: int = 32
+    program: dict | None = None  # the forward's kernel IR (None: the plain forward)
+    learnable: tuple[str, ...] = ()  # side tensors whose gradients the kernels write
+    params: tuple[str, ...] = ()  # dq_dk_dv's parameters in order
+    tl_file: str | None = None
+    source_sha256: str | None = None
+
+    def kernel(self, part: str) -> str:
+        return f"{self.name}_bwd_{part}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @staticmethod
+    def from_json(text: str) -> BackwardSpec:
+        data = json.loads(text)
+        data["window"] = tuple(data.get("window", (-1, -1)))
+        data["learnable"] = tuple(data.get("learnable", ()))
+        data["params"] = tuple(data.get("params", ()))
+        return BackwardSpec(**data)

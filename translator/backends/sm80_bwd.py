@@ -1,0 +1,645 @@
+# ruff: noqa: E501  (generated C++ lines are kept whole, so each reads as one statement)
+"""The backward skeleton on the mma.sync family (sm_80 … sm_89, and sm_90 through PTX): three kernels in
+FlashAttention-2's structure, rendered from the same kernel IR as the forward.
+
+    <name>_bwd_dot_do_o    D = rowsum(dO ∘ O) per query row (fp32); a learnable sink's gradient
+    <name>_bwd_dq_dk_dv    one thread block per (key block, batch, K/V head): K and V stay in shared memory
+                           while the block walks the query blocks of every query head of its GQA group,
+                           recomputing P = exp(X − LSE) from Q, K and the forward's LSE, with
+                             dV += Pᵀ·dO,  dP = dO·Vᵀ,  dX = P ∘ (dP − D),  dS = dX · dX/ds,
+                             dK += dSᵀ·Q,  dQ += dS·K (fp32, atomicAdd into dq_accum),
+                           so dK and dV come out summed over the group without a second pass
+    <name>_bwd_convert_dq  dq_accum (fp32) → dQ in the input dtype
+
+dX/ds is the score region's symbolic derivative (`kernel_ir.grad`): 1·scale for the plain score, the
+chain rule through tanh, sigmoid, where, … otherwise; a learnable side tensor adds Σ dX · ∂X/∂read at
+each read's index. The masks reuse the forward's interval block classification with the roles of the
+loops swapped (query blocks of one key block). Without a softmax (sigmoid, ReLU attention) P = X on kept
+scores, dX = dP · output_scale, and no D is needed.
+"""
+
+from __future__ import annotations
+
+from kernel_ir import grad, passes
+from kernel_ir.expr import Expr, Load
+from runner.abi import (
+    BACKWARD_CONVERT_PARAMS,
+    BACKWARD_PARAMS,
+    BACKWARD_PREPROCESS_PARAMS,
+    BackwardSpec,
+    backward_program_params,
+)
+from translator.backends.arch import ELEMENT, arch_facts
+from translator.backends.regions import Regions, emit_region_helpers
+from translator.backends.row_helpers import emit_row_helpers
+from translator.errors import TranslateError, unsupported
+from translator.plan import KernelPlan
+from translator.writer import CodeWriter
+
+LOG2E = "1.44269504088896340736f"
+POS_INF = "__int_as_float(0x7f800000)"
+PREPROCESS_ROWS = 32  # query rows per block of the D kernel: 8 warps, 4 rows each
+THREADS = 256
+
+
+def tiles(head_dim: int) -> tuple[int, int]:
+    """(kBlockM, kBlockN): FA2's 64 × 128 for d ≤ 128 (K, V, Q, dO, P and dS in 80 / 128 KB of shared
+    memory), 64 × 64 above."""
+    return (64, 128) if head_dim <= 128 else (64, 64)
+
+
+def generate_backward(
+    plan: KernelPlan, *, learnable: tuple[str, ...] = (), tl_file: str | None = None
+) -> tuple[str, BackwardSpec]:
+    """The backward's .cu source and its launch spec. Raises TranslateError for what it cannot derive."""
+    ir = plan.ir
+    _check(plan, learnable)
+    block_m, block_n = tiles(plan.head_dim_qk)
+    d = plan.head_dim_qk
+    smem = 2 * (2 * block_m * d + 2 * block_n * d + 2 * block_m * block_n)
+    name = plan.kernel_name
+    w = CodeWriter()
+    src = tl_file or f"{name}.tl"
+    w.comment(f"The backward of {src}, derived by the TL translator from the forward's kernel IR.")
+    w.comment(
+        f"Target {plan.arch}, {plan.dtype}, head dim {d}; FlashAttention-2's structure (three kernels)."
+    )
+    w.line("#include <cute/tensor.hpp>")
+    w.line("#include <cutlass/numeric_conversion.h>")
+    w.line()
+    w.line("using namespace cute;")
+    w.line()
+    _emit_traits(w, plan, block_m, block_n)
+    _emit_helpers(w)
+    partials = grad.tensor_partials(ir.score, learnable) if learnable else []
+    sink_partials = grad.tensor_partials(ir.sink, learnable) if (learnable and ir.sink is not None) else []
+    program = None if ir.plain else ir.to_dict()
+    tail = list(backward_program_params(program, tuple(learnable)))
+    _emit_preprocess(w, plan, sink_partials, tail)
+    _emit_main(w, plan, partials, tail)
+    _emit_convert(w, plan, block_m)
+    source, _ = w.render(tl_file=None, cu_file=f"{name}.bwd.cu", line_directives=False)
+    extra = tuple(p[0] for p in tail)
+    spec = BackwardSpec(
+        name=name,
+        block_m=block_m,
+        block_n=block_n,
+        threads=THREADS,
+        shared_bytes=smem,
+        dtype=plan.dtype,
+        head_dim=d,
+        arch=plan.arch,
+        mask=plan.mask,
+        window=plan.window,
+        preprocess_rows=PREPROCESS_ROWS,
+        program=program,
+        learnable=tuple(learnable),
+        params=tuple(p[0] for p in BACKWARD_PARAMS) + extra,
+        tl_file=tl_file,
+    )
+    return source, spec
+
+
+def _check(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
+    def fail(why: str) -> TranslateError:
+        from tl_language.source import Range
+
+        return TranslateError([unsupported(Range.of(0, 0, 0), f"the backward: {why}")])
+
+    if plan.head_dim_qk != plan.head_dim_v:
+        raise fail(f"head dims of Q·Kᵀ ({plan.head_dim_qk}) and V ({plan.head_dim_v}) must be equal")
+    if plan.head_dim_qk % 64 or plan.head_dim_qk > 256:
+        raise fail(f"head dim {plan.head_dim_qk}: the backward tiles need a multiple of 64 up to 256")
+    if plan.compute_capability < (8, 0):
+        raise fail(f"{plan.arch}: the backward needs cp.async and m16n8k16 (sm_80 or newer)")
+    declared = {t.name: t for t in plan.ir.tensors}
+    for n in learnable:
+        if n not in declared or declared[n].dtype != "float32":
+            raise fail(f"`{n}` is not a float32 side tensor of the program: it cannot be learnable")
+    try:
+        grad.derivative(plan.ir.score)
+        if learnable:
+            grad.tensor_partials(plan.ir.score, learnable)
+    except grad.NoDerivative as exc:
+        raise fail(str(exc)) from None
+
+
+def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int, block_n: int) -> None:
+    atom = arch_facts(plan).mma_atom
+    name = f"{plan.kernel_name}_bwd_traits"
+    w.comment("Tiles and layouts of the dQ/dK/dV kernel.")
+    with w.block(f"struct {name}", "};"):
+        w.line(f"using Element = {ELEMENT[plan.dtype]};")
+        w.line(f"static constexpr int kBlockM = {block_m};  // query rows per step of the loop")
+        w.line(f"static constexpr int kBlockN = {block_n};  // key rows of this thread block")
+        w.line(f"static constexpr int kHeadDim = {plan.head_dim_qk};")
+        w.line(f"static constexpr int kNThreads = {THREADS};")
+        w.line(f"using MmaAtom = MMA_Atom<{atom}>;")
+        w.comment("S = Q·Kᵀ and dP = dO·Vᵀ, (kBlockM, kBlockN): 2 × 4 warps")
+        w.line("using TiledMmaSdP = TiledMMA<MmaAtom, Layout<Shape<_2, _4, _1>>, Tile<_32, _64, _16>>;")
+        w.comment("dV = Pᵀ·dO and dK = dSᵀ·Q, (kBlockN, kHeadDim): 4 × 2 warps")
+        w.line("using TiledMmadKV = TiledMMA<MmaAtom, Layout<Shape<_4, _2, _1>>, Tile<_64, _32, _16>>;")
+        w.comment("dQ = dS·K, (kBlockM, kHeadDim): 2 × 4 warps")
+        w.line("using TiledMmadQ = TiledMMA<MmaAtom, Layout<Shape<_2, _4, _1>>, Tile<_32, _64, _16>>;")
+        w.line()
+        w.comment("Shared memory: 8 × 64 swizzled atoms; the transposed operands are views (no data moves).")
+        w.line(
+            "using SmemLayoutAtom = decltype(composition(Swizzle<3, 3, 3>{}, "
+            "Layout<Shape<_8, _64>, Stride<_64, _1>>{}));"
+        )
+        w.line(
+            "using SmemLayoutQdO = decltype(tile_to_shape(SmemLayoutAtom{}, "
+            "Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
+        )
+        w.line(
+            "using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+        )
+        w.line(
+            "using SmemLayoutPdS = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));"
+        )
+        for t, base, rows, cols in (
+            ("QdOt", "SmemLayoutQdO", "kHeadDim", "kBlockM"),
+            ("Kt", "SmemLayoutKV", "kHeadDim", "kBlockN"),
+            ("PdSt", "SmemLayoutPdS", "kBlockN", "kBlockM"),
+        ):
+            w.line(
+                f"using SmemLayout{t} = decltype(composition({base}{{}}, "
+                f"make_layout(Shape<Int<{rows}>, Int<{cols}>>{{}}, GenRowMajor{{}})));"
+            )
+            w.line(f"using SmemLayout{t}NoSwizzle = decltype(get_nonswizzle_portion(SmemLayout{t}{{}}));")
+        w.line()
+        w.line(
+            "using GmemTiledCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, "
+            "Element>{},"
+        )
+        w.line("    Layout<Shape<Int<kNThreads / 8>, _8>, Stride<_8, _1>>{}, Layout<Shape<_1, _8>>{}));")
+        w.line("using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // ldmatrix")
+        w.line("using SmemCopyAtomT = Copy_Atom<SM75_U16x8_LDSM_T, Element>;  // ldmatrix.trans: the ᵀ views")
+        w.line("using SmemCopyAtomPdS = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;")
+    w.line()
+
+
+def _emit_helpers(w: CodeWriter) -> None:
+    with w.block("namespace tl", "}  // namespace tl"):
+        w.line("using namespace cute;")
+        w.line()
+        w.comment("The m16n8 accumulator of one thread seen as (rows, cols).")
+        w.line("template <class Layout>")
+        with w.block("CUTE_DEVICE constexpr auto acc_rowcol(Layout acc)"):
+            w.line("auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)")
+            w.line(
+                "return make_layout(make_layout(get<0, 1>(l), get<1>(l)), "
+                "make_layout(get<0, 0>(l), get<2>(l)));"
+            )
+        w.line()
+        emit_row_helpers(w, regions=False)
+        w.line()
+        emit_region_helpers(w)
+        w.comment(
+            "acc += A·B with both operands in shared memory, ldmatrix of slice k + 1 under the MMAs of k."
+        )
+        w.line("template <class Mma, class Acc, class RA, class RB, class SA, class SB, class CA, class CB>")
+        with w.block(
+            "CUTE_DEVICE void gemm_ss(Mma& mma, Acc& acc, RA& tCrA, RB& tCrB, SA const& tCsA, SB const& tCsB,"
+            " CA const& copy_a, CB const& copy_b)"
+        ):
+            w.line("Tensor tCrA_view = copy_a.get_thread_slice(threadIdx.x).retile_D(tCrA);")
+            w.line("Tensor tCrB_view = copy_b.get_thread_slice(threadIdx.x).retile_D(tCrB);")
+            w.line("cute::copy(copy_a, tCsA(_, _, 0), tCrA_view(_, _, 0));")
+            w.line("cute::copy(copy_b, tCsB(_, _, 0), tCrB_view(_, _, 0));")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int k = 0; k < size<2>(tCrA); ++k)"):
+                with w.block("if (k + 1 < size<2>(tCrA))"):
+                    w.line("cute::copy(copy_a, tCsA(_, _, k + 1), tCrA_view(_, _, k + 1));")
+                    w.line("cute::copy(copy_b, tCsB(_, _, k + 1), tCrB_view(_, _, k + 1));")
+                w.line("cute::gemm(mma, tCrA(_, _, k), tCrB(_, _, k), acc);")
+        w.line()
+        w.comment("A warp's sum, for the gradients of side tensors read once per (batch, head).")
+        with w.block("CUTE_DEVICE float warp_sum(float x)"):
+            w.line("CUTE_UNROLL")
+            w.line("for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);")
+            w.line("return x;")
+    w.line()
+
+
+def _params(
+    w: CodeWriter, name: str, base: tuple[tuple[str, str, str], ...], extra: list[tuple[str, str, str]]
+) -> None:
+    params = [f"{c} {n}" for n, c, _ in base] + [f"{c} {n}" for n, c, _ in extra]
+    w.line(f'extern "C" __global__ void __launch_bounds__({THREADS}) {name}(')
+    for p in params[:-1]:
+        w.line(f"    {p},")
+    w.line(f"    {params[-1]}) {{")
+
+
+def _grad_ptr(name: str) -> str:
+    return f"{name}_grad"
+
+
+def _emit_preprocess(
+    w: CodeWriter, plan: KernelPlan, sink_partials: list[tuple[Load, Expr]], tail: list[tuple[str, str, str]]
+) -> None:
+    ir = plan.ir
+    _params(w, f"{plan.kernel_name}_bwd_dot_do_o", BACKWARD_PREPROCESS_PARAMS, tail)
+    with w.indent():
+        w.line(f"using Element = {ELEMENT[plan.dtype]};")
+        w.line(f"constexpr int kHeadDim = {plan.head_dim_qk};")
+        w.line(f"constexpr int kRows = {PREPROCESS_ROWS};")
+        w.line("const int bidb = blockIdx.y, bidh = blockIdx.z;")
+        w.line("const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;")
+        w.line(
+            "const Element* o_ptr = static_cast<const Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride;"
+        )
+        w.line(
+            "const Element* do_ptr = static_cast<const Element*>(dout) + bidb * do_batch_stride + bidh * do_head_stride;"
+        )
+        w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
+        w.line("const int bidh_kv = bidh / (heads / heads_kv);")
+        reg = Regions(ir)
+        if sink_partials:
+            assert ir.sink is not None
+            w.line(f"const float sink = {reg.c(ir.sink)};")
+            for i, _ in enumerate(sink_partials):
+                w.line(f"float tl_g{i} = 0.f;  // this warp's share of the sink's gradient")
+        w.comment("one warp per row, each lane 16 bytes at a time")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int i = 0; i < kRows / 8; ++i)"):
+            w.line("const int row = blockIdx.x * kRows + warp * (kRows / 8) + i;")
+            w.line("if (row >= seqlen_q) break;")
+            w.line("float acc = 0.f;")
+            with w.block("for (int c = lane * 8; c < kHeadDim; c += 32 * 8)"):
+                w.line("CUTE_UNROLL")
+                with w.block("for (int e = 0; e < 8; ++e)"):
+                    w.line(
+                        "acc += static_cast<float>(o_ptr[row * o_row_stride + c + e]) * "
+                        "static_cast<float>(do_ptr[row * do_row_stride + c + e]);"
+                    )
+            w.line("acc = tl::warp_sum(acc);")
+            w.line("if (lane == 0) dpsum[row_base + row] = acc;")
+            if sink_partials:
+                w.comment("∂L/∂sink = −Σ_rows exp(sink − LSE) · D (the sink's weight times the row's D)")
+                w.line("const float l = lse[row_base + row];")
+                w.line(f"const float p_sink = l == {POS_INF} ? 0.f : tl::exp2_approx((sink - l) * {LOG2E});")
+                for i, (_, g) in enumerate(sink_partials):
+                    w.line(f"tl_g{i} -= p_sink * acc * ({reg.c(g)});")
+        for i, (ld, _) in enumerate(sink_partials):
+            w.line(f"if (lane == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
+    w.line("}")
+    w.line()
+
+
+def _emit_convert(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
+    _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
+    with w.indent():
+        w.line(f"using Element = {ELEMENT[plan.dtype]};")
+        w.line(f"constexpr int kHeadDim = {plan.head_dim_qk};")
+        w.line(f"constexpr int kBlockM = {block_m};")
+        w.line("const int bidb = blockIdx.y, bidh = blockIdx.z;")
+        w.line(
+            "const float* src = dq_accum + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q * kHeadDim;"
+        )
+        w.line("Element* dst = static_cast<Element*>(dq) + bidb * dq_batch_stride + bidh * dq_head_stride;")
+        with w.block(f"for (int i = threadIdx.x; i < kBlockM * kHeadDim; i += {THREADS})"):
+            w.line("const int row = blockIdx.x * kBlockM + i / kHeadDim, col = i % kHeadDim;")
+            w.line(
+                "if (row < seqlen_q) dst[row * dq_row_stride + col] = static_cast<Element>(src[row * kHeadDim + col]);"
+            )
+    w.line("}")
+    w.line()
+
+
+def _emit_main(
+    w: CodeWriter, plan: KernelPlan, partials: list[tuple[Load, Expr]], tail: list[tuple[str, str, str]]
+) -> None:
+    ir = plan.ir
+    reg = Regions(ir)
+    softmax = ir.normalizer == "softmax"
+    _params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail)
+    T = f"{plan.kernel_name}_bwd_traits"
+    with w.indent():
+        w.line(f"using Traits = {T};")
+        w.line("using Element = Traits::Element;")
+        w.line("constexpr int kBlockM = Traits::kBlockM;")
+        w.line("constexpr int kBlockN = Traits::kBlockN;")
+        w.line("constexpr int kHeadDim = Traits::kHeadDim;")
+        w.line("extern __shared__ __align__(128) char smem[];")
+        w.line("const int tidx = threadIdx.x;")
+        w.line("const int n_block = blockIdx.x;  // this block's key rows")
+        w.line("const int bidb = blockIdx.y;")
+        w.line(
+            "const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group"
+        )
+        w.line("const int group = heads / heads_kv;")
+        w.line()
+        w.comment("Shared memory: Q and dO of the current query block, K and V of this key block, P and dS.")
+        w.line(
+            "Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQdO{});"
+        )
+        w.line("Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQdO{});")
+        w.line("Tensor sK = make_tensor(sdO.data() + size(sdO), typename Traits::SmemLayoutKV{});")
+        w.line("Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});")
+        w.line("Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});")
+        w.line("Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});")
+        for t, base, lay in (("sQt", "sQ", "QdOt"), ("sdOt", "sdO", "QdOt"), ("sKt", "sK", "Kt"),
+                             ("sPt", "sP", "PdSt"), ("sdSt", "sdS", "PdSt")):  # fmt: skip
+            w.line(f"Tensor {t} = make_tensor({base}.data(), typename Traits::SmemLayout{lay}{{}});")
+            w.line(
+                f"Tensor {t}NoSwizzle = make_tensor({base}.data().get(), typename Traits::SmemLayout{lay}NoSwizzle{{}});"
+            )
+        w.line()
+        w.comment("K and V of this key block: loaded once, rows past seqlen_k zeroed")
+        for t, ptr in (("K", "k"), ("V", "v")):
+            w.line(
+                f"Tensor m{t} = make_tensor(make_gmem_ptr(static_cast<Element const*>({ptr}) + bidb * {ptr}_batch_stride"
+                f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
+                f"make_stride({ptr}_row_stride, _1{{}}));"
+            )
+            w.line(
+                f"Tensor g{t} = local_tile(m{t}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}, make_coord(n_block, 0));"
+            )
+        w.line("typename Traits::GmemTiledCopy gmem_tiled_copy_QKV;")
+        w.line("auto gmem_thr_copy_QKV = gmem_tiled_copy_QKV.get_thread_slice(tidx);")
+        w.line(
+            "Tensor tKVcKV = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+        )
+        w.line(
+            "Tensor tQcQ = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
+        )
+        w.line("auto load_rows = [&](auto const& src, auto& dst, auto const& coords, int rows) {")
+        w.line("  CUTE_UNROLL")
+        w.line("  for (int m = 0; m < size<1>(dst); ++m) {")
+        w.line(
+            "    if (get<0>(coords(0, m, 0)) < rows) cute::copy(gmem_tiled_copy_QKV, src(_, m, _), dst(_, m, _));"
+        )
+        w.line("    else cute::clear(dst(_, m, _));")
+        w.line("  }")
+        w.line("};")
+        w.line("const int kv_rows = seqlen_k - n_block * kBlockN;")
+        with w.block(""):
+            w.line("Tensor tKgK = gmem_thr_copy_QKV.partition_S(gK);")
+            w.line("Tensor tKsK = gmem_thr_copy_QKV.partition_D(sK);")
+            w.line("Tensor tVgV = gmem_thr_copy_QKV.partition_S(gV);")
+            w.line("Tensor tVsV = gmem_thr_copy_QKV.partition_D(sV);")
+            w.line("load_rows(tKgK, tKsK, tKVcKV, kv_rows);")
+            w.line("load_rows(tVgV, tVsV, tKVcKV, kv_rows);")
+            w.line("cute::cp_async_fence();")
+        w.line()
+        w.comment("The three tiled MMAs and their shared → register copies")
+        w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
+        w.line("auto thr_mma_sdp = tiled_mma_sdp.get_thread_slice(tidx);")
+        w.line("Tensor tSrQ = thr_mma_sdp.partition_fragment_A(sQ);")
+        w.line("Tensor tSrK = thr_mma_sdp.partition_fragment_B(sK);")
+        w.line("Tensor tdPrdO = thr_mma_sdp.partition_fragment_A(sdO);")
+        w.line("Tensor tdPrV = thr_mma_sdp.partition_fragment_B(sV);")
+        w.line(
+            "auto smem_tiled_copy_QdO = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma_sdp);"
+        )
+        w.line("auto smem_tiled_copy_KV = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma_sdp);")
+        w.line("Tensor tSsQ = smem_tiled_copy_QdO.get_thread_slice(tidx).partition_S(sQ);")
+        w.line("Tensor tdPsdO = smem_tiled_copy_QdO.get_thread_slice(tidx).partition_S(sdO);")
+        w.line("Tensor tSsK = smem_tiled_copy_KV.get_thread_slice(tidx).partition_S(sK);")
+        w.line("Tensor tdPsV = smem_tiled_copy_KV.get_thread_slice(tidx).partition_S(sV);")
+        w.line()
+        w.line("typename Traits::TiledMmadKV tiled_mma_dkv;")
+        w.line("auto thr_mma_dkv = tiled_mma_dkv.get_thread_slice(tidx);")
+        w.line("Tensor tdVrPt = thr_mma_dkv.partition_fragment_A(sPtNoSwizzle);")
+        w.line("Tensor tdVrdO = thr_mma_dkv.partition_fragment_B(sdOtNoSwizzle);")
+        w.line("Tensor tdKrdSt = thr_mma_dkv.partition_fragment_A(sdStNoSwizzle);")
+        w.line("Tensor tdKrQt = thr_mma_dkv.partition_fragment_B(sQtNoSwizzle);")
+        w.line(
+            "auto smem_tiled_copy_PdSt = make_tiled_copy_A(typename Traits::SmemCopyAtomT{}, tiled_mma_dkv);"
+        )
+        w.line(
+            "auto smem_tiled_copy_QdOt = make_tiled_copy_B(typename Traits::SmemCopyAtomT{}, tiled_mma_dkv);"
+        )
+        w.line("Tensor tdVsPt = smem_tiled_copy_PdSt.get_thread_slice(tidx).partition_S(sPt);")
+        w.line("Tensor tdKsdSt = smem_tiled_copy_PdSt.get_thread_slice(tidx).partition_S(sdSt);")
+        w.line("Tensor tdVsdOt = smem_tiled_copy_QdOt.get_thread_slice(tidx).partition_S(sdOt);")
+        w.line("Tensor tdKsQt = smem_tiled_copy_QdOt.get_thread_slice(tidx).partition_S(sQt);")
+        w.line()
+        w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
+        w.line("auto thr_mma_dq = tiled_mma_dq.get_thread_slice(tidx);")
+        w.line("Tensor tdQrdS = thr_mma_dq.partition_fragment_A(sdS);")
+        w.line("Tensor tdQrKt = thr_mma_dq.partition_fragment_B(sKtNoSwizzle);")
+        w.line("auto smem_tiled_copy_dS = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma_dq);")
+        w.line("auto smem_tiled_copy_Kt = make_tiled_copy_B(typename Traits::SmemCopyAtomT{}, tiled_mma_dq);")
+        w.line("Tensor tdQsdS = smem_tiled_copy_dS.get_thread_slice(tidx).partition_S(sdS);")
+        w.line("Tensor tdQsKt = smem_tiled_copy_Kt.get_thread_slice(tidx).partition_S(sKt);")
+        w.line(
+            "Tensor tdQcdQ = thr_mma_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
+        )
+        w.line()
+        w.comment("P and dS: registers → shared memory, in the input dtype")
+        w.line(
+            "auto smem_tiled_copy_PdS = make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, tiled_mma_sdp);"
+        )
+        w.line("auto smem_thr_copy_PdS = smem_tiled_copy_PdS.get_thread_slice(tidx);")
+        w.line("Tensor tPsP = smem_thr_copy_PdS.partition_D(sP);")
+        w.line("Tensor tdSsdS = smem_thr_copy_PdS.partition_D(sdS);")
+        w.line(
+            "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
+        )
+        w.line()
+        w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+        w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+        w.line("clear(acc_dk);")
+        w.line("clear(acc_dv);")
+        w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
+        w.line()
+        w.comment("every query head of the group, so dK and dV are summed over it in registers")
+        with w.block("for (int g = 0; g < group; ++g)"):
+            w.line("const int bidh = bidh_kv * group + g;")
+            _emit_uniforms(w, reg, partials)
+            _emit_block_class(w, reg)
+            w.line("int m_block_min = 0, m_block_max = m_blocks;")
+            w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
+            w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
+            for i, (ld, _) in enumerate(partials):
+                if passes.level(ld) == "uniform":
+                    w.line(f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{ld.tensor}[…] over this thread's scores")
+            w.line(
+                "Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + "
+                "bidh * q_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(q_row_stride, _1{}));"
+            )
+            w.line(
+                "Tensor mdO = make_tensor(make_gmem_ptr(static_cast<Element const*>(dout) + bidb * do_batch_stride + "
+                "bidh * do_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(do_row_stride, _1{}));"
+            )
+            w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
+            w.line("float* dq_rows = dq_accum + row_base * kHeadDim;")
+            w.line("CUTE_NO_UNROLL")
+            with w.block("for (int m_block = m_block_min; m_block < m_block_max; ++m_block)"):
+                w.line("const int cls = block_class(m_block);")
+                w.line("if (cls == 0) continue;")
+                w.line("const bool masked = cls == 1;")
+                w.comment("Q and dO of this query block (rows past seqlen_q zeroed)")
+                w.line("const int q_rows = seqlen_q - m_block * kBlockM;")
+                with w.block(""):
+                    w.line(
+                        "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
+                        "Int<kHeadDim>>{}, make_coord(m_block, 0)));"
+                    )
+                    w.line(
+                        "Tensor tdOgdO = gmem_thr_copy_QKV.partition_S(local_tile(mdO, Shape<Int<kBlockM>, "
+                        "Int<kHeadDim>>{}, make_coord(m_block, 0)));"
+                    )
+                    w.line("Tensor tQsQ = gmem_thr_copy_QKV.partition_D(sQ);")
+                    w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
+                    w.line("load_rows(tQgQ, tQsQ, tQcQ, q_rows);")
+                    w.line("load_rows(tdOgdO, tdOsdO, tQcQ, q_rows);")
+                    w.line("cute::cp_async_fence();")
+                w.line("cute::cp_async_wait<0>();")
+                w.line("__syncthreads();")
+                w.comment("S = Q·Kᵀ (raw scores) and dP = dO·Vᵀ")
+                w.line(
+                    "Tensor acc_s = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});"
+                )
+                w.line(
+                    "Tensor acc_dp = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});"
+                )
+                w.line("clear(acc_s);")
+                w.line("clear(acc_dp);")
+                w.line(
+                    "tl::gemm_ss(tiled_mma_sdp, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_QdO, smem_tiled_copy_KV);"
+                )
+                w.line(
+                    "tl::gemm_ss(tiled_mma_sdp, acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, smem_tiled_copy_QdO, "
+                    "smem_tiled_copy_KV);"
+                )
+                _emit_scores(w, reg, softmax, partials)
+                w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
+                w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
+                w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rP), tPsP);")
+                w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rdS), tdSsdS);")
+                w.line("__syncthreads();")
+                w.comment("dV += Pᵀ·dO, dK += dSᵀ·Q")
+                w.line(
+                    "tl::gemm_ss(tiled_mma_dkv, acc_dv, tdVrPt, tdVrdO, tdVsPt, tdVsdOt, smem_tiled_copy_PdSt, "
+                    "smem_tiled_copy_QdOt);"
+                )
+                w.line(
+                    "tl::gemm_ss(tiled_mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt, smem_tiled_copy_PdSt, "
+                    "smem_tiled_copy_QdOt);"
+                )
+                w.comment("dQ += dS·K: this key block's share, added to the fp32 accumulator")
+                w.line(
+                    "Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});"
+                )
+                w.line("clear(acc_dq);")
+                w.line(
+                    "tl::gemm_ss(tiled_mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_tiled_copy_dS, smem_tiled_copy_Kt);"
+                )
+                w.line("CUTE_UNROLL")
+                with w.block("for (int i = 0; i < size(acc_dq); ++i)"):
+                    w.line("const int row = m_block * kBlockM + get<0>(tdQcdQ(i));")
+                    w.line(
+                        "if (row < seqlen_q) atomicAdd(dq_rows + row * kHeadDim + get<1>(tdQcdQ(i)), acc_dq(i));"
+                    )
+                w.line("__syncthreads();  // the next query block overwrites Q, dO, P and dS")
+            for i, (ld, _) in enumerate(partials):
+                if passes.level(ld) == "uniform":
+                    w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
+                    w.line(
+                        f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});"
+                    )
+            for n in [n for n, t in reg.temps.items() if t.startswith("tl_u")]:
+                del reg.temps[n]
+        w.line()
+        w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
+        w.line(
+            "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+        )
+        w.line("Tensor rdK = tl::convert_fragment<Element>(acc_dk);")
+        w.line("Tensor rdV = tl::convert_fragment<Element>(acc_dv);")
+        w.line(
+            "Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;"
+        )
+        w.line(
+            "Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;"
+        )
+        w.line("CUTE_UNROLL")
+        with w.block("for (int i = 0; i < size(rdK); ++i)"):
+            w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV(i));")
+            w.line("const int col = get<1>(tdKVcdKV(i));")
+            with w.block("if (row < seqlen_k)"):
+                w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
+                w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
+    w.line("}")
+    w.line()
+
+
+def _emit_uniforms(w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]]) -> None:
+    roots = _roots(reg, partials)
+    reg.hoist(w, roots, "uniform", prefix="tl_u")
+
+
+def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
+    ir = reg.ir
+    roots: list[Expr] = [ir.score, grad.derivative(ir.score), *ir.masks]
+    if ir.output_scale is not None:
+        roots.append(ir.output_scale)
+    roots += [g for _, g in partials]
+    return roots
+
+
+def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
+    bc = passes.block_class(reg.ir.masks)
+    with w.block("auto block_class = [&](int m_block) -> int", "};"):
+        if reg.ir.block_mask:
+            w.comment("masks over per-token side tensors: every block is evaluated per score")
+            w.line("return 1;")
+            return
+        w.line("const int q_lo = m_block * kBlockM;")
+        w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+        w.line("const int kv_lo = n_block * kBlockN;")
+        w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+        w.line(f"if ({reg.c(bc.never)}) return 0;")
+        w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
+
+
+def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]) -> None:
+    """P and dS on every score of the block: P = exp(X − LSE) (or X), dS = dX · dX/ds."""
+    ir = reg.ir
+    deriv = grad.derivative(ir.score)
+    roots = _roots(reg, partials)
+    w.comment("X, dX/ds and the masks per score; P overwrites S and dS overwrites dP in place")
+    w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));")
+    w.line("Tensor dscores = make_tensor(acc_dp.data(), tl::acc_rowcol(acc_dp.layout()));")
+    w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
+        w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
+        w.line("const bool row_in = row < seqlen_q;")
+        if softmax:
+            w.line(f"const float lse_log2 = row_in ? lse[row_base + row] * {LOG2E} : {POS_INF};")
+            w.line("const float d_row = row_in ? dpsum[row_base + row] : 0.f;  // rowsum(dO ∘ O)")
+        reg.hoist(w, roots, "row", prefix="tl_r")
+        if ir.output_scale is not None and not softmax:
+            w.line(f"const float o_scale = {reg.c(ir.output_scale)};")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
+            w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
+            reg.hoist(w, roots, "elem", prefix="tl_e")
+            keep_expr = " && ".join(reg.c(m) for m in ir.masks)
+            w.line(f"const float x = {reg.c(ir.score)};")
+            w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative")
+            mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
+            w.line(f"const bool keep = row_in && (!masked || (true{mask}));")
+            if softmax:
+                w.line(f"const float p = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
+                w.line("const float dx = p * (dscores(r, c) - d_row);")
+                w.line("scores(r, c) = p;")
+            else:
+                scale = " * o_scale" if ir.output_scale is not None else ""
+                w.line(f"const float dx = keep ? dscores(r, c){scale} : 0.f;")
+                w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
+            w.line("dscores(r, c) = keep ? dx * dx_ds : 0.f;")
+            for i, (ld, g) in enumerate(partials):
+                if passes.level(ld) == "uniform":
+                    w.line(f"tl_g{i} += keep ? dx * ({reg.c(g)}) : 0.f;")
+                else:
+                    w.line(
+                        f"if (keep) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], dx * ({reg.c(g)}));"
+                    )
+    for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:
+        del reg.temps[n]
