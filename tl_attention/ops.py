@@ -105,6 +105,23 @@ def backward_op(
     scalars: list[float],
 ) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
     """(dq, dk, dv, gradients of the float32 side tensors in order) from the kernel's backward provider."""
+    return run_backward(key, q, k, v, o, lse, grad_o, scale, window, tensors, scalars)
+
+
+def run_backward(
+    key: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    grad_o: Tensor,
+    scale: float,
+    window: list[int],
+    tensors: list[Tensor],
+    scalars: list[float],
+) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
+    """The backward op's body: ask the provider, return what the fake kernel promises."""
     kernel = resolve(key)
     fn = require_backward(kernel)
     names = kernel.tensor_names
