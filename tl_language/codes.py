@@ -126,6 +126,24 @@ _TABLE: list[Code] = [
     Code("TL128", "real-where-integer", E, "A real constant where TL needs an integer.",
          "Params, shapes, offsets, loop bounds and coordinates are integers; reals belong in score and "
          "mask expressions and Scalars."),
+    # Inference kernels (split-KV decode, paged KV, packed batches): combinations no kernel can run.
+    Code("TL130", "split-needs-softmax", E,
+         "Split-KV (`Param splits`) in a kernel without a plain Softmax.",
+         "The partial results of a split key range are merged by their log-sum-exp, which only a softmax "
+         "has; a sink would be counted once per split. Drop `Param splits` (one block per row tile) or "
+         "the sink, or use a Softmax."),
+    Code("TL131", "inference-target", E, "An inference Param on a target without `cp.async` (sm_75).",
+         "Split-KV decode, paged KV and packed batches read K and V row by row with `cp.async` (each row "
+         "may come from another page or sequence): use Target sm_80 or newer."),
+    Code("TL132", "varlen-combination", E, "`Param varlen = 1` together with `splits` or `page_size`.",
+         "A packed prefill batch reads contiguous K and V and already fills the GPU with query tiles; "
+         "split-KV and paged KV are decode features. Write a decode kernel without `varlen`, or a "
+         "prefill without `splits` and `page_size`."),
+    Code("TL133", "packed-gqa-head-index", E,
+         "A score expression reads `head_idx` while `pack_gqa` packs several query heads into one tile.",
+         "With packed GQA the rows of one tile belong to different query heads, so the score region "
+         "cannot read one head index per tile. Set `Param pack_gqa = 0` (one query head per tile), or use "
+         "`kv_head_idx`."),
     Code("TL201", "gemm-operand-level", E,
          "A GEMM operand that is not in registers (shared allowed on sm_90).",
          "mma.sync reads its operands from registers; only sm_90's wgmma reads shared memory. The fix "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from tl_language import gpu
 from tl_language import syntax as ast
 from tl_language.facts import enclosing_loops
+from tl_language.inference import PARAM_DOCS, inference_of
 from tl_language.model import Model
 from tl_language.ops import op as lookup_op
 
@@ -56,7 +57,14 @@ SPECIAL_PARAMS: dict[str, str] = {
         "the next tile's K, V and Q while the consumers still write this tile's O (default 0: one block "
         "per tile measured as fast on the H200, and faster with a causal mask)"
     ),
+    **PARAM_DOCS,  # splits, page_size, pack_gqa, varlen (tl_language/inference.py)
 }
+
+
+def wgmma_kernel(model: Model) -> bool:
+    """The document builds the sm_90 warp-specialised wgmma kernel; inference kernels (split-KV, paged,
+    varlen) build the mma.sync kernel on every target, sm_90 included."""
+    return model.target.wgmma and inference_of(model) is None
 
 
 # ---- defaults: the one table the checker, the translator and the planner read ---------------------------
@@ -318,7 +326,7 @@ def shared_memory_bytes(model: Model) -> int | None:
 def shared_memory_overhead(model: Model) -> int:
     """Bytes beyond the tiles: on sm_90 the wgmma kernel's mbarriers, its 1 KB alignment pad and its 1 KB of
     static shared memory (as `hopper_shared_bytes` + `HOPPER_STATIC_SMEM`); none on the mma.sync path."""
-    if not model.target.wgmma:
+    if not wgmma_kernel(model):
         return 0
     extra = hopper_barrier_bytes(stages(model)) + HOPPER_SMEM_ALIGN + HOPPER_STATIC_SMEM
     bm, bn = param_value(model, "BM"), param_value(model, "BN")
@@ -360,7 +368,7 @@ def register_estimate(model: Model) -> RegisterEstimate | None:
     holds (BM / warps)·k A elements and N·k B elements per warp; the widest GEMM counts. Address
     arithmetic and softmax statistics are not counted: treat the number as a lower bound.
     """
-    hopper = model.target.wgmma
+    hopper = wgmma_kernel(model)
     n_threads = 128 * consumers(model) if hopper else threads(model)
     acc_elems = 0
     p_elems = 0  # the score tile, reused as the 16-bit A operand of P·V on sm_90
@@ -414,7 +422,7 @@ def _feeds_gemm_as_a(model: Model, name: str) -> bool:
 
 def register_limit(model: Model) -> int:
     """Registers a thread may use: the target's limit, or on sm_90 what `setmaxnreg` gives a consumer."""
-    if model.target.wgmma:
+    if wgmma_kernel(model):
         return HOPPER_REGISTERS.get(consumers(model), HOPPER_REGISTERS[HOPPER_MAX_CONSUMERS])[1]
     return model.target.regs_per_thread
 
@@ -511,7 +519,7 @@ def kernel_numbers(model: Model, block_m: int, block_n: int, d_qk: int, d_v: int
         return None
     return KernelNumbers(
         arch=target.arch,
-        wgmma=target.wgmma,
+        wgmma=wgmma_kernel(model),
         dtype=model.dtype,
         block_m=block_m,
         block_n=block_n,

@@ -16,6 +16,7 @@ from tl_language.checks import (
     gemm_shapes,
     head_dims,
     headers,
+    inference,
     kernel_limits,
     kernel_name,
     levels,
@@ -53,6 +54,7 @@ RULES: list[Rule] = [
     registers.check,  # TL304
     dtypes.check,  # TL305
     params.check,  # TL307
+    inference.check,  # TL130–TL133
     kernel_limits.check,  # the translator's kernels: TL301–TL302, TL305–TL309
     coverage.check,  # TL401
     sketch.check,  # TL450–TL452

@@ -1,5 +1,6 @@
 """TL307: parameter values are in range: positive tiles, warps a power of two up to 16, stages ≥ 1,
-consumers 1–3, overlap, pingpong and persistent 0 or 1."""
+consumers 1–3, overlap, pingpong and persistent 0 or 1; the inference Params (splits 0–128, page_size a
+power of two from 16 to 256, pack_gqa and varlen 0 or 1)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from collections.abc import Iterator
 
 from tl_language import syntax as ast
 from tl_language.diagnostics import Diagnostic, make
+from tl_language.inference import FLAGS as INFERENCE_FLAGS
+from tl_language.inference import MAX_SPLITS, PAGE_SIZES
 from tl_language.model import Model
 from tl_language.resources import HOPPER_MAX_CONSUMERS, WARP_CHOICES
 
 _POSITIVE = ("BM", "BN", "d", "d_qk", "d_v", "group", "heads_kv", "stages")
-_FLAGS = ("overlap", "pingpong", "persistent")  # sm_90 switches
+_FLAGS = ("overlap", "pingpong", "persistent", *INFERENCE_FLAGS)  # 0/1 switches
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
@@ -33,6 +36,11 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
         elif p.name == "consumers" and not 1 <= p.value <= HOPPER_MAX_CONSUMERS:
             yield make("TL307", rng, f"consumers = {p.value}; sm_90 kernels use 1 to {HOPPER_MAX_CONSUMERS} "
                        "consumer warp groups")
+        elif p.name == "splits" and not 0 <= p.value <= MAX_SPLITS:
+            yield make("TL307", rng, f"splits = {p.value}; expected 0 (automatic) to {MAX_SPLITS}")
+        elif p.name == "page_size" and p.value not in (0, *PAGE_SIZES):
+            sizes = ", ".join(map(str, PAGE_SIZES))
+            yield make("TL307", rng, f"page_size = {p.value}; expected one of {sizes} tokens (0: contiguous)")
         elif p.name in _POSITIVE and p.value <= 0:
             yield make("TL307", rng, f"{p.name} = {p.value}; it must be at least 1")
 

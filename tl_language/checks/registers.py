@@ -12,7 +12,7 @@ from tl_language import syntax as ast
 from tl_language.checks._location import header_range, param_range
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.model import Model
-from tl_language.resources import consumers, register_estimate, register_limit, warps
+from tl_language.resources import consumers, register_estimate, register_limit, warps, wgmma_kernel
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
@@ -30,6 +30,6 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
 
 
 def _remedy(model: Model) -> str:
-    if model.target.wgmma:
+    if wgmma_kernel(model):
         return f"use more consumer warp groups (now {consumers(model)}, at most 3)"
     return f"use more warps (now {warps(model)})"
