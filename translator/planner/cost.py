@@ -52,19 +52,17 @@ DEFAULT_SHAPE = Shape()
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """Per SM per clock: dense 16-bit tensor FLOPs, shared-memory bytes, L2 bytes, exponentials (SFU
-    instructions), FP32 instructions."""
+    """Per SM per clock: dense 16-bit tensor FLOPs, shared-memory bytes, L2 bytes, exponentials."""
 
     mma_flops: float
     smem_bytes: float
     l2_bytes: float
     sfu_ops: float
-    fp32_ops: float = 128
 
 
 _RATES: dict[str, Rates] = {
-    "sm_75": Rates(mma_flops=1024, smem_bytes=64, l2_bytes=32, sfu_ops=16, fp32_ops=64),
-    "sm_80": Rates(mma_flops=2048, smem_bytes=128, l2_bytes=48, sfu_ops=16, fp32_ops=64),
+    "sm_75": Rates(mma_flops=1024, smem_bytes=64, l2_bytes=32, sfu_ops=16),
+    "sm_80": Rates(mma_flops=2048, smem_bytes=128, l2_bytes=48, sfu_ops=16),
     "sm_86": Rates(mma_flops=1024, smem_bytes=128, l2_bytes=32, sfu_ops=16),
     "sm_89": Rates(mma_flops=1024, smem_bytes=128, l2_bytes=32, sfu_ops=16),
     "sm_90": Rates(mma_flops=4096, smem_bytes=128, l2_bytes=64, sfu_ops=16),
@@ -175,30 +173,35 @@ def _visible_pairs(shape: Shape, causal: bool) -> int:
 
 # ---- the transcendental split: exp2s on the SFU or as a polynomial on the FP32 pipe ----------------------
 
-# FP32-pipe instructions per score that the online softmax adds (the exp's FADD against the row max, the
-# max, the sum, half a conversion to 16 bits), and per exp2 that `tl::exp2_fma` computes (clamp, round,
-# four-term polynomial, exponent shift).
-SOFTMAX_FP32 = 4
-EXP2_FMA_FP32 = 9
+# Per score, the instructions besides the score region's own: the softmax's FFMA against the row max, its
+# max, sum and half a conversion, and the main loop's share of wgmma issue, barriers and rescaling; and
+# the instructions of one `tl::exp2_fma` (clamp, round, four-term polynomial, exponent shift). Each
+# instruction takes an issue slot of its SM sub-partition (four per SM, one warp instruction a clock:
+# 128 thread-instructions a clock), whichever pipe runs it. LOOP_ISSUE is fitted to the H200 A/B of
+# softcap at head dim 128 (docs/results/2026-12-01-h200-fma-exps-ab.json): 0 and 2 of 8 equal, 4 -9 %,
+# 6 -21 %, 8 -32 %; the model puts the best at 1 with 0 and 2 a few per cent behind.
+LOOP_ISSUE = 12
+EXP2_FMA_ISSUE = 11
 # The SFU must be busier than this fraction of the tensor cores' time per score before exps move:
 # below it, the exps hide under the GEMMs (the plain kernel's one exp2 a score uses 1/2 at head dim 128).
 SFU_HEADROOM = 0.75
 FMA_EXP_EIGHTHS = 8  # the split's granularity: of every eight columns of a thread's scores
+ISSUE_PER_SM = 128
 
 
 def fma_exp_share(cost: ScoreCost, *, softmax: bool, d_qk: int, d_v: int, target: gpu.Target) -> int:
     """How many of every eight exp2s per score (the score region's and the softmax's) run on the FP32
-    pipe: the count that minimises the busier of the SFU and the FP32 pipe, or 0 while the SFU hides under
-    the tensor cores. `cost` is the rendered score region's (`kernel_ir.passes.score_cost`)."""
+    pipe: the count that minimises the busier of the SFU and the SM's issue slots, or 0 while the SFU
+    hides under the tensor cores. `cost` is the rendered score region's (`kernel_ir.passes.score_cost`)."""
     r = rates(target)
     exps = cost.exps + (1 if softmax else 0)
     mufu = cost.mufu + (1 if softmax else 0)
-    fp32 = cost.fp32 + (SOFTMAX_FP32 if softmax else 0)
+    issued = mufu + cost.fp32 + LOOP_ISSUE
     mma_cyc = 2 * (d_qk + d_v) / r.mma_flops
 
     def busiest(k: int) -> float:
         moved = exps * k / FMA_EXP_EIGHTHS
-        return max((mufu - moved) / r.sfu_ops, (fp32 + moved * EXP2_FMA_FP32) / r.fp32_ops)
+        return max((mufu - moved) / r.sfu_ops, (issued + moved * (EXP2_FMA_ISSUE - 1)) / ISSUE_PER_SM)
 
     if exps == 0 or mufu / r.sfu_ops <= SFU_HEADROOM * mma_cyc:
         return 0
