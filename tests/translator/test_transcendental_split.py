@@ -62,12 +62,11 @@ def test_the_planner_moves_exps_only_when_the_sfu_is_the_bottleneck():
     alibi = passes.score_cost(passes.rendered_score(op("add", op("mul", S, SCALE), CAP), softmax=True))
     softcap = passes.score_cost(passes.rendered_score(SOFTCAP, softmax=True))
     # at head dim 128 the one exp2 a score hides under the GEMMs; at 64 the SFU is as busy as the tensor
-    # cores, so a little moves
-    assert fma_exp_share(alibi, softmax=True, d_qk=128, d_v=128, target=H100) == 0
-    assert fma_exp_share(alibi, softmax=True, d_qk=64, d_v=64, target=H100) == 1
+    # cores, but the issue slots are busier still, and a polynomial costs ten more of them than an exp2
     for d in (64, 128):
-        share = fma_exp_share(softcap, softmax=True, d_qk=d, d_v=d, target=H100)
-        assert 1 <= share <= 6, share
+        assert fma_exp_share(alibi, softmax=True, d_qk=d, d_v=d, target=H100) == 0
+        # softcap: three SFU instructions a score; the measured optimum is 0-2 of 8 (the model's: 1)
+        assert fma_exp_share(softcap, softmax=True, d_qk=d, d_v=d, target=H100) == 1
     assert fma_exp_share(plain, softmax=True, d_qk=128, d_v=128, target=H100) == 0
     # no exp2 left to move: nothing moves, however busy the SFU
     logs = passes.ScoreCost(mufu=4, exps=0, fp32=4)
