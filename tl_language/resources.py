@@ -57,6 +57,12 @@ SPECIAL_PARAMS: dict[str, str] = {
         "the next tile's K, V and Q while the consumers still write this tile's O (default 0: one block "
         "per tile measured as fast on the H200, and faster with a causal mask)"
     ),
+    "fma_exps": (
+        "sm_90, 0–8: of every eight exp2s a score costs (the softmax's and those inside tanh, sigmoid, "
+        "exp), how many run as a polynomial on the FP32 pipe instead of the SFU (default: the planner's "
+        "balance of the SFU against the issue slots, 0 while the SFU hides under the tensor cores; the "
+        "plain kernel keeps 0)"
+    ),
     **PARAM_DOCS,  # splits, page_size, pack_gqa, varlen (tl_language/inference.py)
 }
 

@@ -1,6 +1,6 @@
 """TL307: parameter values are in range: positive tiles, warps a power of two up to 16, stages ≥ 1,
-consumers 1–3, overlap, pingpong and persistent 0 or 1; the inference Params (splits 0–128, page_size a
-power of two from 16 to 256, pack_gqa and varlen 0 or 1)."""
+consumers 1–3, overlap, pingpong and persistent 0 or 1, fma_exps 0–8; the inference Params (splits
+0–128, page_size a power of two from 16 to 256, pack_gqa and varlen 0 or 1)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
         elif p.name == "consumers" and not 1 <= p.value <= HOPPER_MAX_CONSUMERS:
             yield make("TL307", rng, f"consumers = {p.value}; sm_90 kernels use 1 to {HOPPER_MAX_CONSUMERS} "
                        "consumer warp groups")
+        elif p.name == "fma_exps" and not 0 <= p.value <= 8:
+            yield make("TL307", rng, f"fma_exps = {p.value}; expected 0 to 8 (exp2s of every eight on the "
+                       "FP32 pipe)")
         elif p.name == "splits" and not 0 <= p.value <= MAX_SPLITS:
             yield make("TL307", rng, f"splits = {p.value}; expected 0 (automatic) to {MAX_SPLITS}")
         elif p.name == "page_size" and p.value not in (0, *PAGE_SIZES):
