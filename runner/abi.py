@@ -84,6 +84,67 @@ BLOCK_MASK_PARAMS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# An inference kernel (split-KV decode, paged KV, packed batches; `LaunchSpec.inference`) takes these
+# instead of ATTENTION_PARAMS, then the program's. Grid: (m_blocks · num_splits, batch, heads_kv when the
+# query heads of a K/V head are packed into one tile, else heads); m_blocks covers max_seqlen_q rows (times
+# the GQA group when packed). Per sequence b: seqlen_q = cu_seqlens_q[b + 1] − cu_seqlens_q[b] (varlen) or
+# max_seqlen_q; seqlen_k = cu_seqlens_k[b + 1] − cu_seqlens_k[b] (varlen), cache_seqlens[b] (when given)
+# or max_seqlen_k. Paged K/V are (pages, page_size, heads_kv, d) and k_batch_stride is the page stride;
+# block_table is (batch, max_pages) int32. With num_splits > 1 each block writes fp32 partials to
+# o_accum (splits, batch, heads, max_seqlen_q, d_v) and lse_accum (splits, batch, heads, max_seqlen_q)
+# (−inf: the split kept no key) and `<name>_combine` (COMBINE_PARAMS) merges them into o and lse.
+# LSE is (batch, heads, max_seqlen_q), or (heads, total_q) for a packed batch.
+INFERENCE_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("q", "const void*", "uintp"),
+    ("k", "const void*", "uintp"),
+    ("v", "const void*", "uintp"),
+    ("o", "void*", "uintp"),
+    ("lse", "float*", "uintp"),
+    ("o_accum", "float*", "uintp"),
+    ("lse_accum", "float*", "uintp"),
+    ("block_table", "const int*", "uintp"),
+    ("cache_seqlens", "const int*", "uintp"),  # null: every sequence has max_seqlen_k keys
+    ("cu_seqlens_q", "const int*", "uintp"),
+    ("cu_seqlens_k", "const int*", "uintp"),
+    ("batch", "int", "int32"),
+    ("max_seqlen_q", "int", "int32"),
+    ("max_seqlen_k", "int", "int32"),
+    ("heads", "int", "int32"),
+    ("heads_kv", "int", "int32"),
+    ("num_splits", "int", "int32"),
+    ("max_pages", "int", "int32"),  # block_table's row length
+    ("q_batch_stride", "long long", "int64"),
+    ("q_row_stride", "long long", "int64"),
+    ("q_head_stride", "long long", "int64"),
+    ("k_batch_stride", "long long", "int64"),
+    ("k_row_stride", "long long", "int64"),
+    ("k_head_stride", "long long", "int64"),
+    ("v_batch_stride", "long long", "int64"),
+    ("v_row_stride", "long long", "int64"),
+    ("v_head_stride", "long long", "int64"),
+    ("o_batch_stride", "long long", "int64"),
+    ("o_row_stride", "long long", "int64"),
+    ("o_head_stride", "long long", "int64"),
+    ("softmax_scale", "float", "float32"),
+    ("window_left", "int", "int32"),
+    ("window_right", "int", "int32"),
+)
+COMBINE_THREADS = 128  # one warp per output row
+COMBINE_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("o_accum", "const float*", "uintp"),
+    ("lse_accum", "const float*", "uintp"),
+    ("o", "void*", "uintp"),
+    ("lse", "float*", "uintp"),
+    ("batch", "int", "int32"),
+    ("max_seqlen_q", "int", "int32"),
+    ("heads", "int", "int32"),
+    ("num_splits", "int", "int32"),
+    ("o_batch_stride", "long long", "int64"),
+    ("o_row_stride", "long long", "int64"),
+    ("o_head_stride", "long long", "int64"),
+)
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """What the runner needs to launch a kernel; everything else comes from the tensors."""
@@ -113,6 +174,9 @@ class LaunchSpec:
     # The forward program (kernel IR, `Forward.to_dict`): the regions the reference evaluates and the
     # runtime scalars and side tensors the launch passes. None: the plain forward.
     program: dict | None = None
+    # An inference kernel (INFERENCE_PARAMS): {"splits": 0 (automatic) | n, "page_size": 0 | tokens,
+    # "pack_gqa": bool, "varlen": bool, "combine": the combine kernel's name}. None: ATTENTION_PARAMS.
+    inference: dict | None = None
 
     @property
     def uses_tma(self) -> bool:
@@ -124,6 +188,14 @@ class LaunchSpec:
     def writes_lse(self) -> bool:
         """Kernels without a softmax (sigmoid, ReLU attention) have no log-sum-exp to write."""
         return not self.program or self.program.get("normalizer", "softmax") == "softmax"
+
+    @property
+    def combine_name(self) -> str | None:
+        """The split-KV combine kernel of an inference kernel that may split (None: it never splits)."""
+        inf = self.inference
+        if not inf or inf.get("splits") == 1 or not self.writes_lse:
+            return None
+        return str(inf["combine"])
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

@@ -72,6 +72,7 @@ class LoadedKernel:
     load_seconds: float
     block_mask_kernel: Any = None  # `<name>_block_mask` of a program with a launch-time block mask
     block_mask_buffer: Any = None  # the last launch's block classes (kept alive with the kernel)
+    combine_kernel: Any = None  # `<name>_combine` of a split-KV inference kernel (runner/decode.py)
 
     @property
     def name(self) -> str:
@@ -96,6 +97,7 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
             obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
         kernel = obj.get_kernel(spec.kernel_name)
         mask_kernel = obj.get_kernel(f"{spec.kernel_name}_block_mask") if _block_mask(spec) else None
+        combine = obj.get_kernel(spec.combine_name) if spec.combine_name else None
     except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
         hint = ""
         if compiled.kind == "ptx" and "PTX" in str(exc).upper():
@@ -115,6 +117,7 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
         device_id=device_id,
         load_seconds=time.perf_counter() - start,
         block_mask_kernel=mask_kernel,
+        combine_kernel=combine,
     )
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_ir.program import PLAIN_SCORE, Forward
 from tl_language import resources as defaults
 from tl_language import syntax as ast
+from tl_language.inference import Inference, inference_of
 from tl_language.model import Model
-from kernel_ir.program import PLAIN_SCORE, Forward
 from translator.errors import TranslateError, unsupported
 from translator.lower import lower_forward
 from translator.pattern import Match, match_attention
@@ -64,10 +65,12 @@ class KernelPlan:
     overlap: bool = True
     pingpong: bool = False
     persistent: bool = False  # one block per SM walking the query tiles (sm_90)
-    # The regions (score, masks, normaliser) as the kernel IR; the plain forward's unless the TL says more.
     # sm_90: exp2s of every eight on the FP32 pipe (`Param fma_exps`); -1: the cost model decides.
     fma_exps: int = -1
+    # The regions (score, masks, normaliser) as the kernel IR; the plain forward's unless the TL says more.
     ir: Forward = Forward(score=PLAIN_SCORE)
+    # Split-KV decode, paged KV, packed batches (`tl_language.inference`): built by the inference backend.
+    inference: Inference | None = None
 
     @property
     def threads(self) -> int:
@@ -114,10 +117,10 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
     overlap = _param(model, "overlap", 1)
     pingpong = _param(model, "pingpong", defaults.default_pingpong(consumers, overlap, max(d_qk, d_v)))
     persistent = _param(model, "persistent", defaults.HOPPER_PERSISTENT)
+    fma_exps = _param(model, "fma_exps", -1)
     group = _param(model, "group", 0)
     heads_kv = _param(model, "heads_kv", 0)
     window = (-1, -1)
-    fma_exps = _param(model, "fma_exps", -1)
     if model.mask == "window":
         window = (_or(model.window[0], -1), _or(model.window[1], -1))
 
@@ -145,10 +148,11 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         overlap=bool(overlap),
         pingpong=bool(pingpong),
         persistent=bool(persistent),
-        ir=ir,
-    )
-    if target.wgmma:
         fma_exps=fma_exps,
+        ir=ir,
+        inference=inference_of(model),
+    )
+    if target.wgmma and plan.inference is None:
         _check_hopper(plan, model, m)
     else:
         _check_supported(plan, model, m)

@@ -2,6 +2,8 @@
 
 sm_7x/sm_8x targets use the mma.sync + cp.async backend (`sm80`); `Target sm_90` uses the Hopper backend
 (`sm90`: TMA, wgmma, warp specialisation, compiled for `sm_90a`). Both read the same `KernelPlan`.
+Inference kernels (split-KV decode, paged KV, packed batches) use `inference` on every target: a
+cp.async + mma.sync kernel, since decode is bound by memory bandwidth rather than by the tensor cores.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ Generate = Callable[..., tuple[str, dict[int, int], LaunchSpec]]
 
 
 def backend_for(plan: KernelPlan) -> Generate:
+    if plan.inference is not None:
+        from translator.backends import inference
+
+        return inference.generate
     if plan.compute_capability >= (9, 0):
         from translator.backends import sm90
 

@@ -1,0 +1,90 @@
+"""The inference launch's split choice and the inference reference (paged and packed inputs gathered
+per sequence), on the CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernel_ir.program import CAUSAL_MASK, PLAIN_SCORE, Forward
+from runner.decode import MAX_SPLITS, num_splits_heuristic
+from runner.decode_reference import gather_pages, inference_reference
+from runner.decode_verify import InferenceCase, make_inputs
+from runner.ir_reference import forward_reference
+
+PLAIN = Forward(score=PLAIN_SCORE)
+CAUSAL = Forward(score=PLAIN_SCORE, masks=(CAUSAL_MASK,), header_mask="causal")
+
+
+def test_no_split_when_the_tiles_fill_whole_waves() -> None:
+    assert num_splits_heuristic(tiles=792, n_blocks=64, sms=132, per_sm=3) == 1
+    assert num_splits_heuristic(tiles=380, n_blocks=64, sms=132, per_sm=3) == 1  # 96 % of one wave
+
+
+def test_a_ragged_last_wave_is_split_away() -> None:
+    assert num_splits_heuristic(tiles=512, n_blocks=64, sms=132, per_sm=3) == 3  # B 64 × 8 K/V heads
+
+
+@pytest.mark.parametrize("tiles", [1, 8, 64, 100])
+def test_splits_fill_most_of_a_wave(tiles: int) -> None:
+    s = num_splits_heuristic(tiles=tiles, n_blocks=2048, sms=132, per_sm=3)
+    slots = 132 * 3
+    assert 1 < s <= MAX_SPLITS
+    best = min(1.0, tiles * MAX_SPLITS / slots)  # one tile cannot fill 396 slots with 128 splits
+    assert tiles * s / (math.ceil(tiles * s / slots) * slots) >= 0.8 * best
+
+
+def test_never_more_splits_than_key_blocks() -> None:
+    assert num_splits_heuristic(tiles=1, n_blocks=5, sms=132, per_sm=3) == 5
+    assert num_splits_heuristic(tiles=1, n_blocks=1, sms=132, per_sm=3) == 1
+
+
+def _inputs(case: InferenceCase, page: int, varlen: bool = False) -> dict:
+    settings = {"page_size": page, "varlen": varlen}
+    gen = torch.Generator().manual_seed(3)
+    return make_inputs(settings, 32, 32, case, torch.float32, "cpu", gen, 1.0)
+
+
+def test_pages_in_random_order_gather_back_to_the_sequence() -> None:
+    case = InferenceCase(heads=4, heads_kv=2, seqlen_k=(0, 5, 33, 16), seqlen_q=(2,))
+    inp = _inputs(case, page=16)
+    table, k = inp["block_table"], inp["k"]
+    owned = sorted(table[b, : math.ceil(n / 16)].tolist() for b, n in enumerate(case.seqlen_k))
+    flat = [p for ids in owned for p in ids]
+    assert len(flat) == len(set(flat))  # no page is shared
+    assert flat != sorted(flat) or len(flat) < 3  # handed out in random order
+    for b, n in enumerate(case.seqlen_k):
+        rows = gather_pages(k, table, b, n)
+        assert rows.shape == (n, 2, 32) and torch.isfinite(rows).all()  # only written rows come back
+
+
+@pytest.mark.parametrize("program", [PLAIN, CAUSAL], ids=["plain", "causal"])
+def test_paged_reference_equals_each_sequence_on_its_own(program: Forward) -> None:
+    case = InferenceCase(heads=4, heads_kv=2, seqlen_k=(0, 7, 40), seqlen_q=(3,))
+    inp = _inputs(case, page=16)
+    o, lse = inference_reference(program, inp["q"], inp["k"], inp["v"], block_table=inp["block_table"],
+                                 cache_seqlens=inp["cache_seqlens"])  # fmt: skip
+    assert torch.isfinite(o).all()  # the NaN rows past each length and the spare pages are never read
+    assert lse is not None
+    assert (o[0] == 0).all() and torch.isposinf(lse[0]).all()  # an empty cache: O = 0, LSE = +inf
+    for b, n in enumerate(case.seqlen_k[1:], start=1):
+        k = gather_pages(inp["k"], inp["block_table"], b, n)[None]
+        v = gather_pages(inp["v"], inp["block_table"], b, n)[None]
+        ro, rl = forward_reference(program, inp["q"][b : b + 1], k, v)
+        torch.testing.assert_close(o[b : b + 1], ro)
+        assert rl is not None
+        torch.testing.assert_close(lse[b : b + 1], rl)
+
+
+def test_packed_batch_reference_is_causal_per_sequence() -> None:
+    case = InferenceCase(heads=2, heads_kv=1, seqlen_k=(5, 0, 12), seqlen_q=(5, 0, 12))
+    inp = _inputs(case, page=0, varlen=True)
+    o, lse = inference_reference(CAUSAL, inp["q"], inp["k"], inp["v"], cu_seqlens_q=inp["cu_seqlens_q"],
+                                 cu_seqlens_k=inp["cu_seqlens_k"])  # fmt: skip
+    assert o.shape == (17, 2, 32) and lse is not None and lse.shape == (2, 17)
+    # the first row of the third sequence sees only itself: O is its own V row
+    torch.testing.assert_close(o[5, 0], inp["v"][5, 0])
+    ro, _ = forward_reference(CAUSAL, inp["q"][None, :5], inp["k"][None, :5], inp["v"][None, :5])
+    torch.testing.assert_close(o[:5], ro[0])
