@@ -137,7 +137,8 @@ def test_fma_exps_out_of_range_is_tl307_and_hover_documents_it():
     from tl_language.analysis import analyze
     from tl_language.resources import SPECIAL_PARAMS
 
-    tl = (ROOT / "examples/variants/softcap.tl").read_text().replace("Mask none", "Param fma_exps = 9\nMask none")
+    tl = (ROOT / "examples/variants/softcap.tl").read_text()
+    tl = tl.replace("Mask none", "Param fma_exps = 9\nMask none")
     diags = [d for d in analyze(tl).diagnostics if d.code == "TL307"]
     assert len(diags) == 1 and "fma_exps = 9" in diags[0].message
     assert "FP32 pipe" in SPECIAL_PARAMS["fma_exps"]
