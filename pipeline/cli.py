@@ -23,6 +23,7 @@ def register(subparsers: Any) -> None:
     b.add_argument("files", nargs="+", type=Path, metavar="FILE", help=".tl files")
     b.add_argument("--force", action="store_true", help="overwrite a FILE.cu that was edited by hand")
     b.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: all cores)")
+    b.add_argument("--backward", action="store_true", help="the derived backward instead: FILE.bwd.cu")
     b.set_defaults(func=cmd_build, tl_command="build")
 
     r = subparsers.add_parser("run", help="build and verify against the float32 reference on the GPU")
@@ -44,6 +45,7 @@ def register(subparsers: Any) -> None:
     r.add_argument("--strided", action="store_true", help="non-contiguous batch/seqlen/head strides")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--force", action="store_true", help="overwrite a FILE.cu that was edited by hand")
+    r.add_argument("--backward", action="store_true", help="verify the derived backward (dQ, dK, dV)")
     r.set_defaults(func=cmd_run, tl_command="run")
 
     c = subparsers.add_parser(
@@ -53,6 +55,7 @@ def register(subparsers: Any) -> None:
     c.add_argument("--seqlens", default="1024,4096,16384", help="comma-separated (16k tokens per config)")
     c.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     c.add_argument("--force", action="store_true", help="overwrite a FILE.cu that was edited by hand")
+    c.add_argument("--backward", action="store_true", help="time the derived backward")
     c.set_defaults(func=cmd_bench, tl_command="bench")
 
 
@@ -69,6 +72,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     from pipeline.build import BuildError, Built, compile_all, prepare
     from pipeline.report import format_build_error
 
+    if getattr(args, "backward", False):
+        from pipeline.backward_cli import cmd_build_backward
+
+        return cmd_build_backward(args)
     status = EXIT_OK
     ready = []
     for path in args.files:
@@ -174,6 +181,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from runner.launch import LaunchError
     from runner.verify import Shape, verify
 
+    if getattr(args, "backward", False):
+        from pipeline.backward_cli import cmd_run_backward
+
+        return cmd_run_backward(args)
     prepared = _prepare_for_device(args)
     if isinstance(prepared, int):
         return prepared
@@ -196,6 +207,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from runner.bench import BenchCase
     from runner.verify import verify
 
+    if getattr(args, "backward", False):
+        from pipeline.backward_cli import cmd_bench_backward
+
+        return cmd_bench_backward(args)
     prepared = _prepare_for_device(args)
     if isinstance(prepared, int):
         return prepared

@@ -1,0 +1,163 @@
+"""The backward of a TL forward: check → plan → derive and render the backward kernels → compile → run.
+
+    build = build_backward("examples/variants/alibi.tl", dtype="bf16", arch="sm_80")
+    dq, dk, dv, dside = build.run(q, k, v, o, lse, do, scale=None, extras={"slopes": slopes})
+
+`tl build --backward FILE.tl` writes FILE.bwd.cu and FILE.bwd.launch.json beside the forward and compiles
+them (no GPU needed); `tl run --backward` verifies them against autograd of the IR reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.abi import BackwardSpec
+from runner.cache import atomic_write
+from runner.compile import CompiledKernel, compile_source
+from tl_language.diagnostics import Severity
+
+ARCH_CC = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_90": (9, 0)}
+
+
+class BackwardBuildError(ValueError):
+    """The TL does not check, or its backward cannot be derived (message names the file and why)."""
+
+
+@dataclass
+class BackwardBuild:
+    """One program's backward: source, launch spec, and (once compiled / loaded) the kernels."""
+
+    tl_path: Path | None
+    source: str
+    spec: BackwardSpec
+    compiled: CompiledKernel | None = None
+    _loaded: Any = field(default=None, repr=False)
+
+    @property
+    def cu_path(self) -> Path | None:
+        return self.tl_path.with_suffix(".bwd.cu") if self.tl_path else None
+
+    def compile(self, device_arch: str | None = None) -> CompiledKernel:
+        """NVRTC for the spec's arch (PTX finalised for `device_arch` when that is newer)."""
+        name = self.cu_path.name if self.cu_path else f"{self.spec.name}.bwd.cu"
+        self.compiled = compile_source(self.source, arch=self.spec.arch, device_arch=device_arch, name=name)
+        return self.compiled
+
+    def load(self) -> Any:
+        from runner.backward import load_backward
+        from runner.launch import require_device
+
+        if self._loaded is None:
+            device_arch = require_device()
+            if self.compiled is None or (self.compiled.kind == "ptx" and device_arch != self.spec.arch):
+                self.compile(device_arch)
+            assert self.compiled is not None
+            self._loaded = load_backward(self.compiled, self.spec)
+        return self._loaded
+
+    def run(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        o: Any,
+        lse: Any,
+        do: Any,
+        *,
+        scale: float | None = None,
+        window: tuple[int, int] | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> tuple[Any, Any, Any, dict[str, Any]]:
+        """(dq, dk, dv, {learnable side tensor: fp32 gradient}) on torch's current stream; see
+        `runner.backward.backward`."""
+        from runner.backward import backward
+
+        return backward(self.load(), q, k, v, o, lse, do, softmax_scale=scale, window=window, extras=extras)
+
+    def write(self) -> tuple[Path, Path]:
+        """FILE.bwd.cu and FILE.bwd.launch.json beside the TL file."""
+        if self.cu_path is None:
+            raise BackwardBuildError("a backward built from text has no file to write beside")
+        json_path = self.cu_path.with_suffix(".launch.json")
+        atomic_write(self.cu_path, self.source)
+        atomic_write(json_path, self.spec.to_json() + "\n")
+        return self.cu_path, json_path
+
+
+def translate_backward(
+    tl: str | Path,
+    *,
+    dtype: str | None = None,
+    arch: str | None = "sm_80",
+    learnable: tuple[str, ...] | None = None,
+) -> BackwardBuild:
+    """The backward of the TL file (a Path, or a str naming an existing .tl file) or TL text (any other
+    str). `dtype` overrides the TL's Dtype, `arch` its Target (default sm_80: the FA2-structured
+    kernels, which run on sm_90 too). `learnable`: side tensors whose gradient the kernels compute
+    (default: those the TL marks `with learnable`). Raises BackwardBuildError."""
+    from tl_language import analyze
+    from translator.backends.sm80_bwd import generate_backward
+    from translator.errors import TranslateError
+    from translator.plan import make_plan
+
+    path: Path | None = None
+    if isinstance(tl, Path) or (isinstance(tl, str) and tl.endswith(".tl") and "\n" not in tl):
+        path = Path(tl)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise BackwardBuildError(f"{path}: cannot read: {exc.strerror}") from None
+    else:
+        text = str(tl)
+    where = str(path) if path else "<text>"
+    analysis = analyze(text)
+    errors = [d for d in analysis.diagnostics if d.severity == Severity.ERROR]
+    if errors:
+        first = errors[0]
+        raise BackwardBuildError(
+            f"{where}:{first.range.start.line + 1}: {first.code} {first.message} ({len(errors)} error(s))"
+        )
+    try:
+        plan = make_plan(analysis.model, analysis.text)
+        if dtype is not None:
+            plan = dataclasses.replace(plan, dtype=dtype)
+        if arch is not None:
+            if arch not in ARCH_CC:
+                raise BackwardBuildError(f"{where}: the backward targets {', '.join(ARCH_CC)}, not {arch}")
+            plan = dataclasses.replace(plan, arch=arch, compute_capability=ARCH_CC[arch])
+        names = tuple(learnable) if learnable is not None else marked_learnable(analysis.model)
+        source, spec = generate_backward(plan, learnable=names, tl_file=str(path) if path else None)
+    except TranslateError as exc:
+        d = exc.diagnostics[0]
+        raise BackwardBuildError(f"{where}:{d.range.start.line + 1}: {d.code} {d.message}") from None
+    return BackwardBuild(tl_path=path, source=source, spec=spec)
+
+
+def marked_learnable(model: Any) -> tuple[str, ...]:
+    """The side tensors the TL marks `with learnable` (none where the language has no such mark yet)."""
+    out = []
+    for name, t in model.side_tensors().items():
+        stmt = t.placements["global"].stmt
+        if getattr(stmt, "learnable", None) is not None:
+            out.append(name)
+    return tuple(out)
+
+
+def build_backward(
+    tl: str | Path,
+    dtype: str | None = None,
+    arch: str | None = "sm_80",
+    *,
+    learnable: tuple[str, ...] | None = None,
+    device_arch: str | None = None,
+) -> BackwardBuild:
+    """`translate_backward`, then compiled (for `device_arch`, or the current device's when one is
+    visible, or build-only)."""
+    from runner.launch import cuda_device_arch
+
+    build = translate_backward(tl, dtype=dtype, arch=arch, learnable=learnable)
+    build.compile(device_arch or cuda_device_arch())
+    return build

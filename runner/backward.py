@@ -1,0 +1,168 @@
+"""Load the backward's three kernels (`runner.abi.BackwardSpec`) and launch them on PyTorch tensors.
+
+`backward(loaded, q, k, v, o, lse, do)` runs, on PyTorch's current stream:
+    <name>_bwd_dot_do_o    D = rowsum(dO ∘ O)                       (and a learnable sink's gradient)
+    <name>_bwd_dq_dk_dv    dK, dV (summed over each GQA group), dQ added into an fp32 accumulator
+    <name>_bwd_convert_dq  the accumulator → dQ in the input dtype
+and returns (dq, dk, dv, {learnable side tensor: its fp32 gradient}). `o` and `lse` are the forward's
+outputs (LSE natural-log, +inf for a row that kept no key, as the forward kernels write it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from runner.abi import BackwardSpec
+from runner.compile import CompiledKernel
+from runner.launch import (
+    LaunchError,
+    LoadError,
+    _check_tensor,
+    _opt_in_shared_memory,
+    _torch_stream,
+    program_args,
+    require_device,
+    torch_dtype,
+)
+
+PARTS = ("dot_do_o", "dq_dk_dv", "convert_dq")
+
+
+@dataclass
+class LoadedBackward:
+    spec: BackwardSpec
+    compiled: CompiledKernel
+    kernels: dict[str, Any]  # part → cuda.core Kernel
+    device_id: int
+    buffers: dict[str, Any] = field(default_factory=dict)  # the last launch's scratch (kept alive)
+
+
+def load_backward(compiled: CompiledKernel, spec: BackwardSpec) -> LoadedBackward:
+    import torch
+    from cuda.core import Device, ObjectCode
+
+    require_device()
+    device_id = torch.cuda.current_device()
+    torch.cuda.init()
+    Device(device_id).set_current()
+    try:
+        if compiled.kind == "ptx":
+            obj = ObjectCode.from_ptx(compiled.code, name=compiled.name)
+        else:
+            obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
+        kernels = {part: obj.get_kernel(spec.kernel(part)) for part in PARTS}
+    except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
+        raise LoadError(
+            f"cannot load {compiled.name} ({compiled.kind} for {compiled.target}): {exc}"
+        ) from exc
+    _opt_in_shared_memory(kernels["dq_dk_dv"], spec.shared_bytes, device_id)
+    return LoadedBackward(spec=spec, compiled=compiled, kernels=kernels, device_id=device_id)
+
+
+def _strides(t: Any) -> list[int]:
+    return [t.stride(0), t.stride(1), t.stride(2)]
+
+
+def backward(
+    loaded: LoadedBackward,
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    do: Any,
+    *,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    extras: dict[str, Any] | None = None,
+    out: tuple[Any, Any, Any] | None = None,
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(dq, dk, dv, side-tensor gradients). q (batch, seqlen_q, heads, d), k / v (batch, seqlen_k,
+    heads_kv, d), o / do like q, lse (batch, heads, seqlen_q) fp32 contiguous; `extras`: the program's
+    runtime scalars and side tensors by their TL names. `out`: preallocated (dq, dk, dv) (the
+    verification passes NaN-filled ones). Raises LaunchError before launching anything on bad input."""
+    import numpy as np
+    import torch
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as cu_launch
+
+    spec = loaded.spec
+    dtype = torch_dtype(spec.dtype)
+    d = spec.head_dim
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+        _check_tensor(name, t, dtype, d, q.device)
+    batch, seqlen_q, heads, _ = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    if tuple(k.shape) != tuple(v.shape) or k.shape[0] != batch:
+        raise LaunchError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must match, with q's batch {batch}")
+    if heads_kv == 0 or heads % heads_kv:
+        raise LaunchError(f"query heads ({heads}) must be a multiple of key/value heads ({heads_kv})")
+    for name, t in (("o", o), ("do", do)):
+        if tuple(t.shape) != tuple(q.shape):
+            raise LaunchError(f"{name}: shape {tuple(t.shape)}, expected q's {tuple(q.shape)}")
+    softmax = not spec.program or spec.program.get("normalizer", "softmax") == "softmax"
+    if softmax and (
+        lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads, seqlen_q) or not lse.is_contiguous()
+    ):
+        raise LaunchError(f"lse: expected a contiguous float32 tensor of shape {(batch, heads, seqlen_q)}")
+    if q.device.index != loaded.device_id:
+        raise LaunchError(
+            f"tensors are on cuda:{q.device.index}, the kernels were loaded on cuda:{loaded.device_id}"
+        )
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
+    win = tuple(window if window is not None else spec.window) if spec.mask == "window" else (-1, -1)
+    view = SimpleNamespace(program=spec.program, kernel_name=spec.kernel("dq_dk_dv"))
+    tail = program_args(view, q, {**(extras or {}), "_seqlen_k": seqlen_k, "_heads_kv": heads_kv})  # type: ignore[arg-type]
+    grads: dict[str, Any] = {}
+    for name in spec.learnable:
+        grads[name] = torch.zeros_like((extras or {})[name], dtype=torch.float32)
+    if out is not None:
+        dq, dk, dv = out
+        for name, t, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+            _check_tensor(name, t, dtype, d, q.device)
+            if tuple(t.shape) != tuple(like.shape):
+                raise LaunchError(f"{name}: shape {tuple(t.shape)}, expected {tuple(like.shape)}")
+    else:
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if batch == 0 or heads == 0:
+        return dq, dk, dv, grads
+    if seqlen_q == 0 or seqlen_k == 0:
+        dq.zero_()
+        dk.zero_()
+        dv.zero_()
+        return dq, dk, dv, grads
+    dpsum = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
+    dq_accum = torch.zeros(batch, heads, seqlen_q, d, dtype=torch.float32, device=q.device)
+    lse_arg = lse if softmax else dpsum  # without a softmax the kernels read no LSE
+    stream = _torch_stream(q.device)
+    sizes = [np.int32(batch), np.int32(seqlen_q), np.int32(seqlen_k), np.int32(heads), np.int32(heads_kv)]
+    common = [np.float32(scale), np.int32(win[0]), np.int32(win[1])]
+    program = [value for _, value in tail] + [np.uintp(g.data_ptr()) for g in grads.values()]
+    i64 = np.int64
+
+    pre = [
+        np.uintp(o.data_ptr()),
+        np.uintp(do.data_ptr()),
+        np.uintp(lse_arg.data_ptr()),
+        np.uintp(dpsum.data_ptr()),
+    ]
+    pre += sizes + [i64(s) for s in _strides(o) + _strides(do)] + common + program
+    grid = (math.ceil(seqlen_q / spec.preprocess_rows), batch, heads)
+    cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels["dot_do_o"], *pre)
+
+    ptrs = [q, k, v, do, lse_arg, dpsum, dq_accum, dk, dv]
+    main = [np.uintp(t.data_ptr()) for t in ptrs] + sizes
+    main += [i64(s) for t in (q, k, v, do, dk, dv) for s in _strides(t)] + common + program
+    grid = (math.ceil(seqlen_k / spec.block_n), batch, heads_kv)
+    config = LaunchConfig(grid=grid, block=spec.threads, shmem_size=spec.shared_bytes)
+    cu_launch(stream, config, loaded.kernels["dq_dk_dv"], *main)
+
+    conv = [np.uintp(dq_accum.data_ptr()), np.uintp(dq.data_ptr()), np.int32(batch), np.int32(seqlen_q)]
+    conv += [np.int32(heads)] + [i64(s) for s in _strides(dq)]
+    grid = (math.ceil(seqlen_q / spec.block_m), batch, heads)
+    cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels["convert_dq"], *conv)
+    loaded.buffers = {"dpsum": dpsum, "dq_accum": dq_accum}
+    return dq, dk, dv, grads

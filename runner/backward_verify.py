@@ -1,0 +1,152 @@
+"""Verify the backward kernels against autograd of the TL-derived float32 reference, every element.
+
+Per case: random q, k, v, dO in the kernel dtype; O and LSE from the float32 forward reference (O rounded
+to the dtype, as a forward kernel would hand it over); dQ, dK, dV pre-filled with NaN so an element the
+kernels never write is caught; the reference gradients from `runner.backward_reference` on the same
+rounded inputs. Thresholds live in `GRAD_TOLERANCES` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.backward import LoadedBackward, backward
+from runner.launch import torch_dtype
+from runner.verify import Shape, make_inputs
+
+
+@dataclass(frozen=True)
+class GradTolerance:
+    rel_l2: float  # ‖g − ref‖₂ / ‖ref‖₂
+    max_abs: float  # max |g − ref| / max(1, max |ref|)
+
+
+# P and dS enter the dK, dV and dQ GEMMs rounded to the input dtype (FA2 does the same), so the errors
+# are a few units in the last place of that dtype, summed over the key or query dimension.
+GRAD_TOLERANCES: dict[str, GradTolerance] = {
+    "fp16": GradTolerance(rel_l2=1e-2, max_abs=2e-2),
+    "bf16": GradTolerance(rel_l2=3e-2, max_abs=6e-2),
+}
+
+
+@dataclass
+class GradCheck:
+    name: str
+    rel_l2: float
+    max_abs: float
+    nonfinite: int
+    ok: bool
+
+
+@dataclass
+class BackwardResult:
+    kernel: str
+    shape: Shape
+    dtype: str
+    checks: list[GradCheck] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def line(self) -> str:
+        worst = max(self.checks, key=lambda c: c.rel_l2 / max(GRAD_TOLERANCES[self.dtype].rel_l2, 1e-30))
+        bad = [c.name for c in self.checks if not c.ok]
+        verdict = "ok" if not bad else "FAIL " + ",".join(bad)
+        return (
+            f"{self.kernel} {self.dtype} {self.shape}: {verdict} "
+            f"(worst {worst.name}: rel_l2 {worst.rel_l2:.2e}, max_abs {worst.max_abs:.2e}, "
+            f"nonfinite {sum(c.nonfinite for c in self.checks)})"
+        )
+
+
+def compare_grad(name: str, got: Any, ref: Any, tol: GradTolerance) -> GradCheck:
+    import torch
+
+    g = got.float()
+    r = ref.float().to(g.device)
+    nonfinite = int((~torch.isfinite(g)).sum())
+    if g.numel() == 0:
+        return GradCheck(name, 0.0, 0.0, 0, True)
+    diff = (g - r).nan_to_num(nan=math.inf)
+    rel = float(diff.norm() / r.norm().clamp_min(1e-30)) if float(r.norm()) > 0 else float(diff.norm())
+    mx = float(diff.abs().max() / max(1.0, float(r.abs().max())))
+    ok = nonfinite == 0 and rel <= tol.rel_l2 and mx <= tol.max_abs
+    return GradCheck(name, rel, mx, nonfinite, ok)
+
+
+def verify_backward(
+    loaded: LoadedBackward,
+    shape: Shape,
+    *,
+    seed: int = 0,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    extras: dict[str, Any] | None = None,
+) -> BackwardResult:
+    import torch
+
+    from kernel_ir.program import PLAIN_SCORE, Forward
+    from runner.backward_reference import backward_reference
+    from runner.ir_reference import forward_reference, make_side_tensors
+
+    spec = loaded.spec
+    dtype = torch_dtype(spec.dtype)
+    device = torch.device("cuda", loaded.device_id)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    program = Forward.from_dict(spec.program) if spec.program else None
+    if program is None:
+        from kernel_ir.program import CAUSAL_MASK, WINDOW_MASKS
+
+        masks = {"causal": (CAUSAL_MASK,), "window": WINDOW_MASKS}.get(spec.mask, ())
+        program = Forward(score=PLAIN_SCORE, masks=masks, header_mask=spec.mask)
+    win = tuple(window if window is not None else spec.window) if spec.mask == "window" else (-1, -1)
+    q, k, v = make_inputs(shape, spec.head_dim, spec.head_dim, dtype, device, generator=gen)
+    do = torch.randn(q.shape, generator=gen, device=device).to(dtype)
+    side: dict[str, Any] = {}
+    if spec.program:
+        side = make_side_tensors(
+            program,
+            batch=shape.batch,
+            heads=shape.heads,
+            heads_kv=shape.heads_kv,
+            seqlen_q=shape.seqlen_q,
+            seqlen_k=shape.seqlen_k,
+            generator=gen,
+            device=device,
+        )
+    side.update(extras or {})
+    tensors = {n: t for n, t in side.items() if isinstance(t, torch.Tensor)}
+    scalars = {n: t for n, t in side.items() if not isinstance(t, torch.Tensor)}
+    ref_o, ref_lse = forward_reference(
+        program, q, k, v, softmax_scale=softmax_scale, window=win, scalars=scalars, tensors=tensors
+    )
+    o = ref_o.to(dtype)
+    lse = ref_lse.float().contiguous() if ref_lse is not None else torch.zeros(1, device=device)
+    nan = (torch.full_like(q, math.nan), torch.full_like(k, math.nan), torch.full_like(v, math.nan))
+    dq, dk, dv, dside = backward(
+        loaded, q, k, v, o, lse, do, softmax_scale=softmax_scale, window=win, extras=side, out=nan
+    )
+    torch.cuda.synchronize(device)
+    rdq, rdk, rdv, rside = backward_reference(
+        program,
+        q,
+        k,
+        v,
+        do,
+        softmax_scale=softmax_scale,
+        window=win,
+        scalars=scalars,
+        tensors=tensors,
+        learnable=spec.learnable,
+    )
+    tol = GRAD_TOLERANCES[spec.dtype]
+    result = BackwardResult(kernel=spec.name, shape=shape, dtype=spec.dtype)
+    result.checks += [
+        compare_grad(n, g, r, tol) for n, g, r in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv))
+    ]
+    result.checks += [compare_grad(f"d{n}", dside[n], rside[n], tol) for n in spec.learnable]
+    return result
