@@ -3,6 +3,7 @@ process, balanced order; TFLOPS on the (query, key) pairs the masks keep. Every 
 against its IR reference first; each baseline is checked against the verified TL kernel's output.
 
     python3 benchmarks/variants.py [--seqlen 8192] [--batch 2] [--heads 16] [--only a,b] [--json OUT]
+                                   [--seqlens 4096,8192,16384 [--tokens 16384]] [--dtype fp16]
                                    [--ab fma_exps=0,3,6]
 
 `--ab PARAM=V1,V2`: each variant is also built with `Param PARAM = V` for every value (set or replaced in
@@ -88,66 +89,34 @@ def _ratio(r: dict[str, Any], key: str) -> str:
     return f"{r['tl'] / r[key]:7.2f}" if ok else f"{'—':>7s}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seqlen", type=int, default=8192)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument(
-        "--only",
-        default="softcap,alibi,relative_bias,sliding_window,sink_tokens_window,prefix_lm,document_mask",
-    )
-    ap.add_argument("--json", default="")
-    ap.add_argument("--target-s", type=float, default=0.6)
-    ap.add_argument("--ab", default="", help="PARAM=V1,V2,...: the variants also with each value")
-    args = ap.parse_args(argv)
-    ab_param, _, ab_values = args.ab.partition("=")
-    ab = [(ab_param, v) for v in ab_values.split(",") if v] if ab_param else []
-
+def _bench_shape(
+    args: Any,
+    names: list[str],
+    ab: list[tuple[str, str]],
+    loaded: dict[str, Any],
+    built: dict[str, Any],
+    B: int,
+    S: int,
+    H: int,
+    D: int,
+    dtype: Any,
+    gpu: str,
+) -> list[dict[str, Any]]:
+    """One (batch, seqlen): every variant verified, then timed beside the plain kernel, FlexAttention and
+    FA4 (native), balanced order; a row per variant."""
     import torch
 
     from kernel_ir.expr import const
     from kernel_ir.program import Forward
-    from pipeline.build import translate_text
     from runner.bench import time_interleaved
-    from runner.compile import CompileError, CompileJob, compile_many
     from runner.ir_reference import forward_reference, make_side_tensors
-    from runner.launch import cuda_device_arch, launch, load
+    from runner.launch import launch
     from runner.verify import Shape, verify
 
-    names = [n for n in args.only.split(",") if n]
-    texts = {n: (ROOT / "examples" / "variants" / f"{n}.tl").read_text() for n in names}
-    base = (ROOT / "examples" / "hopper_mha_fwd.tl").read_text()
-    texts["plain_none"] = base
-    texts["plain_causal"] = re.sub(
-        r"(?m)^Mask .*$", "Mask causal", re.sub(r"(?m)^Param BN = .*$", "Param BN = 128", base)
-    )
-    for n in names:
-        for param, value in ab:
-            texts[f"{n} {param}={value}"] = _with_param(texts[n], param, value)
-    built = {}
-    for n, t in texts.items():
-        t = re.sub(r"(?m)^Dtype .*$", "Dtype bf16", re.sub(r"(?m)^Target .*$", "Target sm_90", t))
-        built[n] = translate_text(t, Path(f"{n.replace(' ', '_')}_bench.tl"))
-    device = cuda_device_arch()
-    results = compile_many(
-        [
-            CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.cu", device_arch=device)
-            for n, b in built.items()
-        ]
-    )
-    loaded = {}
-    for (n, b), c in zip(built.items(), results, strict=True):
-        if isinstance(c, CompileError):
-            print(f"compile failed: {n}: {str(c)[:300]}")
-            continue
-        loaded[n] = load(c, b.spec)
-    gpu = torch.cuda.get_device_name()
-    B, H, S, D = args.batch, args.heads, args.seqlen, 128
+    rows: list[dict[str, Any]] = []
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(B, S, H, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", generator=g).to(dtype) for _ in range(3))
     scale = 1 / math.sqrt(D)
-    rows = []
     for n in names:
         if n not in loaded:
             continue
@@ -156,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         small = verify(lk, Shape(1, 2, 1, 1000, 1000), seed=1)
         if not small.passed:
             print(f"{n}: verification failed, not timed\n{small}")
-            rows.append({"variant": n, "error": "verification failed"})
+            rows.append({"variant": n, "batch": B, "seqlen": S, "error": "verification failed"})
             continue
         side = make_side_tensors(program, B, H, H, S, S, generator=g, device="cuda") if program else {}
         if "slopes" in side:  # ALiBi's own slopes, 2^(-8 (h + 1) / H)
@@ -234,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             except ImportError as exc:
                 notes["fa4"] = f"n/a: {exc}"
         timings = time_interleaved(fns, target_s=args.target_s, warmup_s=0.1)
-        row = {"variant": n, "useful_pairs": pairs / (B * H * S * S), **notes}
+        row = {"variant": n, "batch": B, "seqlen": S, "useful_pairs": pairs / (B * H * S * S), **notes}
         for cand, tm in timings.items():
             if isinstance(tm, Exception):
                 row[cand] = f"error: {tm}"[:200]
@@ -243,22 +212,90 @@ def main(argv: list[str] | None = None) -> int:
             row[cand] = round(f / (tm.median_ms / 1e3) / 1e12, 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument(
+        "--seqlens", default="", help="e.g. 4096,8192,16384: each at --tokens tokens (B = tokens/S)"
+    )
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument(
+        "--only",
+        default="softcap,alibi,relative_bias,sliding_window,sink_tokens_window,prefix_lm,document_mask",
+    )
+    ap.add_argument("--json", default="")
+    ap.add_argument("--target-s", type=float, default=0.6)
+    ap.add_argument("--ab", default="", help="PARAM=V1,V2,...: the variants also with each value")
+    args = ap.parse_args(argv)
+    ab_param, _, ab_values = args.ab.partition("=")
+    ab = [(ab_param, v) for v in ab_values.split(",") if v] if ab_param else []
+
+    import torch
+
+    from pipeline.build import translate_text
+    from runner.compile import CompileError, CompileJob, compile_many
+    from runner.launch import cuda_device_arch, load
+
+    names = [n for n in args.only.split(",") if n]
+    texts = {n: (ROOT / "examples" / "variants" / f"{n}.tl").read_text() for n in names}
+    base = (ROOT / "examples" / "hopper_mha_fwd.tl").read_text()
+    texts["plain_none"] = base
+    texts["plain_causal"] = re.sub(
+        r"(?m)^Mask .*$", "Mask causal", re.sub(r"(?m)^Param BN = .*$", "Param BN = 128", base)
+    )
+    for n in names:
+        for param, value in ab:
+            texts[f"{n} {param}={value}"] = _with_param(texts[n], param, value)
+    built = {}
+    for n, t in texts.items():
+        t = re.sub(r"(?m)^Dtype .*$", f"Dtype {args.dtype}", re.sub(r"(?m)^Target .*$", "Target sm_90", t))
+        built[n] = translate_text(t, Path(f"{n.replace(' ', '_')}_bench.tl"))
+    device = cuda_device_arch()
+    results = compile_many(
+        [
+            CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.cu", device_arch=device)
+            for n, b in built.items()
+        ]
+    )
+    loaded = {}
+    for (n, b), c in zip(built.items(), results, strict=True):
+        if isinstance(c, CompileError):
+            print(f"compile failed: {n}: {str(c)[:300]}")
+            continue
+        loaded[n] = load(c, b.spec)
+    gpu = torch.cuda.get_device_name()
+    D, H = 128, args.heads
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    rows = []
+    for S in [int(s) for s in args.seqlens.split(",")] if args.seqlens else [args.seqlen]:
+        B = args.tokens // S if args.seqlens else args.batch
+        rows += _bench_shape(args, names, ab, loaded, built, B, S, H, D, dtype, gpu)
     cols = ("kept", "tl", "plain", "flex", "fa4", "tl/flex", "tl/fa4")
-    head = f"{'variant':22s} " + " ".join(f"{c:>{7 if '/' in c else 6 if c != 'kept' else 5}s}" for c in cols)
-    print(f"\nTFLOPS on kept pairs, bf16 d{D} B{B} H{H} S{S}, sm_90 path, {gpu}, {time.strftime('%Y-%m-%d')}")
+    head = f"{'variant':22s} {'B×S':>8s} " + " ".join(
+        f"{c:>{7 if '/' in c else 6 if c != 'kept' else 5}s}" for c in cols
+    )
+    print(f"\nTFLOPS on kept pairs, {args.dtype} d{D} H{H}, sm_90 path, {gpu}, {time.strftime('%Y-%m-%d')}")
     print(head)
     for r in rows:
+        shape = f"{r['batch']}×{r['seqlen'] // 1024}k"
         if "tl" not in r:
-            print(f"{r['variant']:22s} {r.get('error', '')}")
+            print(f"{r['variant']:22s} {shape:>8s} {r.get('error', '')}")
             continue
         print(
-            f"{r['variant']:22s} {r['useful_pairs']:5.2f} {_num(r, 'tl')} {_num(r, 'tl-plain')} "
+            f"{r['variant']:22s} {shape:>8s} {r['useful_pairs']:5.2f} {_num(r, 'tl')} {_num(r, 'tl-plain')} "
             f"{_num(r, 'flex')} {_num(r, 'fa4')} {_ratio(r, 'flex')} {_ratio(r, 'fa4')}"
         )
         for param, value in ab:
-            print(f"{'  ' + param + '=' + value:22s} {'':5s} {_num(r, f'tl {param}={value}')}")
+            print(f"{'  ' + param + '=' + value:22s} {'':8s} {'':5s} {_num(r, f'tl {param}={value}')}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"gpu": gpu, "shape": [B, H, S, D], "rows": rows}, indent=1))
+        meta = {"gpu": gpu, "dtype": args.dtype, "heads": H, "head_dim": D, "date": time.strftime("%Y-%m-%d")}
+        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
     return 0
 
 
