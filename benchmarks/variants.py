@@ -6,8 +6,9 @@ against its IR reference first; each baseline is checked against the verified TL
                                    [--seqlens 4096,8192,16384 [--tokens 16384]] [--dtype fp16]
                                    [--ab fma_exps=0,3,6]
 
-`--ab PARAM=V1,V2`: each variant is also built with `Param PARAM = V` for every value (set or replaced in
-its TL), verified, and timed in the same interleaved run as `tl PARAM=V` (an A/B of one switch).
+`--ab "PARAM=V1,V2;PARAM2=V3"`: each variant is also built with `Param PARAM = V` for every value (set or
+replaced in its TL), verified, and timed in the same interleaved run as `tl PARAM=V` (A/Bs of one switch
+at a time).
 
 The TL kernels are the catalogue files as written (Target set to sm_90, bf16): their tiles are the
 catalogue's, not tuned per variant (that is issue 17's planner work).
@@ -231,10 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default="")
     ap.add_argument("--target-s", type=float, default=0.6)
-    ap.add_argument("--ab", default="", help="PARAM=V1,V2,...: the variants also with each value")
+    ap.add_argument("--ab", default="", help="PARAM=V1,V2[;PARAM2=V3]: the variants also with each value")
     args = ap.parse_args(argv)
-    ab_param, _, ab_values = args.ab.partition("=")
-    ab = [(ab_param, v) for v in ab_values.split(",") if v] if ab_param else []
+    ab = []
+    for group in filter(None, args.ab.split(";")):
+        ab_param, _, ab_values = group.partition("=")
+        ab += [(ab_param.strip(), v.strip()) for v in ab_values.split(",") if v.strip()]
 
     import torch
 
