@@ -1,123 +1,25 @@
 """The autograd wiring and the backward seam, end to end on the CPU.
 
-The ops' real kernels are CUDA-only; here a test-scoped library registers CPU kernels for them: the forward
-is the kernel IR's own reference (`runner.ir_reference`), the backward is the ops' real body
-(`ops.run_backward`), which asks the registered backward provider. So what runs is the op, its autograd
-formula, the layouts and the side-tensor gradients; only the arithmetic is the reference's. Gradients are
-compared with autograd through an independent eager softcap/ALiBi attention written here.
+The ops' real kernels are CUDA-only; the `on_cpu` fixture (conftest.py) registers CPU kernels for them
+(cpu_reference.py): the forward is the kernel IR's own reference, the backward is the ops' real body
+(`ops.run_backward`), which asks the registered backward provider (the fixture `provider`). So what runs
+is the op, its autograd formula, the layouts and the side-tensor gradients; only the arithmetic is the
+reference's. Gradients are compared with autograd through an independent eager softcap/ALiBi attention.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
 import pytest
 import torch
+from cpu_reference import eager_attention
 
 import tl_attention
-from kernel_ir.program import Forward
-from runner.ir_reference import forward_reference
-from tl_attention import checks, ops
+from tl_attention import ops
 from tl_attention.backward import (
     BackwardUnavailable,
-    register_backward_provider,
-    unregister_backward_provider,
 )
 
 BF16 = torch.bfloat16
-
-
-def _reference_forward(
-    key: str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scale: float,
-    window: list[int],
-    tensors: list[torch.Tensor],
-    scalars: list[float],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    kernel = ops.resolve(key)
-    o, lse = forward_reference(
-        Forward.from_dict(kernel.spec.program),
-        q,
-        k,
-        v,
-        softmax_scale=scale,
-        window=(window[0], window[1]),
-        scalars=dict(zip(kernel.scalar_names, scalars, strict=True)),
-        tensors=dict(zip(kernel.tensor_names, tensors, strict=True)),
-    )
-    assert lse is not None
-    return o.to(q.dtype).contiguous(), lse.float().contiguous()
-
-
-def reference_backward(kernel: tl_attention.Kernel) -> Any:
-    """A provider: dq, dk, dv by autograd through the IR reference (what a real backward kernel computes).
-    The reference reads side tensors as constants, so ALiBi's slopes get theirs from the eager formula."""
-
-    def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, grad_o: Any, **kw: Any) -> Any:
-        # An op's kernel runs below the autograd dispatch key, thread-locally: autograd works in a thread.
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(grads_by_autograd, q, k, v, grad_o, **kw).result()
-
-    def grads_by_autograd(q: Any, k: Any, v: Any, grad_o: Any, **kw: Any) -> Any:
-        leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
-        slopes = kw["tensors"].get("slopes")
-        if slopes is not None:  # alibi.tl, in (batch, heads, seqlen, dim)
-            slopes = slopes.detach().requires_grad_()
-            bhsd = [t.transpose(1, 2) for t in leaves]
-            out = eager_attention(*bhsd, kw["scale"], slopes=slopes).transpose(1, 2)
-        else:
-            out, _ = forward_reference(
-                Forward.from_dict(kernel.spec.program),
-                *leaves,
-                softmax_scale=kw["scale"],
-                window=kw["window"],
-                scalars=kw["scalars"],
-                tensors=kw["tensors"],
-            )
-        wrt = [*leaves, *([slopes] if slopes is not None else [])]
-        grads = torch.autograd.grad(out, wrt, grad_o.float())
-        dq, dk, dv = (g.to(q.dtype) for g in grads[:3])
-        return dq, dk, dv, ({"slopes": grads[3]} if slopes is not None else {})
-
-    return backward
-
-
-@pytest.fixture
-def on_cpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """CPU kernels for the ops, for this test only, and CPU tensors accepted by the call's checks."""
-    monkeypatch.setattr(checks, "_DEVICES", ("cuda", "meta", "cpu"))
-    with torch.library._scoped_library("tl_attention", "IMPL") as lib:
-        torch.library.register_kernel("tl_attention::forward", "cpu", _reference_forward, lib=lib)
-        torch.library.register_kernel("tl_attention::backward", "cpu", ops.run_backward, lib=lib)
-        yield
-
-
-@pytest.fixture
-def provider() -> Iterator[None]:
-    register_backward_provider(reference_backward)
-    yield
-    unregister_backward_provider(reference_backward)
-
-
-def eager_attention(q: Any, k: Any, v: Any, scale: float, cap: float = 0.0, slopes: Any = None) -> Any:
-    """(batch, heads, seqlen, dim) in float32; softcap when cap > 0; ALiBi (causal) with slopes."""
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    s = q @ k.transpose(-1, -2) * scale
-    if cap:
-        s = cap * torch.tanh(s / cap)
-    if slopes is not None:
-        i = torch.arange(q.shape[2])[:, None] + k.shape[2] - q.shape[2]
-        j = torch.arange(k.shape[2])[None, :]
-        s = s - slopes[None, :, None, None] * (i - j).clamp(min=0)
-        s = s.masked_fill(j > i, -math.inf)
-    return torch.softmax(s, dim=-1) @ v
 
 
 def inputs(*shapes: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
