@@ -126,6 +126,10 @@ _TABLE: list[Code] = [
     Code("TL128", "real-where-integer", E, "A real constant where TL needs an integer.",
          "Params, shapes, offsets, loop bounds and coordinates are integers; reals belong in score and "
          "mask expressions and Scalars."),
+    Code("TL129", "learnable-tensor", E, "`with learnable` on something other than a float32 side tensor.",
+         "`Allocate rel in global (heads, 129) with learnable` asks the backward (`tl build --backward`) "
+         "for the gradient of a side tensor the scores or the sink read; Q, K and V have theirs anyway, "
+         "and int32 tensors (document ids, flags) have none."),
     # Inference kernels (split-KV decode, paged KV, packed batches): combinations no kernel can run.
     Code("TL130", "split-needs-softmax", E,
          "Split-KV (`Param splits`) in a kernel without a plain Softmax.",

@@ -53,7 +53,8 @@ def _render(stmt: ast.Stmt) -> str | None:
     if isinstance(stmt, ast.AllocateStmt) and stmt.name and stmt.shape is not None:
         text = f"Allocate {stmt.name.name} in {_low(stmt.level)} {_tuple(stmt.shape)}"
         text += f" with offset {_e(stmt.offset)}" if stmt.offset is not None else ""
-        return text + (f" with dtype {stmt.dtype.name.lower()}" if stmt.dtype is not None else "")
+        text += f" with dtype {stmt.dtype.name.lower()}" if stmt.dtype is not None else ""
+        return text + (" with learnable" if stmt.learnable is not None else "")
     if isinstance(stmt, ast.CopyStmt) and stmt.name:
         parts = [f"Copy {stmt.name.name}"]
         if stmt.tile is not None:

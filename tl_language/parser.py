@@ -30,6 +30,7 @@ STATEMENT_KEYWORDS = (
 # Words inside statements (`in`, `from … to`, `and get new`): with the statement keywords, TL's keywords.
 CLAUSE_KEYWORDS = (
     "in", "with", "offset", "dtype", "coordinate", "from", "to", "as", "and", "get", "new", "accumulate",
+    "learnable",
 )  # fmt: skip
 KEYWORDS = STATEMENT_KEYWORDS + CLAUSE_KEYWORDS
 LEVELS = ("global", "shared", "register")
@@ -265,6 +266,9 @@ def _p_allocate(c: _Cursor, node: ast.AllocateStmt) -> None:
     while c.accept_kw("with"):
         if c.accept_kw("dtype"):
             node.dtype = c.expect_ident("an element type (`float32` or `int32`)")
+            continue
+        if (tok := c.accept_kw("learnable")) is not None:
+            node.learnable = c.range(tok)
             continue
         c.expect_kw("offset")
         node.offset = c.expr()

@@ -149,6 +149,7 @@ class AllocateStmt:
     shape: list[Expr] | None
     offset: Expr | None = None
     dtype: Ident | None = None  # `with dtype int32`: element type of a side tensor (default float32)
+    learnable: Range | None = None  # `with learnable`: the backward computes this side tensor's gradient
 
 
 @dataclass(slots=True)

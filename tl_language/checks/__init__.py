@@ -19,6 +19,7 @@ from tl_language.checks import (
     inference,
     kernel_limits,
     kernel_name,
+    learnable,
     levels,
     names,
     ops,
@@ -45,6 +46,7 @@ RULES: list[Rule] = [
     transitions.check,  # TL104, TL105
     ops.check,  # TL107, TL108
     exprs.check,  # TL120–TL126, TL128
+    learnable.check,  # TL129
     gemm_operands.check,  # TL201
     reshape.check,  # TL202, TL205
     gemm_shapes.check,  # TL203, TL204
