@@ -1,0 +1,106 @@
+"""The backward skeleton (`translator.backends.sm80_bwd`) rendered from catalogue programs: the three
+kernels with the ABI's parameters in order, the score region's derivative in the dS line, learnable
+gradients, and clear errors for what it cannot derive. One NVRTC compile (marked) through `tl build
+--backward`."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline.backward import BackwardBuildError, translate_backward
+from runner.abi import BACKWARD_CONVERT_PARAMS, BACKWARD_PARAMS, BACKWARD_PREPROCESS_PARAMS, BackwardSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = ROOT / "examples" / "variants"
+
+
+def _signature(source: str, kernel: str) -> list[str]:
+    m = re.search(rf"void __launch_bounds__\(\d+\) {kernel}\((.*?)\) {{", source, re.S)
+    assert m, f"no kernel {kernel}"
+    return [p.strip().split()[-1] for p in m.group(1).split(",")]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in VARIANTS.glob("*.tl")))
+def test_every_catalogue_variant_has_a_backward(name):
+    learn = {"alibi": ("slopes",), "relative_bias": ("rel",), "learnable_sink": ("sinks",)}.get(name, ())
+    b = translate_backward(VARIANTS / f"{name}.tl", learnable=learn)
+    spec = BackwardSpec.from_json(b.spec.to_json())
+    assert spec == b.spec
+    assert _signature(b.source, spec.kernel("dq_dk_dv")) == list(spec.params)
+    extra = list(spec.params[len(BACKWARD_PARAMS) :])
+    pre = [p[0] for p in BACKWARD_PREPROCESS_PARAMS] + extra
+    assert _signature(b.source, spec.kernel("dot_do_o")) == pre
+    assert _signature(b.source, spec.kernel("convert_dq")) == [p[0] for p in BACKWARD_CONVERT_PARAMS]
+    for n in learn:
+        assert f"{n}_grad" in spec.params
+
+
+def test_the_softcap_backward_multiplies_by_one_minus_tanh_squared():
+    b = translate_backward(VARIANTS / "softcap.tl")
+    # the derivative reads the forward's tanh node: (1 - t·t) · (1/cap) · cap · scale, in some order
+    dx = next(line for line in b.source.splitlines() if "const float dx_ds" in line)
+    tanh = next(line for line in b.source.splitlines() if "tl::tanh_exp2" in line and "const float" in line)
+    t = tanh.split("const float ")[1].split(" =")[0]
+    assert f"({t} * {t})" in b.source
+    assert "dx_ds" in dx
+
+
+def test_the_plain_backward_scales_by_the_softmax_scale_only():
+    b = translate_backward(ROOT / "examples" / "mha_fwd.tl")
+    assert "const float dx_ds = softmax_scale;" in b.source
+    assert b.spec.program is None and b.spec.learnable == ()
+
+
+def test_a_sink_gradient_is_written_by_the_preprocessing_kernel():
+    b = translate_backward(VARIANTS / "learnable_sink.tl", learnable=("sinks",))
+    pre = b.source.split("_bwd_dot_do_o(")[1].split("_bwd_dq_dk_dv(")[0]
+    assert "atomicAdd(&sinks_grad[" in pre and "p_sink" in pre
+
+
+def test_with_learnable_in_the_tl_marks_the_tensor():
+    text = (
+        (VARIANTS / "alibi.tl")
+        .read_text()
+        .replace("Allocate slopes in global (heads)", "Allocate slopes in global (heads) with learnable")
+    )
+    b = translate_backward(text)
+    assert b.spec.learnable == ("slopes",)
+    assert "atomicAdd(&slopes_grad[" in b.source
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "why"),
+    [
+        ("alibi", ("Param d = 128", "Param d = 96"), "multiple of 64"),
+        ("document_mask", ("Dtype bf16", "Dtype bf16"), "not a float32 side tensor"),
+    ],
+)
+def test_what_the_backward_cannot_derive_is_a_clear_error(name, edit, why):
+    text = (VARIANTS / f"{name}.tl").read_text().replace(*edit)
+    learn = ("doc",) if "float32" in why else ()
+    with pytest.raises(BackwardBuildError, match=why):
+        translate_backward(text, learnable=learn)
+
+
+def test_unequal_head_dims_are_refused():
+    with pytest.raises(BackwardBuildError, match="must be equal"):
+        translate_backward(ROOT / "examples" / "mla_fwd.tl")
+
+
+@pytest.mark.nvrtc
+@pytest.mark.slow
+def test_tl_build_backward_writes_and_compiles(tmp_path):
+    from pipeline.cli import main
+
+    tl = tmp_path / "mha_fwd.tl"
+    shutil.copy(ROOT / "examples" / "mha_fwd.tl", tl)
+    tl.write_text(tl.read_text().replace("Param d = 128", "Param d = 64"))
+    assert main(["build", "--backward", str(tl)]) == 0
+    cu, js = tmp_path / "mha_fwd.bwd.cu", tmp_path / "mha_fwd.bwd.launch.json"
+    assert cu.exists() and js.exists()
+    spec = BackwardSpec.from_json(js.read_text())
+    assert spec.head_dim == 64 and spec.kernel("dq_dk_dv") in cu.read_text()
