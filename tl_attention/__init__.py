@@ -2,7 +2,7 @@
 `tl_attention::forward` custom op (fake kernel, autograd, `torch.compile`, CUDA graphs). docs/pytorch.md."""
 
 from tl_attention.backward import BackwardUnavailable, register_backward_provider
-from tl_attention.kernel import Kernel, TLBuildError, TLError, compile, device_family
+from tl_attention.kernel import Kernel, TLBuildError, TLError, compile, device_family, load_many
 
 __all__ = [
     "BackwardUnavailable",
@@ -11,5 +11,6 @@ __all__ = [
     "TLError",
     "compile",
     "device_family",
+    "load_many",
     "register_backward_provider",
 ]

@@ -86,10 +86,15 @@ def layer_kinds(config: Any, dtype: torch.dtype) -> list[LayerKind]:
     return [LayerKind(_DTYPES[dtype], head_dim, True, softcap, w) for w in sorted(windows)]
 
 
+def kernels_for(config: Any, dtype: torch.dtype = torch.bfloat16) -> list[Kernel]:
+    """The kernels of `config`'s layers, translated and registered (not compiled)."""
+    return [resolve(register_kernel(kernel_for(kind))) for kind in layer_kinds(config, dtype)]
+
+
 def prepare(config: Any, dtype: torch.dtype = torch.bfloat16) -> list[Kernel]:
-    """The kernels of `config`'s layers, registered; with a device also compiled (in parallel, through the
-    disk cache) and loaded on the current one."""
-    kernels = [resolve(register_kernel(kernel_for(kind))) for kind in layer_kinds(config, dtype)]
+    """`kernels_for`, and with a device also compiled (in parallel, through the disk cache) and loaded on
+    the current one."""
+    kernels = kernels_for(config, dtype)
     if current_arch() is not None:
         load_many(kernels)
     return kernels

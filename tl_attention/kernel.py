@@ -230,8 +230,9 @@ def _read(source: str | Path) -> tuple[str, Path, str]:
     return source, Path("inline.tl"), "<TL text>"
 
 
-def compile(source: str | Path, *, target: str | None = None) -> Kernel:
-    """A TL kernel from a path or TL text, ready to call on tensors (see the module docstring)."""
+def compile(source: str | Path, *, target: str | None = None, lazy: bool = False) -> Kernel:
+    """A TL kernel from a path or TL text, ready to call on tensors (see the module docstring). `lazy`:
+    stop after the translation even with a device (the first call, or `load_many`, compiles)."""
     text, path, origin = _read(source)
     device_arch = current_arch()
     if target == "auto":
@@ -246,6 +247,6 @@ def compile(source: str | Path, *, target: str | None = None) -> Kernel:
     kernel = Kernel(translated=translated, origin=origin, key=f"tl:{translated.spec.kernel_name}:{digest}")
     # An earlier compile of the same source keeps its entry, and with it the modules it loaded.
     kernel = resolve(register_kernel(kernel))
-    if device_arch is not None:
+    if device_arch is not None and not lazy:
         kernel.load()
     return kernel

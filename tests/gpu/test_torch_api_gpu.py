@@ -1,0 +1,188 @@
+"""tl_attention on a GPU: the kernel against an eager float32 reference in both layouts with GQA, under
+torch.compile(fullgraph=True) with inductor, captured in a CUDA graph and replayed, opcheck on CUDA
+tensors, the missing-backward error; and transformers models (Llama-like GQA, Qwen2-like, Gemma-2-like
+with softcap and sliding window; random weights) against transformers' own attention.
+
+Every kernel of the module is compiled once, in parallel, by the `kernels` fixture (`load_many`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+import torch
+
+import tl_attention
+from tl_attention import hf
+from tl_attention.backward import BackwardUnavailable, find_backward
+from tl_attention.ops import forward_op
+
+pytestmark = pytest.mark.gpu
+BF16 = torch.bfloat16
+CAP = 20.0
+SHARPEN = 6.0  # random weights give near-uniform attention; sharpened logits let the softcap and window show
+
+
+def model_configs() -> dict[str, Any]:
+    from transformers import Gemma2Config, LlamaConfig, Qwen2Config
+
+    common = {
+        "vocab_size": 256,
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+    return {
+        "llama": LlamaConfig(**common, head_dim=128),
+        "qwen2": Qwen2Config(**common),
+        "gemma2": Gemma2Config(**common, head_dim=128, sliding_window=64, attn_logit_softcapping=5.0),
+    }
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, Any]:
+    hf.register()
+    softcap = tl_attention.compile("softcap.tl", lazy=True)
+    layers = [k for cfg in model_configs().values() for k in hf.kernels_for(cfg, BF16)]
+    start = time.perf_counter()
+    tl_attention.load_many([softcap, *layers])
+    print(f"\ntl_attention GPU suite: {1 + len(layers)} kernels ready in {time.perf_counter() - start:.1f} s")
+    return {"softcap": softcap}
+
+
+def reference(q: Any, k: Any, v: Any, scale: float, cap: float) -> tuple[Any, Any]:
+    """Softcapped attention in float32, (batch, heads, seqlen, dim); GQA by repeating K/V heads."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.float().repeat_interleave(group, 1) for t in (k, v))
+    s = q.float() @ k.transpose(-1, -2) * scale
+    s = cap * torch.tanh(s / cap)
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+def qkv(batch: int = 2, heads: int = 8, heads_kv: int = 2, seqlen: int = 300, seed: int = 0) -> list[Any]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shapes = [(batch, heads, seqlen, 128), (batch, heads_kv, seqlen, 128), (batch, heads_kv, seqlen, 128)]
+    return [torch.randn(*s, generator=gen, device="cuda", dtype=BF16) for s in shapes]
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_kernel_matches_reference(kernels: dict[str, Any], layout: str) -> None:
+    q, k, v = qkv()
+    ref_o, ref_lse = reference(q, k, v, 0.1, CAP)
+    if layout == "bshd":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    o, lse = kernels["softcap"](q, k, v, scale=0.1, cap=CAP, layout=layout, return_lse=True)
+    assert o.shape == q.shape and o.dtype == BF16
+    o = o if layout == "bhsd" else o.transpose(1, 2)
+    torch.testing.assert_close(o.float(), ref_o, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-3)
+
+
+def test_wrong_dtype_is_a_type_error_before_any_launch(kernels: dict[str, Any]) -> None:
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"q: dtype torch.float16"):
+        kernels["softcap"](q.half(), k, v)
+
+
+def test_torch_compile_fullgraph_inductor(kernels: dict[str, Any]) -> None:
+    kernel = kernels["softcap"]
+
+    def block(q: Any, k: Any, v: Any) -> Any:
+        return kernel(q * 0.5, k, v, cap=CAP).float().square().sum(-1)
+
+    q, k, v = qkv(seed=1)
+    compiled = torch.compile(block, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), block(q, k, v), atol=1e-2, rtol=1e-2)
+
+
+def test_cuda_graph_capture_and_replay(kernels: dict[str, Any]) -> None:
+    kernel = kernels["softcap"]
+    static = qkv(seed=2)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kernel(*static, cap=CAP)  # warm-up off the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # capture_error_mode "global": any sync or cudaMalloc fails the capture
+        out = kernel(*static, cap=CAP)
+    fresh = qkv(seed=3)
+    for s, f in zip(static, fresh, strict=True):
+        s.copy_(f)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, kernel(*fresh, cap=CAP))
+
+
+def test_opcheck_on_cuda_tensors(kernels: dict[str, Any]) -> None:
+    q, k, v = (t.transpose(1, 2) for t in qkv(seqlen=130))
+    torch.library.opcheck(forward_op, (kernels["softcap"].key, q, k, v, 0.1, [-1, -1], [], [CAP]))
+
+
+def test_backward_without_a_provider_names_the_missing_piece(kernels: dict[str, Any]) -> None:
+    kernel = kernels["softcap"]
+    if find_backward(kernel) is not None:
+        pytest.skip("a backward provider covers this kernel")
+    q, k, v = (t.requires_grad_() for t in qkv(seqlen=64))
+    with pytest.raises(BackwardUnavailable, match=r"no backward for kernel softcap_fwd"):
+        kernel(q, k, v).float().sum().backward()
+
+
+# ---- transformers models ----------------------------------------------------------------------------------
+
+
+def model(name: str, attn: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m = AutoModelForCausalLM.from_config(model_configs()[name], attn_implementation=attn, dtype=BF16)
+    with torch.no_grad():
+        for layer in m.model.layers:
+            layer.self_attn.q_proj.weight.mul_(SHARPEN)
+            layer.self_attn.k_proj.weight.mul_(SHARPEN)
+    return m.eval()
+
+
+def tokens(batch: int = 2, seqlen: int = 200) -> Any:
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    return torch.randint(0, 256, (batch, seqlen), device="cuda", generator=gen)
+
+
+@pytest.mark.parametrize(("name", "baseline"), [("llama", "sdpa"), ("qwen2", "sdpa"), ("gemma2", "eager")])
+def test_model_logits_match_transformers_attention(kernels: dict[str, Any], name: str, baseline: str) -> None:
+    ids = tokens()
+    with torch.no_grad():
+        got = model(name, "tl")(ids, use_cache=False).logits.float()
+        want = model(name, baseline)(ids, use_cache=False).logits.float()
+    err = (got - want).abs().max().item()
+    print(
+        f"\n{name}: max |logits(tl) - logits({baseline})| = {err:.4f} (|logits| max {want.abs().max():.2f})"
+    )
+    torch.testing.assert_close(got, want, atol=6e-2, rtol=6e-2)
+
+
+def test_model_under_torch_compile_and_cuda_graph(kernels: dict[str, Any]) -> None:
+    m = model("llama", "tl")
+    ids = tokens()
+    with torch.no_grad():
+        eager = m(ids, use_cache=False).logits
+        compiled = torch.compile(m, fullgraph=True)(ids, use_cache=False).logits
+        torch.testing.assert_close(compiled.float(), eager.float(), atol=6e-2, rtol=6e-2)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            m(ids, use_cache=False)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = m(ids, use_cache=False).logits
+        graph.replay()
+        torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+    assert math.isfinite(captured.float().abs().max().item())
