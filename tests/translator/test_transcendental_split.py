@@ -142,3 +142,13 @@ def test_fma_exps_out_of_range_is_tl307_and_hover_documents_it():
     diags = [d for d in analyze(tl).diagnostics if d.code == "TL307"]
     assert len(diags) == 1 and "fma_exps = 9" in diags[0].message
     assert "FP32 pipe" in SPECIAL_PARAMS["fma_exps"]
+
+
+def test_the_key_block_range_is_found_by_bisection_or_eight_classes_a_step():
+    window = _sm90_source((ROOT / "examples/variants/sliding_window.tl").read_text())
+    assert "auto blocks_empty = [&](int n_first, int n_end) -> bool" in window
+    assert "if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;" in window
+    assert "if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;" in window
+    documents = _sm90_source((ROOT / "examples/variants/document_mask.tl").read_text())
+    assert "blocks_empty" not in documents  # classes from the launch-time buffer: no interval to bisect
+    assert "for (int i = 0; i < 8; ++i) kept |= block_class(n_block_min + i);" in documents

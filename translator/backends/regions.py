@@ -352,20 +352,55 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
         w.line("  do { --n; } while (n >= n_block_min && block_class(n) == 0);")
         w.line("  return n;")
         w.line("};")
-        w.comment("the range: skip empty blocks at both ends")
+        if reg.ir.block_mask:
+            w.comment("the range: skip empty blocks at both ends, eight classes a step (independent loads,")
+            w.comment("one memory latency per eight blocks), then one at a time")
+            for cond, step, probe in (
+                ("n_block_min + 8 <= n_block_max", "n_block_min += 8", "n_block_min + i"),
+                ("n_block_max - 8 >= n_block_min", "n_block_max -= 8", "n_block_max - 1 - i"),
+            ):
+                with w.block(f"while ({cond})"):
+                    w.line("int kept = 0;")
+                    w.line("CUTE_UNROLL")
+                    w.line(f"for (int i = 0; i < 8; ++i) kept |= block_class({probe});")
+                    w.line("if (kept) break;")
+                    w.line(f"{step};")
+        else:
+            w.comment("the range: the longest empty runs of key blocks at both ends by bisection (one")
+            w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
+            w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
+            w.line("int n_lo = n_block_min, n_hi = n_block_max;  // the empty suffix starts in [n_lo, n_hi]")
+            with w.block("while (n_lo < n_hi)"):
+                w.line("const int mid = (n_lo + n_hi) / 2;")
+                w.line("if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;")
+            w.line("n_block_max = n_lo;")
+            w.line("n_lo = n_block_min;  // the empty prefix's end, in [n_lo, n_hi]")
+            with w.block("while (n_lo < n_hi)"):
+                w.line("const int mid = (n_lo + n_hi + 1) / 2;")
+                w.line("if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;")
+            w.line("n_block_min = n_lo;")
         w.line("while (n_block_max > n_block_min && block_class(n_block_max - 1) == 0) --n_block_max;")
         w.line("while (n_block_min < n_block_max && block_class(n_block_min) == 0) ++n_block_min;")
 
 
 def _interval_class(w: CodeWriter, reg: Regions, bc: passes.BlockClass, tag_line: int | None) -> None:
     note = "which key blocks the masks empty, cut or keep whole (interval arithmetic)"
-    with w.tl(tag_line, note), w.block("auto block_class = [&](int n_block) -> int", "};"):
+
+    def rectangle(first: str, end: str) -> None:
         w.line("const int q_lo = m_block * kBlockM;")
         w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-        w.line("const int kv_lo = n_block * kBlockN;")
-        w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+        w.line(f"const int kv_lo = {first} * kBlockN;")
+        w.line(f"const int kv_hi = min(seqlen_k, {end} * kBlockN) - 1;")
+
+    with w.tl(tag_line, note), w.block("auto block_class = [&](int n_block) -> int", "};"):
+        rectangle("n_block", "(n_block + 1)")
         w.line(f"if ({reg.c(bc.never)}) return 0;")
         w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
+    with w.tl(tag_line), w.block("auto blocks_empty = [&](int n_first, int n_end) -> bool", "};"):
+        w.comment("key blocks [n_first, n_end) keep no score: the same test over their union")
+        w.line("if (n_first >= n_end) return true;")
+        rectangle("n_first", "n_end")
+        w.line(f"return {reg.c(bc.never)};")
 
 
 def emit_block_mask_for(w: CodeWriter, plan: KernelPlan) -> None:
