@@ -90,24 +90,6 @@ def _forward_fake(
     return o, lse
 
 
-@torch.library.custom_op("tl_attention::backward", mutates_args=(), device_types="cuda")
-def backward_op(
-    key: str,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    o: Tensor,
-    lse: Tensor,
-    grad_o: Tensor,
-    scale: float,
-    window: list[int],
-    tensors: list[Tensor],
-    scalars: list[float],
-) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
-    """(dq, dk, dv, gradients of the float32 side tensors in order) from the kernel's backward provider."""
-    return run_backward(key, q, k, v, o, lse, grad_o, scale, window, tensors, scalars)
-
-
 def run_backward(
     key: str,
     q: Tensor,
@@ -121,7 +103,8 @@ def run_backward(
     tensors: list[Tensor],
     scalars: list[float],
 ) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
-    """The backward op's body: ask the provider, return what the fake kernel promises."""
+    """(dq, dk, dv, gradients of the float32 side tensors in order) from the kernel's backward provider,
+    with the strides the fake kernel promises: the body of `tl_attention::backward`."""
     kernel = resolve(key)
     fn = require_backward(kernel)
     names = kernel.tensor_names
@@ -152,6 +135,11 @@ def _like(grad: Tensor, t: Tensor) -> Tensor:
     out = torch.empty_like(t)
     out.copy_(grad)
     return out
+
+
+backward_op = torch.library.custom_op("tl_attention::backward", mutates_args=(), device_types="cuda")(
+    run_backward
+)
 
 
 @backward_op.register_fake
