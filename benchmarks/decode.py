@@ -63,12 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     for label, ab in configs:
         for page in (True, False):
             name = f"tl-{'paged' if page else 'contig'}{' ' + label if label else ''}"
-            builds.append((name, page, translate_text(tl_text(page, ab), Path(f"decode_{len(builds)}.tl"))))
+            # the base paged build has verify_decode.py's file name: the compile cache serves both
+            tl = "paged_decode_sm_90_bf16.tl" if page and not ab else f"decode_{len(builds)}.tl"
+            builds.append((name, page, translate_text(tl_text(page, ab), Path(tl))))
     jobs = [
         CompileJob(source=t.source, arch=t.spec.arch, name=f"decode_{i}.cu", device_arch=device_arch)
         for i, (_, _, t) in enumerate(builds)
     ]
     compiled = compile_many(jobs)
+    print(f"compiled {len(jobs)} TL kernels", flush=True)
     kernels = {}
     for (name, page, t), c in zip(builds, compiled, strict=True):
         if isinstance(c, CompileError):
@@ -159,7 +162,8 @@ def bench_shape(batch: int, seqlen: int, kernels: dict, *, flex: bool, target_s:
         except Exception as exc:  # a baseline that cannot run this shape is reported, not fatal
             print(f"  {name}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
             del fns[name]
-    times = time_interleaved(fns, target_s=target_s * len(fns))
+    print(f"B{batch} x {seqlen}: timing {', '.join(fns)}", flush=True)
+    times = time_interleaved(fns, target_s=target_s, warmup_s=0.05)
     base = times.get("cudnn")
     rows = []
     for name, t in times.items():

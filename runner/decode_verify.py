@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kernel_ir.program import Forward
+from kernel_ir.program import CAUSAL_MASK, PLAIN_SCORE, WINDOW_MASKS, Forward
 from runner.decode import decode_attention
 from runner.decode_reference import inference_reference
 from runner.ir_reference import make_side_tensors
@@ -142,7 +142,7 @@ def verify_inference(
 ) -> InferenceResult:
     spec = loaded.spec
     assert spec.inference is not None
-    program = Forward.from_dict(spec.program) if spec.program else Forward(score=_plain_score())
+    program = Forward.from_dict(spec.program) if spec.program else plain_program(spec.mask)
     dtype = torch_dtype(spec.dtype)
     device = torch.device("cuda", loaded.device_id)
     result = InferenceResult(spec.kernel_name, case)
@@ -169,7 +169,7 @@ def verify_inference(
     return result
 
 
-def _plain_score() -> Any:
-    from kernel_ir.program import PLAIN_SCORE
-
-    return PLAIN_SCORE
+def plain_program(mask: str) -> Forward:
+    """The IR of a plain kernel (its launch spec carries no program): s · scale under its `Mask` header."""
+    masks = {"none": (), "causal": (CAUSAL_MASK,), "window": WINDOW_MASKS}[mask]
+    return Forward(score=PLAIN_SCORE, masks=masks, header_mask=mask)

@@ -4,6 +4,7 @@ per sequence), on the CPU."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -88,3 +89,78 @@ def test_packed_batch_reference_is_causal_per_sequence() -> None:
     torch.testing.assert_close(o[5, 0], inp["v"][5, 0])
     ro, _ = forward_reference(CAUSAL, inp["q"][None, :5], inp["k"][None, :5], inp["v"][None, :5])
     torch.testing.assert_close(o[:5], ro[0])
+
+
+class _FakeCore:
+    """Stands in for cuda.core: records each launch's grid, block and arguments."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[tuple[int, int, int], int, list]] = []
+
+    def LaunchConfig(self, grid, block, shmem_size=0):
+        return (grid, block)
+
+    def launch(self, stream, config, kernel, *args):
+        self.launches.append((config[0], config[1], list(args)))
+
+
+PAGED = {"page_size": 64, "pack_gqa": True, "varlen": False, "combine": "k_combine"}
+
+
+def _loaded(inference: dict, **spec_kw: Any) -> Any:
+    from runner.abi import INFERENCE_PARAMS, LaunchSpec
+    from runner.launch import LoadedKernel
+
+    spec = LaunchSpec(
+        kernel_name="k", block_m=16, threads=32, shared_bytes=69632, dtype="bf16", head_dim_qk=64,
+        head_dim_v=64, mask="none", arch="sm_80", block_n=64, params=tuple(p[0] for p in INFERENCE_PARAMS),
+        inference=inference, **spec_kw,
+    )  # fmt: skip
+    compiled: Any = None  # never compiled: the launch is recorded, not run
+    return LoadedKernel(spec=spec, compiled=compiled, kernel="main", device_id=0, load_seconds=0.0,
+                        combine_kernel="combine")  # fmt: skip
+
+
+def test_decode_launch_passes_the_abi_and_combines_the_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import runner.decode as decode
+    from runner.abi import COMBINE_PARAMS, INFERENCE_PARAMS
+
+    fake = _FakeCore()
+    monkeypatch.setitem(sys.modules, "cuda.core", fake)
+    monkeypatch.setattr(decode, "_torch_stream", lambda device: None)
+    loaded = _loaded(PAGED | {"splits": 0})
+    batch, heads, heads_kv = 3, 8, 2
+    q = torch.randn(batch, 1, heads, 64).to(torch.bfloat16)
+    k = torch.randn(10, 64, heads_kv, 64).to(torch.bfloat16)
+    table = torch.arange(12, dtype=torch.int32).reshape(batch, 4) % 10
+    lens = torch.tensor([5, 200, 0], dtype=torch.int32)
+    o, lse = decode.decode_attention(loaded, q, k, k, block_table=table, cache_seqlens=lens, num_splits=5)
+    assert o.shape == (batch, 1, heads, 64) and lse.shape == (batch, heads, 1)
+    (grid, block, args), (cgrid, cblock, cargs) = fake.launches
+    assert grid == (1 * 5, batch, heads_kv) and block == 32  # packed GQA: 4 rows per K/V head, 5 splits
+    named = dict(zip((p[0] for p in INFERENCE_PARAMS), args, strict=True))
+    assert named["num_splits"] == 5 and named["max_pages"] == 4 and named["max_seqlen_k"] == 256
+    assert named["k_batch_stride"] == k.stride(0) and named["block_table"] == table.data_ptr()
+    assert named["cu_seqlens_q"] == 0 and named["o_accum"] != 0
+    cnamed = dict(zip((p[0] for p in COMBINE_PARAMS), cargs, strict=True))
+    assert cnamed["num_splits"] == 5 and cgrid == (math.ceil(batch * heads / 4), 1, 1) and cblock == 128
+
+
+def test_decode_launch_refuses_a_paged_kernel_without_its_table() -> None:
+    from runner.decode import decode_attention
+    from runner.launch import LaunchError
+
+    loaded = _loaded(PAGED | {"splits": 1})
+    q = torch.randn(1, 1, 4, 64).to(torch.bfloat16)
+    k = torch.randn(2, 64, 1, 64).to(torch.bfloat16)
+    with pytest.raises(LaunchError, match="block_table and cache_seqlens"):
+        decode_attention(loaded, q, k, k)
+
+
+def test_a_plain_kernels_reference_keeps_its_mask_header() -> None:
+    from runner.decode_verify import plain_program
+
+    assert plain_program("causal").masks == (CAUSAL_MASK,)
+    assert plain_program("none") == PLAIN
