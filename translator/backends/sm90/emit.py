@@ -1038,6 +1038,25 @@ def _overlap_loops(e: _Emit) -> None:
     mask none does (the seqlen_k tail is in the first block, done above); with a causal mask the blocks
     on the diagonal come first, then the loop without; a window masks every block."""
     w, mask = e.w, e.plan.mask
+    if e.by_class and e.plan.ir.block_mask:
+        with e.tag("mask_expr", "the kept key blocks; those the masks keep whole run without the mask"):
+            w.comment("The classes come from the launch-time buffer: the block below's is read before this")
+            w.comment("block's GEMMs, so its memory latency hides under them.")
+            w.line("n_block = next_block(n_block_max - 1);")
+            w.line("int cls = n_block >= n_block_min ? block_class(n_block) : 0;")
+            w.line("CUTE_NO_UNROLL")
+            with w.block("while (n_block >= n_block_min)"):
+                w.line("const int cls_below = n_block > n_block_min ? block_class(n_block - 1) : 0;")
+                w.line("if (cls == 2) overlap_step(n_block, cute::false_type{});")
+                w.line("else overlap_step(n_block, cute::true_type{});")
+                with w.block("if (cls_below != 0)", "} else {"):
+                    w.line("--n_block;")
+                    w.line("cls = cls_below;")
+                with w.indent():
+                    w.line("n_block = next_block(n_block - 1);")
+                    w.line("cls = n_block >= n_block_min ? block_class(n_block) : 0;")
+                w.line("}")
+        return
     if e.by_class:
         with e.tag("mask_expr", "the kept key blocks; those the masks keep whole run without the mask"):
             w.line("n_block = next_block(n_block_max - 1);")
