@@ -1,0 +1,96 @@
+"""An inference kernel from a TL file, ready to call on PyTorch tensors: check → translate → compile →
+load, then `runner.decode.decode_attention` per call.
+
+    kernel = build_inference("examples/inference/paged_decode.tl")
+    o, lse = kernel(q, k_cache, v_cache, block_table=table, cache_seqlens=lens)
+
+The public entry point for split-KV decode, paged KV and packed (varlen) batches; `tl_attention` builds
+on it. Compiles go through the runner's cache, so a second build of the same file and target is a load.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.build import Translated, translate_text
+
+
+class InferenceBuildError(ValueError):
+    """The TL file is no inference kernel (it sets none of splits, page_size, pack_gqa, varlen)."""
+
+
+@dataclass
+class InferenceKernel:
+    translated: Translated
+    _loaded: Any = field(default=None, repr=False)
+
+    @property
+    def spec(self) -> Any:
+        return self.translated.spec
+
+    def load(self) -> Any:
+        """Compile for the current device (PTX of an older target is finalised for it) and load."""
+        if self._loaded is None:
+            from runner.compile import compile_source
+            from runner.launch import load, require_device
+
+            device_arch = require_device()
+            t = self.translated
+            compiled = compile_source(
+                t.source, arch=t.spec.arch, device_arch=device_arch, name=f"{t.spec.kernel_name}.cu",
+                source_map=t.source_map, tl_file=t.spec.tl_file,
+            )  # fmt: skip
+            self._loaded = load(compiled, t.spec)
+        return self._loaded
+
+    def __call__(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        *,
+        block_table: Any = None,
+        cache_seqlens: Any = None,
+        cu_seqlens_q: Any = None,
+        cu_seqlens_k: Any = None,
+        max_seqlen_q: int | None = None,
+        max_seqlen_k: int | None = None,
+        num_splits: int | None = None,
+        softmax_scale: float | None = None,
+        window: tuple[int, int] | None = None,
+        extras: dict[str, Any] | None = None,
+        out: tuple[Any, Any] | None = None,
+    ) -> tuple[Any, Any]:
+        """(o, lse): see `runner.decode.decode_attention` for the layouts."""
+        from runner.decode import decode_attention
+
+        return decode_attention(
+            self.load(), q, k, v, block_table=block_table, cache_seqlens=cache_seqlens,
+            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, num_splits=num_splits, softmax_scale=softmax_scale, window=window,
+            extras=extras, out=out,
+        )  # fmt: skip
+
+
+def build_inference(
+    source: str | Path, *, dtype: str | None = None, target: str | None = None
+) -> InferenceKernel:
+    """Check and translate a TL inference kernel (a path, or TL text); `dtype` / `target` rewrite its
+    `Dtype` / `Target` lines. Raises `pipeline.build.BuildError` (with diagnostics) for a file that does
+    not check, InferenceBuildError for a forward kernel without inference Params."""
+    path = Path(source) if isinstance(source, Path) or str(source).endswith(".tl") else None
+    text = path.read_text(encoding="utf-8") if path is not None else str(source)
+    if dtype is not None:
+        text = re.sub(r"(?m)^Dtype .*$", f"Dtype {dtype}", text)
+    if target is not None:
+        text = re.sub(r"(?m)^Target .*$", f"Target {target}", text)
+    translated = translate_text(text, path if path is not None else Path("inference.tl"))
+    if translated.spec.inference is None:
+        raise InferenceBuildError(
+            f"{translated.spec.kernel_name}: no inference Params (splits, page_size, pack_gqa, varlen); "
+            "use runner.launch.attention for a forward kernel"
+        )
+    return InferenceKernel(translated)
