@@ -5,6 +5,9 @@
 #   bash benchmarks/run_on_device.sh sweep --only NAME,NAME [--seqlens 4096,16384]   (sm_90 A/B variants)
 #   bash benchmarks/run_on_device.sh profile [--kernels tl,fa4 --cases hd128,hd64]     (ncu: ours beside FA4)
 #   (sweep and profile may follow each other: `sweep ARGS -- profile ARGS`)
+#   bash benchmarks/run_on_device.sh variants [args for benchmarks/variants.py]
+#     (the catalogue verified on both targets, then timed against FlexAttention and FA4; default args:
+#      --seqlens 4096,8192,16384)
 #
 # Needs the wheels in .whl/ (carry it): nvidia-cutlass (the CuTe headers), and pytest with its
 # dependencies for images without pytest. Everything lands in .cache/ (git-ignored, kept while the machine
@@ -26,8 +29,8 @@ mkdir -p "$OUT"
 MODE="${1:-all}"
 shift || true
 case "$MODE" in
-    all | tests | bench | stage | sweep | profile) ;;
-    *) echo "run_on_device: unknown mode '$MODE' (all, tests, bench, stage, sweep or profile)"; exit 2 ;;
+    all | tests | bench | stage | sweep | profile | variants) ;;
+    *) echo "run_on_device: unknown mode '$MODE' (all, tests, bench, stage, sweep, profile or variants)"; exit 2 ;;
 esac
 # `sweep A… -- profile B…`: the sweep gets A…, then the profile runs with B….
 MODE_ARGS=()
@@ -163,6 +166,22 @@ if [ "$MODE" = sweep ]; then
     log "sweep: $SWEEP_STATUS"
 fi
 
+VARIANTS_STATUS="not run"
+if [ "$MODE" = variants ]; then
+    T=$(( $(left) - 15 ))
+    log "catalogue verification (timeout $((T / 2))s)"
+    timeout --kill-after=10 $((T / 2)) python3 benchmarks/verify_variants.py --json "$OUT/verify.json" \
+        >"$OUT/verify.log" 2>&1
+    VARIANTS_STATUS="verify exit $?: $(tail -n1 "$OUT/verify.log")"
+    T=$(( $(left) - 15 ))
+    if [ "$#" -eq 0 ]; then set -- --seqlens 4096,8192,16384; fi
+    log "variants benchmark (timeout ${T}s): $*"
+    timeout --kill-after=10 "$T" python3 benchmarks/variants.py --json "$OUT/variants.json" "$@" \
+        >"$OUT/variants.log" 2>&1
+    VARIANTS_STATUS="$VARIANTS_STATUS; bench exit $?"
+    log "variants: $VARIANTS_STATUS"
+fi
+
 PROFILE_STATUS="not run"
 if [ "${DO_PROFILE:-0}" = 1 ]; then
     T=$(( $(left) - 15 ))
@@ -194,6 +213,8 @@ echo "benchmark: $BENCH_STATUS"
 if [ -f "$OUT/bench.log" ]; then
     sed -n '/^TFLOPS on/,$p' "$OUT/bench.log" | head -n 60
 fi
+echo "variants: $VARIANTS_STATUS"
+[ -f "$OUT/variants.log" ] && sed -n '/^TFLOPS on kept/,$p' "$OUT/variants.log"
 echo "SASS report: $SASS_STATUS"
 tail -n 4 "$OUT/sass.log" 2>/dev/null
 echo "planner: $PLANNER_STATUS"
@@ -203,7 +224,8 @@ sed -n '/^variant  /,$p' "$OUT/sweep.log" 2>/dev/null | head -n 60
 echo "profile: $PROFILE_STATUS"
 sed -n '/^metric  /,$p' "$OUT/profile.log" 2>/dev/null | head -n 70
 grep -E "no report|ncu is not|Error|error" "$OUT/profile.log" 2>/dev/null | head -n 8
-for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log sweep.log sweep.json profile.log; do
+for f in run.log gpu-tests.log bench.log bench.json planner.json sass.log sweep.log sweep.json profile.log \
+    verify.json variants.json variants.log; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL_OUT/"
 done
 tar -czf "$FINAL_OUT/all-logs.tar.gz" -C "$OUT" . 2>/dev/null && rm -rf "$OUT"
