@@ -4,6 +4,7 @@ against its IR reference first; each baseline is checked against the verified TL
 
     python3 benchmarks/variants.py [--seqlen 8192] [--batch 2] [--heads 16] [--only a,b] [--json OUT]
                                    [--seqlens 4096,8192,16384 [--tokens 16384]] [--dtype fp16]
+                                   [--hdim 64] [--heads 64 --heads-kv 8]
                                    [--ab fma_exps=0,3,6]
 
 `--ab "PARAM=V1,V2;PARAM2=V3"`: each variant is also built with `Param PARAM = V` for every value (set or
@@ -116,19 +117,22 @@ def _bench_shape(
 
     rows: list[dict[str, Any]] = []
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(B, S, H, D, device="cuda", generator=g).to(dtype) for _ in range(3))
+    hkv = args.heads_kv or H
+    gqa = hkv != H
+    q = torch.randn(B, S, H, D, device="cuda", generator=g).to(dtype)
+    k, v = (torch.randn(B, S, hkv, D, device="cuda", generator=g).to(dtype) for _ in range(2))
     scale = 1 / math.sqrt(D)
     for n in names:
         if n not in loaded:
             continue
         lk, spec = loaded[n], built[n].spec
         program = Forward.from_dict(spec.program) if spec.program else None
-        small = verify(lk, Shape(1, 2, 1, 1000, 1000), seed=1)
+        small = verify(lk, Shape(1, 2 * H // hkv, 2, 1000, 1000), seed=1)
         if not small.passed:
             print(f"{n}: verification failed, not timed\n{small}")
             rows.append({"variant": n, "batch": B, "seqlen": S, "error": "verification failed"})
             continue
-        side = make_side_tensors(program, B, H, H, S, S, generator=g, device="cuda") if program else {}
+        side = make_side_tensors(program, B, H, hkv, S, S, generator=g, device="cuda") if program else {}
         if "slopes" in side:  # ALiBi's own slopes, 2^(-8 (h + 1) / H)
             side["slopes"] = torch.exp2(-8.0 * torch.arange(1, H + 1, device="cuda") / H).float()
         scalars = {s.name: s.default for s in program.scalars} if program else {}
@@ -142,7 +146,7 @@ def _bench_shape(
             tensors=program.tensors,
             scalars=program.scalars,
         )
-        ones = torch.ones(B, S, H, 8, device="cuda")
+        ones = torch.ones(B, S, hkv, 8, device="cuda")
         kept, _ = forward_reference(
             count, q[..., :8].float(), k[..., :8].float(), ones, tensors={t: side[t] for t in side}, chunk=512
         )
@@ -161,7 +165,7 @@ def _bench_shape(
             key = f"{n} {param}={value}"
             if key not in loaded:
                 continue
-            if not verify(loaded[key], Shape(1, 2, 1, 1000, 1000), seed=1).passed:
+            if not verify(loaded[key], Shape(1, 2 * H // hkv, 2, 1000, 1000), seed=1).passed:
                 print(f"{key}: verification failed, not timed")
                 continue
             out = (torch.empty_like(q), torch.empty_like(lse))
@@ -179,12 +183,13 @@ def _bench_shape(
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # once: q, k, v are fixed
             sm, mm = mods
             bm = create_block_mask(mm, B, None, S, S, device="cuda") if mm else None  # built outside timing
-            out = flex(qt, kt, vt, score_mod=sm, block_mask=bm, scale=scale).transpose(1, 2).float()
+            out = flex(qt, kt, vt, score_mod=sm, block_mask=bm, scale=scale, enable_gqa=gqa)
+            out = out.transpose(1, 2).float()
             err = float((out - ref_o).abs().max())
             notes["flex_max_abs_vs_tl"] = err
             if err < 5e-2:
                 fns["flex"] = lambda i, sm=sm, bm=bm, flex=flex, t=(qt, kt, vt): flex(
-                    *t, score_mod=sm, block_mask=bm, scale=scale
+                    *t, score_mod=sm, block_mask=bm, scale=scale, enable_gqa=gqa
                 )
             else:
                 print(f"{n}: flex disagrees with the verified TL kernel (max abs {err:.3e}); not timed")
@@ -224,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    ap.add_argument("--hdim", type=int, default=128, help="head dim (the catalogue's Param d is replaced)")
+    ap.add_argument("--heads-kv", type=int, default=0, help="K/V heads (GQA); 0: as many as --heads")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument(
@@ -258,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     built = {}
     for n, t in texts.items():
         t = re.sub(r"(?m)^Dtype .*$", f"Dtype {args.dtype}", re.sub(r"(?m)^Target .*$", "Target sm_90", t))
+        t = _with_param(t, "d", str(args.hdim))
         built[n] = translate_text(t, Path(f"{n.replace(' ', '_')}_bench.tl"))
     device = cuda_device_arch()
     results = compile_many(
@@ -273,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         loaded[n] = load(c, b.spec)
     gpu = torch.cuda.get_device_name()
-    D, H = 128, args.heads
+    D, H = args.hdim, args.heads
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     rows = []
     for S in [int(s) for s in args.seqlens.split(",")] if args.seqlens else [args.seqlen]:
@@ -283,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'variant':22s} {'B×S':>8s} " + " ".join(
         f"{c:>{7 if '/' in c else 6 if c != 'kept' else 5}s}" for c in cols
     )
-    print(f"\nTFLOPS on kept pairs, {args.dtype} d{D} H{H}, sm_90 path, {gpu}, {time.strftime('%Y-%m-%d')}")
+    heads = f"H{H}" + (f"/{args.heads_kv}" if args.heads_kv else "")
+    day = time.strftime("%Y-%m-%d")
+    print(f"\nTFLOPS on kept pairs, {args.dtype} d{D} {heads}, sm_90 path, {gpu}, {day}")
     print(head)
     for r in rows:
         shape = f"{r['batch']}×{r['seqlen'] // 1024}k"
@@ -297,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         for param, value in ab:
             print(f"{'  ' + param + '=' + value:22s} {'':8s} {'':5s} {_num(r, f'tl {param}={value}')}")
     if args.json:
-        meta = {"gpu": gpu, "dtype": args.dtype, "heads": H, "head_dim": D, "date": time.strftime("%Y-%m-%d")}
+        meta = {"gpu": gpu, "dtype": args.dtype, "heads": H, "heads_kv": args.heads_kv or H, "head_dim": D}
+        meta["date"] = time.strftime("%Y-%m-%d")
         Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
     return 0
 
