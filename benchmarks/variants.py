@@ -7,9 +7,9 @@ against its IR reference first; each baseline is checked against the verified TL
                                    [--hdim 64] [--heads 64 --heads-kv 8]
                                    [--ab fma_exps=0,3,6]
 
-`--ab "PARAM=V1,V2;PARAM2=V3"`: each variant is also built with `Param PARAM = V` for every value (set or
-replaced in its TL), verified, and timed in the same interleaved run as `tl PARAM=V` (A/Bs of one switch
-at a time).
+`--ab "PARAM=V1,V2;VARIANT:PARAM2=V3"`: each variant (or only VARIANT) is also built with `Param PARAM = V`
+for every value (set or replaced in its TL), verified, and timed in the same interleaved run as
+`tl PARAM=V` (A/Bs of one switch at a time).
 
 The TL kernels are the catalogue files as written (Target set to sm_90, bf16): their tiles are the
 catalogue's, not tuned per variant (that is issue 17's planner work).
@@ -94,7 +94,7 @@ def _ratio(r: dict[str, Any], key: str) -> str:
 def _bench_shape(
     args: Any,
     names: list[str],
-    ab: list[tuple[str, str]],
+    ab: list[tuple[str, str, str]],
     loaded: dict[str, Any],
     built: dict[str, Any],
     B: int,
@@ -161,7 +161,7 @@ def _bench_shape(
             "tl": lambda i, lk=lk, o=o, lse=lse, side=side: launch(lk, q, k, v, o, lse, extras=side),
             "tl-plain": lambda i, plain=plain, po=po, plse=plse: launch(plain, q, k, v, po, plse),
         }
-        for param, value in ab:
+        for _, param, value in ab:
             key = f"{n} {param}={value}"
             if key not in loaded:
                 continue
@@ -239,12 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default="")
     ap.add_argument("--target-s", type=float, default=0.6)
-    ap.add_argument("--ab", default="", help="PARAM=V1,V2[;PARAM2=V3]: the variants also with each value")
+    ap.add_argument("--ab", default="", help="[VARIANT:]PARAM=V1,V2[;...]: also built with each value")
     args = ap.parse_args(argv)
-    ab = []
+    ab = []  # (the one variant it applies to, or "" for all; param; value)
     for group in filter(None, args.ab.split(";")):
         ab_param, _, ab_values = group.partition("=")
-        ab += [(ab_param.strip(), v.strip()) for v in ab_values.split(",") if v.strip()]
+        only, _, ab_param = ab_param.strip().rpartition(":")
+        ab += [(only, ab_param, v.strip()) for v in ab_values.split(",") if v.strip()]
 
     import torch
 
@@ -260,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         r"(?m)^Mask .*$", "Mask causal", re.sub(r"(?m)^Param BN = .*$", "Param BN = 128", base)
     )
     for n in names:
-        for param, value in ab:
-            texts[f"{n} {param}={value}"] = _with_param(texts[n], param, value)
+        for only, param, value in ab:
+            if only in ("", n):
+                texts[f"{n} {param}={value}"] = _with_param(texts[n], param, value)
     built = {}
     for n, t in texts.items():
         t = re.sub(r"(?m)^Dtype .*$", f"Dtype {args.dtype}", re.sub(r"(?m)^Target .*$", "Target sm_90", t))
@@ -304,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['variant']:22s} {shape:>8s} {r['useful_pairs']:5.2f} {_num(r, 'tl')} {_num(r, 'tl-plain')} "
             f"{_num(r, 'flex')} {_num(r, 'fa4')} {_ratio(r, 'flex')} {_ratio(r, 'fa4')}"
         )
-        for param, value in ab:
-            print(f"{'  ' + param + '=' + value:22s} {'':8s} {'':5s} {_num(r, f'tl {param}={value}')}")
+        for only, param, value in ab:
+            if only in ("", r["variant"]):
+                print(f"{'  ' + param + '=' + value:22s} {'':8s} {'':5s} {_num(r, f'tl {param}={value}')}")
     if args.json:
         meta = {"gpu": gpu, "dtype": args.dtype, "heads": H, "heads_kv": args.heads_kv or H, "head_dim": D}
         meta["date"] = time.strftime("%Y-%m-%d")
