@@ -135,9 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     logits: dict[str, Any] = {}
     usable: list[str] = []
     for name in CANDIDATES:
+        start = time.perf_counter()
         try:
             logits[name] = forward_fn(model, ids, name)(0).float()
+            torch.cuda.synchronize()
             usable.append(name)
+            print(f"{name}: first forward (checked, warm) in {time.perf_counter() - start:.1f} s")
         except Exception as exc:
             print(f"{name}: cannot run: {type(exc).__name__}: {exc}")
     ref = logits.get("sdpa-cudnn")

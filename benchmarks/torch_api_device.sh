@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tl_attention on the lent GPU machine in one call: tests/gpu/test_torch_api_gpu.py, then
-# benchmarks/model_step.py; logs and the benchmark's JSON land in $OUT.
+# tl_attention on the lent GPU machine in one call: compile the kernels, benchmarks/model_step.py, then
+# tests/gpu/test_torch_api_gpu.py; logs and the benchmark's JSON land in $OUT.
 #
 #   bash benchmarks/torch_api_device.sh [extra args for benchmarks/model_step.py]
 #
@@ -18,7 +18,13 @@ if ! python3 -c "import pytest" >/dev/null 2>&1; then
 fi
 export PYTHONPATH="$PWD:$SITE" TL_CACHE_DIR="${TL_CACHE_DIR:-/tmp/tlcache}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout --kill-after=5 "${TL_TESTS_S:-110}" python3 -m pytest tests/gpu/test_torch_api_gpu.py -m gpu \
-    -p no:cacheprovider -rfE -s -q 2>&1 | tee "$OUT/torch_api_tests.log" | tail -n 40
-timeout --kill-after=5 "${TL_BENCH_S:-60}" python3 benchmarks/model_step.py --out "$OUT/model_step.json" "$@" \
+# Compile every kernel first, in parallel (the benchmark's is one of the tests' models').
+timeout --kill-after=5 "${TL_WARM_S:-60}" python3 -c "
+import sys, time; sys.path.insert(0, 'tests/gpu')
+import tl_attention, test_torch_api_gpu as t
+start = time.perf_counter(); ks = t.suite_kernels(); tl_attention.load_many(ks)
+print(f'{len(ks)} kernels compiled and loaded in {time.perf_counter() - start:.1f} s')" 2>&1 | tee "$OUT/warm.log"
+timeout --kill-after=5 "${TL_BENCH_S:-70}" python3 benchmarks/model_step.py --out "$OUT/model_step.json" "$@" \
     2>&1 | tee "$OUT/model_step.log" | tail -n 25
+timeout --kill-after=5 "${TL_TESTS_S:-60}" python3 -m pytest tests/gpu/test_torch_api_gpu.py -m gpu \
+    -p no:cacheprovider -rfE -s -q -p no:logging 2>&1 | grep -v "^DEBUG " | tee "$OUT/torch_api_tests.log" | tail -n 40

@@ -8,7 +8,6 @@ Every kernel of the module is compiled once, in parallel, by the `kernels` fixtu
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -44,15 +43,21 @@ def model_configs() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def kernels() -> dict[str, Any]:
+def suite_kernels() -> list[tl_attention.Kernel]:
+    """Every kernel of this module (softcap.tl and the models' layers), translated, not compiled."""
     hf.register()
     softcap = tl_attention.compile("softcap.tl", lazy=True)
     layers = [k for cfg in model_configs().values() for k in hf.kernels_for(cfg, BF16)]
+    return list(dict.fromkeys([softcap, *layers]))
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, Any]:
+    every = suite_kernels()
     start = time.perf_counter()
-    tl_attention.load_many([softcap, *layers])
-    print(f"\ntl_attention GPU suite: {1 + len(layers)} kernels ready in {time.perf_counter() - start:.1f} s")
-    return {"softcap": softcap}
+    tl_attention.load_many(every)
+    print(f"\ntl_attention GPU suite: {len(every)} kernels ready in {time.perf_counter() - start:.1f} s")
+    return {"softcap": every[0]}
 
 
 def reference(q: Any, k: Any, v: Any, scale: float, cap: float) -> tuple[Any, Any]:
@@ -167,13 +172,13 @@ def test_model_logits_match_transformers_attention(kernels: dict[str, Any], name
     torch.testing.assert_close(got, want, atol=6e-2, rtol=6e-2)
 
 
-def test_model_under_torch_compile_and_cuda_graph(kernels: dict[str, Any]) -> None:
+def test_model_in_a_cuda_graph_and_under_torch_compile(kernels: dict[str, Any]) -> None:
+    """The whole model captured in a CUDA graph replays the eager logits exactly; compiled with inductor
+    (fullgraph) it computes them up to the bf16 rounding of the ops inductor fuses around the attention."""
     m = model("llama", "tl")
     ids = tokens()
     with torch.no_grad():
         eager = m(ids, use_cache=False).logits
-        compiled = torch.compile(m, fullgraph=True)(ids, use_cache=False).logits
-        torch.testing.assert_close(compiled.float(), eager.float(), atol=6e-2, rtol=6e-2)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -184,5 +189,8 @@ def test_model_under_torch_compile_and_cuda_graph(kernels: dict[str, Any]) -> No
             captured = m(ids, use_cache=False).logits
         graph.replay()
         torch.cuda.synchronize()
-    assert torch.equal(captured, eager)
-    assert math.isfinite(captured.float().abs().max().item())
+        assert torch.equal(captured, eager)
+        compiled = torch.compile(m, fullgraph=True)(ids, use_cache=False).logits
+    diff = (compiled.float() - eager.float()).abs()
+    print(f"\ninductor vs eager logits: max |diff| {diff.max():.4f}, mean {diff.mean():.5f}")
+    assert diff.max() < 0.25 and diff.mean() < 5e-3
