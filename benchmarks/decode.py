@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ab", action="append", default=[], help="P=V[,P=V]: another TL build (repeatable)")
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles per shape)")
     ap.add_argument("--target-s", type=float, default=1.0, help="timed seconds per candidate and shape")
+    ap.add_argument("--candidates", default="", help="comma-separated names to time (default: all)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
 
@@ -60,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         (spec, {k: int(v) for k, v in (kv.split("=") for kv in spec.split(","))}) for spec in args.ab
     ]
     builds = []
+    only = {c for c in args.candidates.split(",") if c}
     for label, ab in configs:
         for page in (True, False):
+            if only and not any(c.startswith("tl-") for c in only):
+                continue
             name = f"tl-{'paged' if page else 'contig'}{' ' + label if label else ''}"
             # the base paged build has verify_decode.py's file name: the compile cache serves both
             tl = "paged_decode_sm_90_bf16.tl" if page and not ab else f"decode_{len(builds)}.tl"
@@ -82,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for shape in args.shapes.split(","):
         batch, seqlen = (int(x) for x in shape.split("x"))
-        rows += bench_shape(batch, seqlen, kernels, flex=args.flex, target_s=args.target_s)
+        only = {c for c in args.candidates.split(",") if c}
+        rows += bench_shape(batch, seqlen, kernels, flex=args.flex, target_s=args.target_s, only=only)
         torch.cuda.empty_cache()
 
     gpu = torch.cuda.get_device_name()
@@ -98,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def bench_shape(batch: int, seqlen: int, kernels: dict, *, flex: bool, target_s: float) -> list[dict]:
+def bench_shape(
+    batch: int, seqlen: int, kernels: dict, *, flex: bool, target_s: float, only: set[str]
+) -> list[dict]:
     """Check, then time every candidate on one shape; a row per candidate that ran."""
     import torch
     import torch.nn.functional as F
@@ -148,6 +155,8 @@ def bench_shape(batch: int, seqlen: int, kernels: dict, *, flex: bool, target_s:
         compiled = torch.compile(flex_attention, dynamic=False)
         fns["flex"] = lambda i: compiled(qb, kb, vb, enable_gqa=True)
     ref = fns["cudnn"](0).transpose(1, 2).float()
+    if only:
+        fns = {name: fn for name, fn in fns.items() if name in only}
     checked = {}
     for name, fn in list(fns.items()):
         try:

@@ -16,19 +16,13 @@ Layouts (the last dim contiguous, 16-byte aligned rows):
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec
-from runner.launch import (
-    LaunchError,
-    LoadedKernel,
-    _torch_stream,
-    program_args,
-    sm_count,
-    torch_dtype,
-)
+from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec, program_params
+from runner.launch import LaunchError, LoadedKernel, program_args, sm_count, torch_dtype
+from runner.struct_launch import StructLauncher
 
 MAX_SPLITS = 128  # the combine kernel's limit (tl_language.inference.MAX_SPLITS)
 SMEM_PER_SM = 228 * 1024  # shared memory of an sm_80/sm_90 SM (1 KB of it reserved per block)
@@ -41,6 +35,7 @@ def blocks_per_sm(spec: LaunchSpec) -> int:
     return max(1, min(by_smem, THREADS_PER_SM // spec.threads, 32))
 
 
+@functools.cache
 def num_splits_heuristic(tiles: int, n_blocks: int, sms: int, per_sm: int) -> int:
     """Splits of each tile's key range so that the grid's blocks fill whole waves of the GPU's
     `sms · per_sm` resident blocks: the fewest splits whose wave efficiency (blocks / slots of the
@@ -61,15 +56,6 @@ def num_splits_heuristic(tiles: int, n_blocks: int, sms: int, per_sm: int) -> in
         return good
     best = max(efficiency(s) for s in range(1, limit + 1))
     return next(s for s in range(1, limit + 1) if efficiency(s) >= 0.95 * best)
-
-
-@dataclass(frozen=True)
-class DecodeShape:
-    batch: int
-    max_seqlen_q: int
-    max_seqlen_k: int
-    heads: int
-    heads_kv: int
 
 
 def _check(name: str, t: Any, dtype: Any, device: Any, dims: int, last: int | None = None) -> None:
@@ -122,7 +108,6 @@ def decode_attention(
     overrides it. `max_seqlen_*` of a packed batch are read from the cu_seqlens when not given (a
     device-to-host copy). `extras`: the program's runtime scalars and side tensors by TL name (side-tensor
     dims `seqlen_q` / `seqlen_k` are the maxima)."""
-    import numpy as np
     import torch
 
     spec = loaded.spec
@@ -182,7 +167,6 @@ def decode_attention(
             _int_vector("cache_seqlens", cache_seqlens, batch, device)
         total_q = batch * max_seqlen_q
     assert max_seqlen_q is not None and max_seqlen_k is not None
-    shape = DecodeShape(batch, max_seqlen_q, max_seqlen_k, heads, heads_kv)
     pack = bool(inf["pack_gqa"])
     group = heads // heads_kv
     m_blocks = math.ceil(max_seqlen_q * (group if pack else 1) / spec.block_m)
@@ -248,50 +232,53 @@ def decode_attention(
             values[f"{name}_{which}_stride"] = s
     if values["softmax_scale"] <= 0:
         raise LaunchError(f"softmax_scale must be positive, got {values['softmax_scale']}")
-    args = [getattr(np, np_type)(values[name]) for name, _c, np_type in INFERENCE_PARAMS]
-    sizes_like = torch.empty((batch, max_seqlen_q, heads, 0), device=device)  # program_args reads sizes
-    tail = program_args(
-        spec, sizes_like, {**(extras or {}), "_seqlen_k": max_seqlen_k, "_heads_kv": heads_kv}
+    main, combine = _launchers(loaded)
+    tail: list[Any] = []
+    program = spec.program or {}
+    if program.get("scalars") or program.get("tensors"):
+        sizes_like = torch.empty((batch, max_seqlen_q, heads, 0), device=device)  # program_args reads sizes
+        extra = {**(extras or {}), "_seqlen_k": max_seqlen_k, "_heads_kv": heads_kv}
+        tail = [value.item() for _, value in program_args(spec, sizes_like, extra)]
+    elif extras:
+        raise LaunchError(f"unknown launch argument(s) {', '.join(map(repr, extras))} for {spec.kernel_name}")
+    stream = _stream_handle(device)
+    grid = (m_blocks * splits, batch, heads_z)
+    main.launch(
+        grid, spec.threads, spec.shared_bytes, stream, [*(values[n] for n in _INFERENCE_NAMES), *tail]
     )
-
-    from cuda.core import LaunchConfig
-    from cuda.core import launch as cu_launch
-
-    stream = _torch_stream(device)
-    config = LaunchConfig(
-        grid=(m_blocks * splits, batch, heads_z), block=spec.threads, shmem_size=spec.shared_bytes
-    )
-    cu_launch(stream, config, loaded.kernel, *args, *(value for _, value in tail))
     if accum is not None:
-        _combine(loaded, accum, o, lse, shape, splits, strides(o))
+        if combine is None:
+            raise LaunchError(f"{spec.kernel_name}: its combine kernel is missing; rebuild with `tl build`")
+        o_strides = strides(o)
+        rows = batch * heads * max_seqlen_q
+        combine_values = (
+            accum[0].data_ptr(), accum[1].data_ptr(), o.data_ptr(), lse.data_ptr(),
+            batch, max_seqlen_q, heads, splits, *o_strides,
+        )  # fmt: skip
+        combine.launch(
+            (math.ceil(rows / (COMBINE_THREADS // 32)), 1, 1), COMBINE_THREADS, 0, stream, combine_values
+        )
     return o, lse
 
 
-def _combine(
-    loaded: LoadedKernel,
-    accum: tuple[Any, Any],
-    o: Any,
-    lse: Any,
-    shape: DecodeShape,
-    splits: int,
-    o_strides: tuple[int, int, int],
-) -> None:
-    import numpy as np
-    from cuda.core import LaunchConfig
-    from cuda.core import launch as cu_launch
+def _stream_handle(device: Any) -> int:
+    """PyTorch's current stream on `device` (the launches order with the surrounding torch work)."""
+    import torch
 
-    if loaded.combine_kernel is None:
-        raise LaunchError(
-            f"{loaded.spec.kernel_name}: its combine kernel is missing; rebuild with `tl build`"
-        )
-    values = {
-        "o_accum": accum[0].data_ptr(), "lse_accum": accum[1].data_ptr(),
-        "o": o.data_ptr(), "lse": lse.data_ptr(),
-        "batch": shape.batch, "max_seqlen_q": shape.max_seqlen_q, "heads": shape.heads, "num_splits": splits,
-        "o_batch_stride": o_strides[0], "o_row_stride": o_strides[1], "o_head_stride": o_strides[2],
-    }  # fmt: skip
-    rows = shape.batch * shape.heads * shape.max_seqlen_q
-    per_block = COMBINE_THREADS // 32
-    config = LaunchConfig(grid=(math.ceil(rows / per_block), 1, 1), block=COMBINE_THREADS)
-    args = [getattr(np, t)(values[n]) for n, _c, t in COMBINE_PARAMS]
-    cu_launch(_torch_stream(o.device), config, loaded.combine_kernel, *args)
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+_INFERENCE_NAMES = tuple(p[0] for p in INFERENCE_PARAMS)
+_LAUNCHERS: dict[int, tuple[LoadedKernel, StructLauncher, StructLauncher | None]] = {}
+
+
+def _launchers(loaded: LoadedKernel) -> tuple[StructLauncher, StructLauncher | None]:
+    """The kernel's and its combine kernel's launchers, built on first use (keyed by the loaded kernel,
+    which the entry keeps alive)."""
+    entry = _LAUNCHERS.get(id(loaded))
+    if entry is None or entry[0] is not loaded:
+        params = INFERENCE_PARAMS + program_params(loaded.spec.program)
+        combine = StructLauncher(loaded.combine_kernel, COMBINE_PARAMS) if loaded.combine_kernel else None
+        entry = (loaded, StructLauncher(loaded.kernel, params), combine)
+        _LAUNCHERS[id(loaded)] = entry
+    return entry[1], entry[2]

@@ -91,17 +91,27 @@ def test_packed_batch_reference_is_causal_per_sequence() -> None:
     torch.testing.assert_close(o[:5], ro[0])
 
 
-class _FakeCore:
-    """Stands in for cuda.core: records each launch's grid, block and arguments."""
+class _FakeDriver:
+    """Stands in for cuda.bindings.driver: decodes each launch's kernelParams back into values."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
 
     def __init__(self) -> None:
-        self.launches: list[tuple[tuple[int, int, int], int, list]] = []
+        self.launches: list[tuple[Any, tuple[int, int, int], int, list]] = []
+        self.types: dict[str, list[Any]] = {}
 
-    def LaunchConfig(self, grid, block, shmem_size=0):
-        return (grid, block)
+    def CUstream(self, handle: int) -> int:
+        return handle
 
-    def launch(self, stream, config, kernel, *args):
-        self.launches.append((config[0], config[1], list(args)))
+    def cuLaunchKernel(self, handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        import ctypes
+
+        types = self.types[handle]
+        pointers = (ctypes.c_void_p * len(types)).from_address(params)
+        values = [t.from_address(p).value for t, p in zip(types, pointers, strict=True)]
+        self.launches.append((handle, (gx, gy, gz), bx, values))
+        return (0,)
 
 
 PAGED = {"page_size": 64, "pack_gqa": True, "varlen": False, "combine": "k_combine"}
@@ -122,30 +132,48 @@ def _loaded(inference: dict, **spec_kw: Any) -> Any:
 
 
 def test_decode_launch_passes_the_abi_and_combines_the_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
     import sys
+    import types
 
     import runner.decode as decode
     from runner.abi import COMBINE_PARAMS, INFERENCE_PARAMS
 
-    fake = _FakeCore()
-    monkeypatch.setitem(sys.modules, "cuda.core", fake)
-    monkeypatch.setattr(decode, "_torch_stream", lambda device: None)
+    c = {
+        "uintp": ctypes.c_uint64,
+        "int32": ctypes.c_int32,
+        "int64": ctypes.c_int64,
+        "float32": ctypes.c_float,
+    }
+    fake = _FakeDriver()
+    fake.types = {"main": [c[t] for *_, t in INFERENCE_PARAMS], "combine": [c[t] for *_, t in COMBINE_PARAMS]}
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.driver = fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setattr(decode, "_stream_handle", lambda device: 7)
     loaded = _loaded(PAGED | {"splits": 0})
     batch, heads, heads_kv = 3, 8, 2
     q = torch.randn(batch, 1, heads, 64).to(torch.bfloat16)
     k = torch.randn(10, 64, heads_kv, 64).to(torch.bfloat16)
     table = torch.arange(12, dtype=torch.int32).reshape(batch, 4) % 10
     lens = torch.tensor([5, 200, 0], dtype=torch.int32)
-    o, lse = decode.decode_attention(loaded, q, k, k, block_table=table, cache_seqlens=lens, num_splits=5)
+    for scale in (0.5, 0.25):  # the second launch reuses the argument struct
+        o, lse = decode.decode_attention(
+            loaded, q, k, k, block_table=table, cache_seqlens=lens, num_splits=5, softmax_scale=scale
+        )
     assert o.shape == (batch, 1, heads, 64) and lse.shape == (batch, heads, 1)
-    (grid, block, args), (cgrid, cblock, cargs) = fake.launches
+    assert [launch[0] for launch in fake.launches] == ["main", "combine"] * 2
+    _, grid, block, args = fake.launches[2]
     assert grid == (1 * 5, batch, heads_kv) and block == 32  # packed GQA: 4 rows per K/V head, 5 splits
     named = dict(zip((p[0] for p in INFERENCE_PARAMS), args, strict=True))
     assert named["num_splits"] == 5 and named["max_pages"] == 4 and named["max_seqlen_k"] == 256
     assert named["k_batch_stride"] == k.stride(0) and named["block_table"] == table.data_ptr()
-    assert named["cu_seqlens_q"] == 0 and named["o_accum"] != 0
+    assert named["q"] == q.data_ptr() and named["softmax_scale"] == 0.25
+    assert named["cu_seqlens_q"] == 0 and named["o_accum"] != 0 and named["window_left"] == -1
+    _, cgrid, cblock, cargs = fake.launches[3]
     cnamed = dict(zip((p[0] for p in COMBINE_PARAMS), cargs, strict=True))
-    assert cnamed["num_splits"] == 5 and cgrid == (math.ceil(batch * heads / 4), 1, 1) and cblock == 128
+    assert cnamed["num_splits"] == 5 and cnamed["o"] == o.data_ptr() and cnamed["o_accum"] == named["o_accum"]
+    assert cgrid == (math.ceil(batch * heads / 4), 1, 1) and cblock == 128
 
 
 def test_decode_launch_refuses_a_paged_kernel_without_its_table() -> None:
