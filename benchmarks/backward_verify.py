@@ -46,12 +46,16 @@ SHAPES = (
 SAME_LENGTH = ("relative_bias", "document_mask")  # the TL requires seqlen_q == seqlen_k
 
 
-def cases(full: bool) -> list[tuple[str, tuple[str, ...], str, int]]:
+def cases(full: bool, only: str = "") -> list[tuple[str, tuple[str, ...], str, int]]:
+    import re
+
     out = []
     for path, learn in PROGRAMS:
         for dtype in ("bf16", "fp16"):
             for d in (128, 64):
                 if not full and (dtype, d) != ("bf16", 128) and "mha" not in path and "softcap" not in path:
+                    continue
+                if only and not re.search(only, f"{Path(path).stem}_{dtype}_d{d}"):
                     continue
                 out.append((path, learn, dtype, d))
     return out
@@ -62,13 +66,13 @@ def _text(path: str, d: int) -> str:
     return text.replace("Param d = 128", f"Param d = {d}") if d != 128 else text
 
 
-def build(out: Path, full: bool) -> None:
+def build(out: Path, full: bool, only: str = "") -> None:
     from pipeline.backward import translate_backward
     from runner.compile import CompileJob, compile_many
 
     out.mkdir(parents=True, exist_ok=True)
     builds, jobs = [], []
-    for path, learn, dtype, d in cases(full):
+    for path, learn, dtype, d in cases(full, only):
         b = translate_backward(_text(path, d), dtype=dtype, arch="sm_80", learnable=learn)
         tag = f"{Path(path).stem}_{dtype}_d{d}"
         (out / f"{tag}.bwd.cu").write_text(b.source)
@@ -139,9 +143,10 @@ def main() -> int:
     ap.add_argument("--run", type=Path)
     ap.add_argument("--full", action="store_true", help="every program in both dtypes and head dims")
     ap.add_argument("--shapes", default="all", help="'all' or 'B,H,Hkv,Sq,Sk;…'")
+    ap.add_argument("--only", default="", help="a regular expression over the case tags (stem_dtype_dN)")
     args = ap.parse_args()
     if args.build:
-        build(args.build, args.full)
+        build(args.build, args.full, args.only)
     if args.run:
         return run(args.run, args.shapes)
     return 0

@@ -54,7 +54,16 @@ class BackwardResult:
     def line(self) -> str:
         worst = max(self.checks, key=lambda c: c.rel_l2 / max(GRAD_TOLERANCES[self.dtype].rel_l2, 1e-30))
         bad = [c.name for c in self.checks if not c.ok]
-        verdict = "ok" if not bad else "FAIL " + ",".join(bad)
+        verdict = (
+            "ok"
+            if not bad
+            else "FAIL "
+            + ", ".join(
+                f"{c.name} (rel_l2 {c.rel_l2:.2e}, max_abs {c.max_abs:.2e}, nonfinite {c.nonfinite})"
+                for c in self.checks
+                if not c.ok
+            )
+        )
         return (
             f"{self.kernel} {self.dtype} {self.shape}: {verdict} "
             f"(worst {worst.name}: rel_l2 {worst.rel_l2:.2e}, max_abs {worst.max_abs:.2e}, "

@@ -56,7 +56,7 @@ def generate_backward(
     _check(plan, learnable)
     block_m, block_n = tiles(plan.head_dim_qk)
     d = plan.head_dim_qk
-    smem = 2 * (2 * block_m * d + 2 * block_n * d + 2 * block_m * block_n)
+    smem = 2 * (2 * 2 * block_m * d + 2 * block_n * d + 2 * block_m * block_n)  # Q and dO in two stages
     name = plan.kernel_name
     w = CodeWriter()
     src = tl_file or f"{name}.tl"
@@ -331,17 +331,18 @@ def _emit_main(
         )
         w.line("const int group = heads / heads_kv;")
         w.line()
-        w.comment("Shared memory: Q and dO of the current query block, K and V of this key block, P and dS.")
+        w.comment("Shared memory: K and V of this key block, P and dS, then two stages of (Q, dO): the next")
+        w.comment("query block's Q and dO load while this one computes (FA2's double buffer).")
         w.line(
-            "Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQdO{});"
+            "Tensor sK = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutKV{});"
         )
-        w.line("Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQdO{});")
-        w.line("Tensor sK = make_tensor(sdO.data() + size(sdO), typename Traits::SmemLayoutKV{});")
         w.line("Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});")
         w.line("Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});")
         w.line("Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});")
-        for t, base, lay in (("sQt", "sQ", "QdOt"), ("sdOt", "sdO", "QdOt"), ("sKt", "sK", "Kt"),
-                             ("sPt", "sP", "PdSt"), ("sdSt", "sdS", "PdSt")):  # fmt: skip
+        w.line("Element* smem_qdo = (sdS.data() + size(sdS)).get();")
+        w.line("constexpr int kQdOElems = 2 * kBlockM * kHeadDim;  // one stage: Q then dO")
+        _emit_qdo_views(w, "smem_qdo")
+        for t, base, lay in (("sKt", "sK", "Kt"), ("sPt", "sP", "PdSt"), ("sdSt", "sdS", "PdSt")):
             w.line(f"Tensor {t} = make_tensor({base}.data(), typename Traits::SmemLayout{lay}{{}});")
             w.line(
                 f"Tensor {t}NoSwizzle = make_tensor({base}.data().get(), typename Traits::SmemLayout{lay}NoSwizzle{{}});"
@@ -395,8 +396,7 @@ def _emit_main(
             "auto smem_tiled_copy_QdO = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma_sdp);"
         )
         w.line("auto smem_tiled_copy_KV = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma_sdp);")
-        w.line("Tensor tSsQ = smem_tiled_copy_QdO.get_thread_slice(tidx).partition_S(sQ);")
-        w.line("Tensor tdPsdO = smem_tiled_copy_QdO.get_thread_slice(tidx).partition_S(sdO);")
+        w.line("auto smem_thr_copy_QdO = smem_tiled_copy_QdO.get_thread_slice(tidx);")
         w.line("Tensor tSsK = smem_tiled_copy_KV.get_thread_slice(tidx).partition_S(sK);")
         w.line("Tensor tdPsV = smem_tiled_copy_KV.get_thread_slice(tidx).partition_S(sV);")
         w.line()
@@ -414,8 +414,7 @@ def _emit_main(
         )
         w.line("Tensor tdVsPt = smem_tiled_copy_PdSt.get_thread_slice(tidx).partition_S(sPt);")
         w.line("Tensor tdKsdSt = smem_tiled_copy_PdSt.get_thread_slice(tidx).partition_S(sdSt);")
-        w.line("Tensor tdVsdOt = smem_tiled_copy_QdOt.get_thread_slice(tidx).partition_S(sdOt);")
-        w.line("Tensor tdKsQt = smem_tiled_copy_QdOt.get_thread_slice(tidx).partition_S(sQt);")
+        w.line("auto smem_thr_copy_QdOt = smem_tiled_copy_QdOt.get_thread_slice(tidx);")
         w.line()
         w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
         w.line("auto thr_mma_dq = tiled_mma_dq.get_thread_slice(tidx);")
@@ -467,29 +466,40 @@ def _emit_main(
             )
             w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
             w.line("float* dq_rows = dq_accum + row_base * kHeadDim;")
+            w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
+            with w.block("auto load_QdO = [&](int m, int stage)", "};"):
+                _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
+                w.line(
+                    "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
+                    "Int<kHeadDim>>{}, make_coord(m, 0)));"
+                )
+                w.line(
+                    "Tensor tdOgdO = gmem_thr_copy_QKV.partition_S(local_tile(mdO, Shape<Int<kBlockM>, "
+                    "Int<kHeadDim>>{}, make_coord(m, 0)));"
+                )
+                w.line("Tensor tQsQ = gmem_thr_copy_QKV.partition_D(sQ);")
+                w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
+                w.line("load_rows(tQgQ, tQsQ, tQcQ, seqlen_q - m * kBlockM);")
+                w.line("load_rows(tdOgdO, tdOsdO, tQcQ, seqlen_q - m * kBlockM);")
+            w.line(
+                "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
+            )
+            w.line("int stage = 0;")
+            w.line("if (m_block_min < m_block_max) load_QdO(m_block_min, 0);")
+            w.line("cute::cp_async_fence();")
             w.line("CUTE_NO_UNROLL")
-            with w.block("for (int m_block = m_block_min; m_block < m_block_max; ++m_block)"):
-                w.line("const int cls = block_class(m_block);")
-                w.line("if (cls == 0) continue;")
-                w.line("const bool masked = cls == 1;")
-                w.comment("Q and dO of this query block (rows past seqlen_q zeroed)")
-                w.line("const int q_rows = seqlen_q - m_block * kBlockM;")
-                with w.block(""):
-                    w.line(
-                        "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
-                        "Int<kHeadDim>>{}, make_coord(m_block, 0)));"
-                    )
-                    w.line(
-                        "Tensor tdOgdO = gmem_thr_copy_QKV.partition_S(local_tile(mdO, Shape<Int<kBlockM>, "
-                        "Int<kHeadDim>>{}, make_coord(m_block, 0)));"
-                    )
-                    w.line("Tensor tQsQ = gmem_thr_copy_QKV.partition_D(sQ);")
-                    w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
-                    w.line("load_rows(tQgQ, tQsQ, tQcQ, q_rows);")
-                    w.line("load_rows(tdOgdO, tdOsdO, tQcQ, q_rows);")
-                    w.line("cute::cp_async_fence();")
-                w.line("cute::cp_async_wait<0>();")
+            with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
+                w.line("const int next = next_m_block(m_block);")
+                w.line("const bool masked = block_class(m_block) == 1;")
+                w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
                 w.line("__syncthreads();")
+                w.line("if (next < m_block_max) load_QdO(next, stage ^ 1);  // overlaps this block's compute")
+                w.line("cute::cp_async_fence();")
+                _emit_qdo_views(w, "smem_qdo + stage * kQdOElems")
+                w.line("Tensor tSsQ = smem_thr_copy_QdO.partition_S(sQ);")
+                w.line("Tensor tdPsdO = smem_thr_copy_QdO.partition_S(sdO);")
+                w.line("Tensor tdVsdOt = smem_thr_copy_QdOt.partition_S(sdOt);")
+                w.line("Tensor tdKsQt = smem_thr_copy_QdOt.partition_S(sQt);")
                 w.comment("S = Q·Kᵀ (raw scores) and dP = dO·Vᵀ")
                 w.line(
                     "Tensor acc_s = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});"
@@ -535,7 +545,11 @@ def _emit_main(
                     w.line(
                         "if (row < seqlen_q) atomicAdd(dq_rows + row * kHeadDim + get<1>(tdQcdQ(i)), acc_dq(i));"
                     )
-                w.line("__syncthreads();  // the next query block overwrites Q, dO, P and dS")
+                w.line(
+                    "__syncthreads();  // the next block overwrites P and dS, and prefetches into this stage"
+                )
+                w.line("stage ^= 1;")
+                w.line("m_block = next;")
             for i, (ld, _) in enumerate(partials):
                 if passes.level(ld) == "uniform":
                     w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
@@ -566,6 +580,18 @@ def _emit_main(
                 w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
     w.line("}")
     w.line()
+
+
+def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True) -> None:
+    """sQ and sdO (and with `views` their transposed views) of one stage of the Q/dO buffer."""
+    w.line(f"Tensor sQ = make_tensor(make_smem_ptr({base}), typename Traits::SmemLayoutQdO{{}});")
+    w.line("Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQdO{});")
+    if views:
+        for t, src in (("sQt", "sQ"), ("sdOt", "sdO")):
+            w.line(f"Tensor {t} = make_tensor({src}.data(), typename Traits::SmemLayoutQdOt{{}});")
+            w.line(
+                f"Tensor {t}NoSwizzle = make_tensor({src}.data().get(), typename Traits::SmemLayoutQdOtNoSwizzle{{}});"
+            )
 
 
 def _emit_uniforms(w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]]) -> None:
