@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from kernel_ir import grad, passes
 from kernel_ir.expr import Expr, Load
+from kernel_ir.program import Forward
 from runner.abi import (
     BACKWARD_CONVERT_PARAMS,
     BACKWARD_PARAMS,
@@ -71,7 +72,7 @@ def generate_backward(
     w.line()
     _emit_traits(w, plan, block_m, block_n)
     _emit_helpers(w)
-    partials = grad.tensor_partials(ir.score, learnable) if learnable else []
+    partials = grad.tensor_partials(_score(ir), learnable) if learnable else []
     sink_partials = grad.tensor_partials(ir.sink, learnable) if (learnable and ir.sink is not None) else []
     program = None if ir.plain else ir.to_dict()
     tail = list(backward_program_params(program, tuple(learnable)))
@@ -594,6 +595,13 @@ def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True) -> None:
             )
 
 
+def _score(ir: Forward) -> Expr:
+    """The score region as the kernels compute it: divisions by uniform values become hoisted
+    reciprocals (`kernel_ir.passes.reassociate`, as in the forward), and its derivative is taken of this
+    form, so both agree to the ulp."""
+    return passes.reassociate(ir.score)
+
+
 def _emit_uniforms(w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]]) -> None:
     roots = _roots(reg, partials)
     reg.hoist(w, roots, "uniform", prefix="tl_u")
@@ -601,7 +609,8 @@ def _emit_uniforms(w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]
 
 def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
     ir = reg.ir
-    roots: list[Expr] = [ir.score, grad.derivative(ir.score), *ir.masks]
+    score = _score(ir)
+    roots: list[Expr] = [score, grad.derivative(score), *ir.masks]
     if ir.output_scale is not None:
         roots.append(ir.output_scale)
     roots += [g for _, g in partials]
@@ -626,7 +635,8 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
 def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]) -> None:
     """P and dS on every score of the block: P = exp(X − LSE) (or X), dS = dX · dX/ds."""
     ir = reg.ir
-    deriv = grad.derivative(ir.score)
+    score = _score(ir)
+    deriv = grad.derivative(score)
     roots = _roots(reg, partials)
     w.comment("X, dX/ds and the masks per score; P overwrites S and dS overwrites dP in place")
     w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));")
@@ -647,7 +657,7 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
             w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
             reg.hoist(w, roots, "elem", prefix="tl_e")
             keep_expr = " && ".join(reg.c(m) for m in ir.masks)
-            w.line(f"const float x = {reg.c(ir.score)};")
+            w.line(f"const float x = {reg.c(score)};")
             w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative")
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             w.line(f"const bool keep = row_in && (!masked || (true{mask}));")
