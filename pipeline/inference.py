@@ -46,33 +46,13 @@ class InferenceKernel:
             self._loaded = load(compiled, t.spec)
         return self._loaded
 
-    def __call__(
-        self,
-        q: Any,
-        k: Any,
-        v: Any,
-        *,
-        block_table: Any = None,
-        cache_seqlens: Any = None,
-        cu_seqlens_q: Any = None,
-        cu_seqlens_k: Any = None,
-        max_seqlen_q: int | None = None,
-        max_seqlen_k: int | None = None,
-        num_splits: int | None = None,
-        softmax_scale: float | None = None,
-        window: tuple[int, int] | None = None,
-        extras: dict[str, Any] | None = None,
-        out: tuple[Any, Any] | None = None,
-    ) -> tuple[Any, Any]:
-        """(o, lse): see `runner.decode.decode_attention` for the layouts."""
+    def __call__(self, q: Any, k: Any, v: Any, **options: Any) -> tuple[Any, Any]:
+        """(o, lse). `options` are `runner.decode.decode_attention`'s keywords (block_table,
+        cache_seqlens, cu_seqlens_q / _k, max_seqlen_q / _k, num_splits, softmax_scale, window, extras,
+        out); its docstring gives the layouts."""
         from runner.decode import decode_attention
 
-        return decode_attention(
-            self.load(), q, k, v, block_table=block_table, cache_seqlens=cache_seqlens,
-            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-            max_seqlen_k=max_seqlen_k, num_splits=num_splits, softmax_scale=softmax_scale, window=window,
-            extras=extras, out=out,
-        )  # fmt: skip
+        return decode_attention(self.load(), q, k, v, **options)
 
 
 def build_inference(

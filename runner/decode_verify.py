@@ -21,7 +21,7 @@ from runner.decode import decode_attention
 from runner.decode_reference import inference_reference
 from runner.ir_reference import make_side_tensors
 from runner.launch import LoadedKernel, torch_dtype
-from runner.verify import INPUT_SCALES, TOLERANCES, CaseResult, compare
+from runner.verify import INPUT_SCALES, TOLERANCES, CaseResult, case_lines, compare
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,8 @@ class InferenceResult:
         return all(c.passed for c in self.cases)
 
     def __str__(self) -> str:
-        lines = [f"{'PASS' if self.passed else 'FAIL'} {self.kernel} [{self.case}]"]
-        for c in self.cases:
-            lines.append(
-                f"  {c.inputs:10s} max_abs={c.max_abs:.3e} rel_l2={c.rel_l2:.3e} nonfinite={c.nonfinite} "
-                f"lse_err={c.lse_max_err:.3e} lse_bad={c.lse_bad}"
-            )
-            lines += [f"    ✗ {f}" for f in c.failures]
-        return "\n".join(lines)
+        head = f"{'PASS' if self.passed else 'FAIL'} {self.kernel} [{self.case}]"
+        return "\n".join([head, *case_lines(self.cases)])
 
 
 def make_inputs(

@@ -100,14 +100,19 @@ class VerifyResult:
             f"{'PASS' if self.passed else 'FAIL'} {self.kernel} [{self.shape} d={self.head_dim_qk}/"
             f"{self.head_dim_v} {self.dtype} {mask}{' strided' if self.strided else ''}] on {self.gpu}"
         )
-        lines = [head]
-        for c in self.cases:
-            lines.append(
-                f"  {c.inputs:10s} max_abs={c.max_abs:.3e} rel_l2={c.rel_l2:.3e} "
-                f"nonfinite={c.nonfinite} lse_err={c.lse_max_err:.3e} lse_bad={c.lse_bad}"
-            )
-            lines += [f"    ✗ {f}" for f in c.failures]
-        return "\n".join(lines)
+        return "\n".join([head, *case_lines(self.cases)])
+
+
+def case_lines(cases: list[CaseResult]) -> list[str]:
+    """Two-space-indented lines per case: its errors, then each failure."""
+    lines = []
+    for c in cases:
+        lines.append(
+            f"  {c.inputs:10s} max_abs={c.max_abs:.3e} rel_l2={c.rel_l2:.3e} "
+            f"nonfinite={c.nonfinite} lse_err={c.lse_max_err:.3e} lse_bad={c.lse_bad}"
+        )
+        lines += [f"    ✗ {f}" for f in c.failures]
+    return lines
 
 
 def make_inputs(
