@@ -52,6 +52,8 @@ def attention_forward(
             "attention_mask: the tl attention applies the model's causal and sliding-window masks itself and "
             "takes no mask tensor (padding masks are not supported: pass unpadded batches)"
         )
+    if kwargs.get("cu_seq_lens_q") is not None or kwargs.get("cu_seq_lens_k") is not None:
+        raise ValueError("cu_seq_lens_q/k: the tl attention takes no packed (varlen) sequences")
     if dropout and module.training:
         raise ValueError(f"dropout: the tl kernels have no attention dropout, got p={dropout} in training")
     dtype = _DTYPES.get(query.dtype)
