@@ -164,3 +164,119 @@ def test_a_learnable_tensor_must_be_a_float_side_tensor():
             tensors=make_side_tensors(prog, batch=1, heads=1, heads_kv=1, seqlen_q=3, seqlen_k=3),
             learnable=("ids",),
         )
+
+
+# ---- the backward kernels' equations, in float64, against autograd -------------------------------------
+# The generated kernels compute exactly these (translator/backends/sm80_bwd.py): D = rowsum(dO ∘ O);
+# P = exp(X − LSE) on kept scores; dX = P ∘ (dP − D); without a softmax P = X · os and dX = dP · os;
+# dS = dX · dX/ds (kernel_ir.grad); dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO (summed over the GQA group);
+# a learnable read's gradient Σ dX · ∂X/∂read at its index; a sink's −Σ exp(sink − LSE) · D.
+
+
+def _eval(prog: Forward, e: Expr, s, sizes, side):
+    ev = _GradEvaluator(
+        Forward(score=e, scalars=prog.scalars, tensors=prog.tensors),
+        learnable=(),
+        sizes=sizes,
+        scale=0.25,
+        window=(-1, -1),
+        scalars={},
+        tensors=side,
+        dtype=torch.float64,
+        device=s.device,
+    )
+    return ev.chunk(0, s.shape[2], lambda: s)["score"].expand(s.shape)
+
+
+def _kernel_equations(prog: Forward, q, k, v, do, side, learnable):
+    from kernel_ir import passes
+    from runner.ir_reference import forward_reference
+
+    b, sq, h, _ = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    grp = h // hkv
+    sizes = {"batch": b, "heads": h, "heads_kv": hkv, "seqlen_q": sq, "seqlen_k": sk}
+    o, lse = forward_reference(prog, q, k, v, softmax_scale=0.25, tensors=side, dtype=torch.float64)
+    kk, vv = k.repeat_interleave(grp, dim=2), v.repeat_interleave(grp, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk)
+    score = passes.reassociate(prog.score)
+    x = _eval(prog, score, s, sizes, side)
+    dxds = _eval(prog, grad.derivative(score), s, sizes, side)
+    keep = torch.ones_like(s, dtype=torch.bool)
+    for m in prog.masks:
+        keep &= _eval(prog, op("where", m, const(1.0), const(0.0)), s, sizes, side) > 0.5
+    dp = torch.einsum("bqhd,bkhd->bhqk", do, vv)
+    if prog.normalizer == "softmax":
+        dsum = (do * o).sum(-1).permute(0, 2, 1)  # (b, h, sq)
+        p = torch.where(keep, torch.exp(x - lse.unsqueeze(-1)), 0.0)
+        dx = p * (dp - dsum.unsqueeze(-1))
+    else:
+        os_ = _eval(prog, prog.output_scale, s, sizes, side) if prog.output_scale is not None else 1.0
+        p = torch.where(keep, x * os_, 0.0)
+        dx = torch.where(keep, dp * os_, 0.0)
+    ds = torch.where(keep, dx * dxds, 0.0)
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kk)
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q).reshape(b, sk, hkv, grp, -1).sum(3)
+    dv = torch.einsum("bhqk,bqhd->bkhd", p, do).reshape(b, sk, hkv, grp, -1).sum(3)
+    dside = {n: torch.zeros_like(side[n]) for n in learnable}
+    for ld, g in grad.tensor_partials(score, learnable):
+        contrib = torch.where(keep, dx * _eval(prog, g, s, sizes, side), 0.0)
+        idx = [
+            _eval(prog, op("float", i) if i.type != F32 else i, s, sizes, side).expand(s.shape).long()
+            for i in ld.index
+        ]
+        dside[ld.tensor].index_put_(tuple(idx), contrib, accumulate=True)
+    if prog.sink is not None and learnable:
+        for ld, g in grad.tensor_partials(prog.sink, learnable):
+            sink = _eval(prog, prog.sink, s, sizes, side)[..., :1]  # (b, h, sq, 1): uniform per head
+            w = torch.where(torch.isinf(lse), 0.0, torch.exp(sink[..., 0] - lse)) * dsum
+            gv = _eval(prog, g, s, sizes, side)[..., 0]
+            idx = [
+                _eval(prog, op("float", i) if i.type != F32 else i, s, sizes, side)[..., 0]
+                .expand(w.shape)
+                .long()
+                for i in ld.index
+            ]
+            dside[ld.tensor].index_put_(tuple(idx), -w * gv, accumulate=True)
+    return dq, dk, dv, dside
+
+
+OUTPUT_SCALE = op("div", const(1.0), op("float", op("add", Q, const(1))))
+EQUATION_CASES = {
+    "softcap_causal": (
+        Forward(
+            score=SCORES["softcap"], masks=(CAUSAL_MASK,), scalars=(Scalar("cap", F32, 2.5),), tensors=TENSORS
+        ),
+        (),
+    ),
+    "alibi_learnable": (Forward(score=SCORES["alibi"], masks=(CAUSAL_MASK,), tensors=TENSORS), ("slopes",)),
+    "relative_learnable": (Forward(score=SCORES["relative"], tensors=TENSORS), ("rel", "slopes")),
+    "sink_learnable": (
+        Forward(score=PLAIN_SCORE, masks=(CAUSAL_MASK,), sink=SLOPES, tensors=TENSORS),
+        ("slopes",),
+    ),
+    "sigmoid_scaled": (
+        Forward(score=SCORES["sigmoid"], normalizer="none", output_scale=OUTPUT_SCALE, tensors=TENSORS),
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EQUATION_CASES))
+@pytest.mark.parametrize(("sq", "sk"), [(9, 9), (5, 11), (12, 4)])
+def test_the_kernels_equations_give_autograds_gradients(name, sq, sk):
+    prog, learnable = EQUATION_CASES[name]
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, sq, 2, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(1, sk, 1, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(1, sk, 1, 8, generator=g, dtype=torch.float64)
+    do = torch.randn(1, sq, 2, 8, generator=g, dtype=torch.float64)
+    side = _side(6)
+    got = _kernel_equations(prog, q, k, v, do, side, learnable)
+    want = backward_reference(
+        prog, q, k, v, do, softmax_scale=0.25, tensors=side, learnable=learnable, dtype=torch.float64
+    )
+    for a, b in zip(got[:3], want[:3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+    for n in learnable:
+        torch.testing.assert_close(got[3][n], want[3][n], rtol=1e-9, atol=1e-10)
