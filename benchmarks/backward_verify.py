@@ -75,7 +75,11 @@ def build(out: Path, full: bool, only: str = "") -> None:
     for path, learn, dtype, d in cases(full, only):
         b = translate_backward(_text(path, d), dtype=dtype, arch="sm_80", learnable=learn)
         tag = f"{Path(path).stem}_{dtype}_d{d}"
-        (out / f"{tag}.bwd.cu").write_text(b.source)
+        cu = out / f"{tag}.bwd.cu"
+        if cu.exists() and cu.read_text() == b.source and (out / f"{tag}.cubin").exists():
+            print(f"{tag}: up to date")
+            continue
+        cu.write_text(b.source)
         (out / f"{tag}.json").write_text(json.dumps({"tl": path, "spec": json.loads(b.spec.to_json())}))
         builds.append(tag)
         jobs.append(CompileJob(source=b.source, arch="sm_80", name=f"{tag}.bwd.cu", device_arch="sm_90"))
