@@ -189,6 +189,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if isinstance(prepared, int):
         return prepared
     built, loaded = prepared
+    if built.spec.inference:
+        from pipeline.inference import run_inference_checks
+
+        return run_inference_checks(args, loaded, _out, _err)
     try:
         shape = Shape.parse(args.shape or _default_shape(built.spec.group))
         result = verify(loaded, shape, seed=args.seed, strided=args.strided)
@@ -216,6 +220,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return prepared
     built, loaded = prepared
     spec = built.spec
+    if spec.inference:
+        _err(f"{args.file}: an inference kernel; time it with benchmarks/decode.py or benchmarks/varlen.py")
+        return EXIT_USAGE
     try:
         seqlens = [int(s) for s in args.seqlens.split(",") if s]
     except ValueError:

@@ -74,3 +74,27 @@ def build_inference(
             "use runner.launch.attention for a forward kernel"
         )
     return InferenceKernel(translated)
+
+
+def run_inference_checks(args: Any, loaded: Any, out: Any, err: Any) -> int:
+    """`tl run` on an inference kernel: its verification cases (`runner.decode_verify.default_cases`,
+    or one uniform batch from `--shape B,H,Hkv,Sq,Sk`) against the IR reference; exit 0 when all pass."""
+    from runner.decode_verify import InferenceCase, default_cases, verify_inference
+    from runner.launch import LaunchError
+    from runner.verify import Shape
+
+    try:
+        if args.shape:
+            s = Shape.parse(args.shape)
+            varlen = bool(loaded.spec.inference["varlen"])
+            sq = (s.seqlen_q,) * s.batch if varlen else (s.seqlen_q,)
+            cases = [InferenceCase(s.heads, s.heads_kv, (s.seqlen_k,) * s.batch, seqlen_q=sq)]
+        else:
+            cases = default_cases(loaded.spec)
+        results = [verify_inference(loaded, c, seed=args.seed + i) for i, c in enumerate(cases)]
+    except (ValueError, LaunchError) as exc:
+        err(f"{args.file}: error: {exc}")
+        return 2
+    for r in results:
+        out(str(r))
+    return 0 if all(r.passed for r in results) else 1

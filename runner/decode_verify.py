@@ -167,3 +167,21 @@ def plain_program(mask: str) -> Forward:
     """The IR of a plain kernel (its launch spec carries no program): s · scale under its `Mask` header."""
     masks = {"none": (), "causal": (CAUSAL_MASK,), "window": WINDOW_MASKS}[mask]
     return Forward(score=PLAIN_SCORE, masks=masks, header_mask=mask)
+
+
+def default_cases(spec: Any) -> list[InferenceCase]:
+    """What `tl run` checks an inference kernel on: a ragged batch with an empty sequence and lengths
+    around the block sizes (per-sequence query lengths for a packed batch; 4 draft rows for a causal
+    decode), GQA 32/8 and 7/1, automatic and forced splits."""
+    inf = spec.inference or {}
+    ragged = (0, 1, 63, 64, 65, 1000, 4097)
+    if inf.get("varlen"):
+        return [
+            InferenceCase(4, 2, ragged, seqlen_q=ragged),
+            InferenceCase(7, 1, (129, 300), seqlen_q=(129, 300)),
+        ]
+    sq = (4,) if spec.mask == "causal" else (1,)
+    cases = [InferenceCase(32, 8, ragged, seqlen_q=sq), InferenceCase(7, 1, (17, 300, 0), seqlen_q=sq)]
+    if spec.combine_name:
+        cases.append(InferenceCase(32, 8, ragged, seqlen_q=sq, num_splits=7))
+    return cases

@@ -322,6 +322,10 @@ def launch(
     import torch
 
     spec = loaded.spec
+    if spec.inference:
+        raise LaunchError(
+            f"{spec.kernel_name} is an inference kernel: launch it with runner.decode.decode_attention"
+        )
     batch, seqlen_q, _, heads, _ = check_inputs(spec, q, k, v)
     _check_tensor("o", o, q.dtype, spec.head_dim_v, q.device)
     if tuple(o.shape[:3]) != (batch, seqlen_q, heads):

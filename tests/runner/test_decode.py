@@ -192,3 +192,21 @@ def test_a_plain_kernels_reference_keeps_its_mask_header() -> None:
 
     assert plain_program("causal").masks == (CAUSAL_MASK,)
     assert plain_program("none") == PLAIN
+
+
+def test_the_forward_launch_refuses_an_inference_kernel() -> None:
+    from runner.launch import LaunchError, launch
+
+    loaded = _loaded(PAGED | {"splits": 0})
+    q = torch.randn(1, 1, 4, 64).to(torch.bfloat16)
+    with pytest.raises(LaunchError, match="inference kernel"):
+        launch(loaded, q, q, q, q, torch.empty(1, 4, 1))
+
+
+def test_tl_run_checks_ragged_batches_with_splits_where_the_kernel_splits() -> None:
+    from runner.decode_verify import default_cases
+
+    cases = default_cases(_loaded(PAGED | {"splits": 0}).spec)
+    assert any(0 in c.seqlen_k for c in cases) and any(c.num_splits == 7 for c in cases)
+    varlen = default_cases(_loaded(PAGED | {"splits": 1, "page_size": 0, "varlen": True}).spec)
+    assert all(len(c.seqlen_q) == len(c.seqlen_k) for c in varlen) and not any(c.num_splits for c in varlen)
