@@ -3,8 +3,9 @@
 A backward provider is a function `provider(kernel) -> BackwardFn | None`: given a compiled forward
 (`tl_attention.Kernel`: its TL text, launch spec and name), it returns the function that computes the
 gradients, or None when it has none for that kernel. Providers are asked in the order they were
-registered; the first answer that is not None is kept for the kernel. The backward kernels (issue 18)
-register theirs with `register_backward_provider`.
+registered; the first answer that is not None is used. The backward kernels' provider,
+`pipeline.backward.backward_provider`, is registered on the first lookup when it exists; others come with
+`register_backward_provider`.
 
 A `BackwardFn` is called on CUDA tensors in the kernel's native layout (batch, seqlen, heads, dim) on
 torch's current stream:
@@ -62,7 +63,25 @@ def unregister_backward_provider(provider: Provider) -> None:
         _PROVIDERS.remove(provider)
 
 
+_DEFAULTS_LOADED = False
+
+
+def _load_default_providers() -> None:
+    """The backward kernels' own provider (`pipeline.backward.backward_provider`), when it is there; the
+    layer rule keeps pipeline from importing this package, so the registration happens here."""
+    global _DEFAULTS_LOADED
+    if _DEFAULTS_LOADED:
+        return
+    _DEFAULTS_LOADED = True
+    try:
+        from pipeline.backward import backward_provider
+    except ImportError:
+        return
+    register_backward_provider(backward_provider)
+
+
 def find_backward(kernel: Any) -> BackwardFn | None:
+    _load_default_providers()
     for provider in _PROVIDERS:
         fn = provider(kernel)
         if fn is not None:

@@ -1,6 +1,7 @@
 """tl_attention on a GPU: the kernel against an eager float32 reference in both layouts with GQA, under
 torch.compile(fullgraph=True) with inductor, captured in a CUDA graph and replayed, opcheck on CUDA
-tensors, the missing-backward error; and transformers models (Llama-like GQA, Qwen2-like, Gemma-2-like
+tensors, the missing-backward error (or, once a backward provider covers the kernel, its gradients); and
+transformers models (Llama-like GQA, Qwen2-like, Gemma-2-like
 with softcap and sliding window; random weights) against transformers' own attention.
 
 Every kernel of the module is compiled once, in parallel, by the `kernels` fixture (`load_many`).
@@ -138,6 +139,20 @@ def test_backward_without_a_provider_names_the_missing_piece(kernels: dict[str, 
         kernel(q, k, v).float().sum().backward()
 
 
+def test_kernel_gradients_match_reference(kernels: dict[str, Any]) -> None:
+    kernel = kernels["softcap"]
+    if find_backward(kernel) is None:
+        pytest.skip("no backward provider covers softcap_fwd yet")
+    q, k, v = (t.requires_grad_() for t in qkv(seqlen=256, seed=5))
+    grad_o = torch.randn_like(q)
+    kernel(q, k, v, scale=0.1, cap=CAP).backward(grad_o)
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    reference(*leaves, 0.1, CAP)[0].backward(grad_o.float())
+    for name, got, want in zip("qkv", (q.grad, k.grad, v.grad), (t.grad for t in leaves), strict=True):
+        assert got is not None and want is not None, name
+        torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2, msg=f"d{name}")
+
+
 # ---- transformers models ----------------------------------------------------------------------------------
 
 
@@ -208,3 +223,32 @@ def test_model_under_inductor_drifts_no_more_than_with_sdpa(kernels: dict[str, A
     print(f"\ninductor vs eager logits (max, mean |diff|): {drift}")
     (tl_max, tl_mean), (sdpa_max, sdpa_mean) = drift["tl"], drift["sdpa"]
     assert tl_max <= 2 * sdpa_max + 2e-2 and tl_mean <= 2 * sdpa_mean + 1e-3, drift
+
+
+def test_model_gradients_and_training_steps_track_sdpa(kernels: dict[str, Any]) -> None:
+    """With a backward: the first step's gradients match SDPA's, and a few AdamW steps' losses track it."""
+    from tl_attention.model_kernels import LayerKind
+    from tl_attention.ops import resolve
+
+    if find_backward(resolve(LayerKind("bf16", 128).key)) is None:
+        pytest.skip("no backward provider covers the causal head-dim-128 kernel yet")
+    ids = tokens()
+    losses: dict[str, list[float]] = {}
+    grads: dict[str, Any] = {}
+    for attn in ("tl", "sdpa"):
+        m = model("llama", attn).train()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        losses[attn] = []
+        for step in range(4):
+            loss = m(ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            if step == 0:
+                grads[attn] = m.model.layers[0].self_attn.q_proj.weight.grad.float().clone()
+            opt.step()
+            opt.zero_grad()
+            losses[attn].append(loss.item())
+    print(f"\nlosses: {losses}")
+    scale = grads["sdpa"].abs().max().item()
+    torch.testing.assert_close(grads["tl"], grads["sdpa"], atol=5e-2 * scale, rtol=5e-2)
+    for a, b in zip(losses["tl"], losses["sdpa"], strict=True):
+        assert abs(a - b) < 0.02 * b, losses

@@ -1,5 +1,6 @@
 """Fixtures: `on_cpu` registers CPU kernels for the tl_attention ops for one test (cpu_reference.py), so
-models and autograd run without a GPU; `provider` registers the reference backward provider."""
+models and autograd run without a GPU; `provider` registers the reference backward provider alone,
+`no_providers` none."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 import torch
 from cpu_reference import reference_backward, reference_forward
 
-from tl_attention import checks, ops
-from tl_attention.backward import register_backward_provider, unregister_backward_provider
+from tl_attention import backward, checks, ops
+from tl_attention.backward import register_backward_provider
 
 
 @pytest.fixture
@@ -24,7 +25,13 @@ def on_cpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def provider() -> Iterator[None]:
+def no_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No backward provider at all, not even the backward kernels' default one, for this test."""
+    monkeypatch.setattr(backward, "_PROVIDERS", [])
+    monkeypatch.setattr(backward, "_DEFAULTS_LOADED", True)
+
+
+@pytest.fixture
+def provider(no_providers: None) -> None:
+    """The reference provider alone (the backward kernels' provider needs a GPU)."""
     register_backward_provider(reference_backward)
-    yield
-    unregister_backward_provider(reference_backward)

@@ -67,7 +67,7 @@ def test_side_tensor_gradients_reach_their_tensor() -> None:
     torch.testing.assert_close(k.grad.float(), kr.grad, atol=3e-2, rtol=3e-2)
 
 
-@pytest.mark.usefixtures("on_cpu")
+@pytest.mark.usefixtures("on_cpu", "no_providers")
 def test_without_a_provider_the_backward_names_what_is_missing() -> None:
     kernel = tl_attention.compile("softcap.tl")
     q, k, v = inputs((1, 4, 8, 128), (1, 4, 8, 128), (1, 4, 8, 128))
