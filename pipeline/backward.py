@@ -161,3 +161,42 @@ def build_backward(
     build = translate_backward(tl, dtype=dtype, arch=arch, learnable=learnable)
     build.compile(device_arch or cuda_device_arch())
     return build
+
+
+_BUILDS: dict[tuple[str, str], BackwardBuild] = {}
+
+
+def backward_provider(kernel: Any) -> Any:
+    """A `tl_attention.backward` provider: for a compiled forward (`kernel.text`, `kernel.spec`) the
+    function `fn(q, k, v, o, lse, grad_o, *, scale, window, tensors, scalars) -> (dq, dk, dv,
+    side_grads)` backed by the derived kernels, with every float32 side tensor the regions read
+    learnable (side_grads names each; the others are not differentiable). None when the program has no
+    derivable backward (unequal head dims, a head dim that is not a multiple of 64, …). Builds once per
+    (TL text, dtype) and process."""
+    key = (kernel.text, kernel.spec.dtype)
+    build = _BUILDS.get(key)
+    if build is None:
+        program = kernel.spec.program or {}
+        learn = tuple(n for n, _dims, dt in program.get("tensors", ()) if dt == "float32")
+        try:
+            build = translate_backward(kernel.text, dtype=kernel.spec.dtype, learnable=learn)
+        except BackwardBuildError:
+            return None
+        _BUILDS[key] = build
+
+    def fn(
+        q: Any,
+        k: Any,
+        v: Any,
+        o: Any,
+        lse: Any,
+        grad_o: Any,
+        *,
+        scale: float,
+        window: tuple[int, int],
+        tensors: dict[str, Any],
+        scalars: dict[str, float],
+    ) -> tuple[Any, Any, Any, dict[str, Any]]:
+        return build.run(q, k, v, o, lse, grad_o, scale=scale, window=window, extras={**tensors, **scalars})
+
+    return fn

@@ -5,21 +5,10 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import sys
 from typing import Any
 
 from pipeline.backward import BackwardBuild, BackwardBuildError, translate_backward
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
-
-
-def _err(msg: str) -> None:
-    sys.stderr.write(msg + "\n")
-
-
-def _out(msg: str) -> None:
-    sys.stdout.write(msg + "\n")
-    sys.stdout.flush()
+from pipeline.cli import EXIT_FAILED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, _err, _out
 
 
 def cmd_build_backward(args: argparse.Namespace) -> int:

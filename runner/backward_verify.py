@@ -14,7 +14,7 @@ from typing import Any
 
 from runner.backward import LoadedBackward, backward
 from runner.launch import torch_dtype
-from runner.verify import Shape, make_inputs
+from runner.verify import Shape, _side_tensors, make_inputs
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def verify_backward(
 
     from kernel_ir.program import PLAIN_SCORE, Forward
     from runner.backward_reference import backward_reference
-    from runner.ir_reference import forward_reference, make_side_tensors
+    from runner.ir_reference import forward_reference
 
     spec = loaded.spec
     dtype = torch_dtype(spec.dtype)
@@ -115,19 +115,7 @@ def verify_backward(
     win = tuple(window if window is not None else spec.window) if spec.mask == "window" else (-1, -1)
     q, k, v = make_inputs(shape, spec.head_dim, spec.head_dim, dtype, device, generator=gen)
     do = torch.randn(q.shape, generator=gen, device=device).to(dtype)
-    side: dict[str, Any] = {}
-    if spec.program:
-        side = make_side_tensors(
-            program,
-            batch=shape.batch,
-            heads=shape.heads,
-            heads_kv=shape.heads_kv,
-            seqlen_q=shape.seqlen_q,
-            seqlen_k=shape.seqlen_k,
-            generator=gen,
-            device=device,
-        )
-    side.update(extras or {})
+    side = _side_tensors(spec, shape, extras, gen, device)
     tensors = {n: t for n, t in side.items() if isinstance(t, torch.Tensor)}
     scalars = {n: t for n, t in side.items() if not isinstance(t, torch.Tensor)}
     ref_o, ref_lse = forward_reference(
