@@ -68,10 +68,9 @@ def build_forwards(out: Path) -> None:
 
 
 def _compiled(path: Path, arch: str) -> Any:
-    from runner.compile import CompiledKernel
+    from benchmarks.backward_verify import module_image
 
-    return CompiledKernel(code=path.read_bytes(), kind="cubin", target="sm_90", arch=arch, name=path.name,
-                          log="", seconds=0.0, cached=True, key=path.stem)  # fmt: skip
+    return module_image(path, arch)
 
 
 def _ours(prebuilt: Path | None, causal: bool, d: int) -> tuple[Any, Any]:

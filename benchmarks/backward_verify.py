@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -94,13 +95,23 @@ def build(out: Path, full: bool, only: str = "") -> None:
     print(f"built {len(builds)} in {time.perf_counter() - start:.0f} s")
 
 
+def module_image(path: Path, arch: str) -> Any:
+    """A built module as `runner.compile` hands it over: an ELF cubin (ptxas finalised it for the device)
+    or PTX (NVRTC's output for an older arch, JIT-compiled by the driver at load: the sm_80 path)."""
+    from runner.compile import CompiledKernel
+
+    code = path.read_bytes()
+    kind = "cubin" if code[:4] == b"\x7fELF" else "ptx"
+    target = "sm_90" if kind == "cubin" else f"compute_{arch.removeprefix('sm_')}"
+    return CompiledKernel(code, kind, target, arch, path.name, "", 0.0, True, path.stem)
+
+
 def run(src: Path, shapes: str) -> int:
     import torch
 
     from runner.abi import BackwardSpec
     from runner.backward import load_backward
     from runner.backward_verify import verify_backward
-    from runner.compile import CompiledKernel
     from runner.verify import Shape
 
     picked = (
@@ -114,9 +125,7 @@ def run(src: Path, shapes: str) -> int:
             print(f"{tag}: no cubin")
             continue
         spec = BackwardSpec.from_json(json.dumps(json.loads(meta.read_text())["spec"]))
-        compiled = CompiledKernel(
-            cubin.read_bytes(), "cubin", "sm_90", spec.arch, f"{tag}.bwd.cu", "", 0.0, True, tag
-        )
+        compiled = module_image(cubin, spec.arch)
         try:
             loaded = load_backward(compiled, spec)
         except Exception as exc:
