@@ -120,6 +120,8 @@ def run(src: Path, shapes: str) -> int:
     failed = total = 0
     for meta in sorted(src.glob("*.json")):
         tag = meta.stem
+        if tag.endswith(".fwd"):  # a forward `benchmarks/backward.py --build-forwards` wrote beside them
+            continue
         cubin = src / f"{tag}.cubin"
         if not cubin.exists():
             print(f"{tag}: no cubin")
