@@ -14,6 +14,21 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+# The problem sizes and the scale and window every attention kernel of this ABI takes (the forward's
+# order; the other kernels below reuse both runs).
+SIZE_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("batch", "int", "int32"),
+    ("seqlen_q", "int", "int32"),
+    ("seqlen_k", "int", "int32"),
+    ("heads", "int", "int32"),
+    ("heads_kv", "int", "int32"),
+)
+SCALE_WINDOW_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("softmax_scale", "float", "float32"),  # applied to Q·Kᵀ; the kernel folds in log2(e) itself
+    ("window_left", "int", "int32"),  # -1: unbounded; only read when mask == "window"
+    ("window_right", "int", "int32"),
+)
+
 # (name, C type, numpy scalar type name) in the exact order of the `extern "C" __global__` parameters.
 ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("q", "const void*", "uintp"),
@@ -21,11 +36,7 @@ ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("v", "const void*", "uintp"),
     ("o", "void*", "uintp"),
     ("lse", "float*", "uintp"),
-    ("batch", "int", "int32"),
-    ("seqlen_q", "int", "int32"),
-    ("seqlen_k", "int", "int32"),
-    ("heads", "int", "int32"),
-    ("heads_kv", "int", "int32"),
+    *SIZE_PARAMS,
     ("q_batch_stride", "long long", "int64"),
     ("q_row_stride", "long long", "int64"),
     ("q_head_stride", "long long", "int64"),
@@ -38,9 +49,7 @@ ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("o_batch_stride", "long long", "int64"),
     ("o_row_stride", "long long", "int64"),
     ("o_head_stride", "long long", "int64"),
-    ("softmax_scale", "float", "float32"),  # applied to Q·Kᵀ; the kernel folds in log2(e) itself
-    ("window_left", "int", "int32"),  # -1: unbounded; only read when mask == "window"
-    ("window_right", "int", "int32"),
+    *SCALE_WINDOW_PARAMS,
 )
 
 # After ATTENTION_PARAMS, a TMA kernel (sm_90) takes one `CUtensorMap` per tensor, 128 bytes by value
@@ -73,14 +82,8 @@ def program_params(program: dict | None) -> tuple[tuple[str, str, str], ...]:
 # are BLOCK_MASK_PARAMS, then the program's scalars and side tensors, then the buffer.
 BLOCK_MASK_THREADS = 256
 BLOCK_MASK_PARAMS: tuple[tuple[str, str, str], ...] = (
-    ("batch", "int", "int32"),
-    ("seqlen_q", "int", "int32"),
-    ("seqlen_k", "int", "int32"),
-    ("heads", "int", "int32"),
-    ("heads_kv", "int", "int32"),
-    ("softmax_scale", "float", "float32"),
-    ("window_left", "int", "int32"),
-    ("window_right", "int", "int32"),
+    *SIZE_PARAMS,
+    *SCALE_WINDOW_PARAMS,
 )
 
 
@@ -125,9 +128,7 @@ INFERENCE_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("o_batch_stride", "long long", "int64"),
     ("o_row_stride", "long long", "int64"),
     ("o_head_stride", "long long", "int64"),
-    ("softmax_scale", "float", "float32"),
-    ("window_left", "int", "int32"),
-    ("window_right", "int", "int32"),
+    *SCALE_WINDOW_PARAMS,
 )
 COMBINE_THREADS = 128  # one warp per output row
 COMBINE_PARAMS: tuple[tuple[str, str, str], ...] = (
@@ -225,30 +226,18 @@ BACKWARD_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("dq_accum", "float*", "uintp"),
     ("dk", "void*", "uintp"),
     ("dv", "void*", "uintp"),
-    ("batch", "int", "int32"),
-    ("seqlen_q", "int", "int32"),
-    ("seqlen_k", "int", "int32"),
-    ("heads", "int", "int32"),
-    ("heads_kv", "int", "int32"),
+    *SIZE_PARAMS,
     *((f"{t}_{s}_stride", "long long", "int64") for t in ("q", "k", "v", "do", "dk", "dv") for s in _STRIDES),
-    ("softmax_scale", "float", "float32"),
-    ("window_left", "int", "int32"),
-    ("window_right", "int", "int32"),
+    *SCALE_WINDOW_PARAMS,
 )
 BACKWARD_PREPROCESS_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("o", "const void*", "uintp"),
     ("dout", "const void*", "uintp"),
     ("lse", "const float*", "uintp"),
     ("dpsum", "float*", "uintp"),
-    ("batch", "int", "int32"),
-    ("seqlen_q", "int", "int32"),
-    ("seqlen_k", "int", "int32"),
-    ("heads", "int", "int32"),
-    ("heads_kv", "int", "int32"),
+    *SIZE_PARAMS,
     *((f"{t}_{s}_stride", "long long", "int64") for t in ("o", "do") for s in _STRIDES),
-    ("softmax_scale", "float", "float32"),
-    ("window_left", "int", "int32"),
-    ("window_right", "int", "int32"),
+    *SCALE_WINDOW_PARAMS,
 )
 BACKWARD_CONVERT_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("dq_accum", "const float*", "uintp"),
