@@ -82,8 +82,8 @@ class BackwardBuild:
         if self.cu_path is None:
             raise BackwardBuildError("a backward built from text has no file to write beside")
         json_path = self.cu_path.with_suffix(".launch.json")
-        atomic_write(self.cu_path, self.source)
-        atomic_write(json_path, self.spec.to_json() + "\n")
+        atomic_write(self.cu_path, self.source.encode())
+        atomic_write(json_path, (self.spec.to_json() + "\n").encode())
         return self.cu_path, json_path
 
 
