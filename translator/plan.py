@@ -40,6 +40,9 @@ class Step:
     text: str
 
 
+_PLAIN_FORWARD = Forward(score=PLAIN_SCORE)  # frozen: one instance serves every plan
+
+
 @dataclass(frozen=True, slots=True)
 class KernelPlan:
     kernel_name: str
@@ -68,7 +71,7 @@ class KernelPlan:
     # sm_90: exp2s of every eight on the FP32 pipe (`Param fma_exps`); -1: the cost model decides.
     fma_exps: int = -1
     # The regions (score, masks, normaliser) as the kernel IR; the plain forward's unless the TL says more.
-    ir: Forward = Forward(score=PLAIN_SCORE)
+    ir: Forward = _PLAIN_FORWARD
     # Split-KV decode, paged KV, packed batches (`tl_language.inference`): built by the inference backend.
     inference: Inference | None = None
 
