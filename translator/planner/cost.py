@@ -177,11 +177,13 @@ def _visible_pairs(shape: Shape, causal: bool) -> int:
 # max, sum and half a conversion, and the main loop's share of wgmma issue, barriers and rescaling; and
 # the instructions of one `tl::exp2_fma` (clamp, round, four-term polynomial, exponent shift). Each
 # instruction takes an issue slot of its SM sub-partition (four per SM, one warp instruction a clock:
-# 128 thread-instructions a clock), whichever pipe runs it. LOOP_ISSUE is fitted to the H200 A/B of
-# softcap at head dim 128 (docs/results/2026-12-01-h200-fma-exps-ab.json): 0 and 2 of 8 equal, 4 -9 %,
-# 6 -21 %, 8 -32 %; the model puts the best at 1 with 0 and 2 a few per cent behind.
+# 128 thread-instructions a clock), whichever pipe runs it. Both numbers are counted in softcap's static
+# SASS (`benchmarks/sass_exp_split.py`): 3312 instructions for 165 scores' worth of MUFU at fma_exps 0,
+# i.e. 20 a score = its 3 MUFU + 5 FP32 + LOOP_ISSUE; each moved exp2 adds 10.6 and removes one MUFU.
+# The H200 A/B (docs/results/2026-12-01-h200-fma-exps-ab.json: 0 and 2 of 8 equal, 4 -9 %, 6 -21 %,
+# 8 -32 %) agrees: the model puts the best at 1 with 0 and 2 a few per cent behind.
 LOOP_ISSUE = 12
-EXP2_FMA_ISSUE = 11
+EXP2_FMA_ISSUE = 11.6
 # The SFU must be busier than this fraction of the tensor cores' time per score before exps move:
 # below it, the exps hide under the GEMMs (the plain kernel's one exp2 a score uses 1/2 at head dim 128).
 SFU_HEADROOM = 0.75
