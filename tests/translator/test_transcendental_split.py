@@ -152,3 +152,15 @@ def test_the_key_block_range_is_found_by_bisection_or_eight_classes_a_step():
     documents = _sm90_source((ROOT / "examples/variants/document_mask.tl").read_text())
     assert "blocks_empty" not in documents  # classes from the launch-time buffer: no interval to bisect
     assert "for (int i = 0; i < 8; ++i) kept |= block_class(n_block_min + i);" in documents
+
+
+def test_the_variants_benchmark_sets_or_replaces_one_param():
+    from benchmarks.variants import _with_param
+
+    tl = (ROOT / "examples/variants/softcap.tl").read_text()
+    added = _with_param(tl, "fma_exps", "2")
+    assert added.count("Param fma_exps = 2") == 1
+    assert added.index("Dtype") < added.index("Param fma_exps") < added.index("Param BM")
+    replaced = _with_param(tl, "BN", "128")
+    assert "Param BN = 128" in replaced and "Param BN = 160" not in replaced
+    assert replaced.count("Param BN") == 1
