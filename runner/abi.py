@@ -29,6 +29,12 @@ SCALE_WINDOW_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("window_right", "int", "int32"),
 )
 
+
+def stride_params(*tensors: str) -> tuple[tuple[str, str, str], ...]:
+    """`<t>_batch_stride`, `<t>_row_stride`, `<t>_head_stride` (elements, int64) of each tensor in turn."""
+    return tuple((f"{t}_{s}_stride", "long long", "int64") for t in tensors for s in ("batch", "row", "head"))
+
+
 # (name, C type, numpy scalar type name) in the exact order of the `extern "C" __global__` parameters.
 ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("q", "const void*", "uintp"),
@@ -37,18 +43,7 @@ ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("o", "void*", "uintp"),
     ("lse", "float*", "uintp"),
     *SIZE_PARAMS,
-    ("q_batch_stride", "long long", "int64"),
-    ("q_row_stride", "long long", "int64"),
-    ("q_head_stride", "long long", "int64"),
-    ("k_batch_stride", "long long", "int64"),
-    ("k_row_stride", "long long", "int64"),
-    ("k_head_stride", "long long", "int64"),
-    ("v_batch_stride", "long long", "int64"),
-    ("v_row_stride", "long long", "int64"),
-    ("v_head_stride", "long long", "int64"),
-    ("o_batch_stride", "long long", "int64"),
-    ("o_row_stride", "long long", "int64"),
-    ("o_head_stride", "long long", "int64"),
+    *stride_params("q", "k", "v", "o"),
     *SCALE_WINDOW_PARAMS,
 )
 
@@ -116,18 +111,7 @@ INFERENCE_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("heads_kv", "int", "int32"),
     ("num_splits", "int", "int32"),
     ("max_pages", "int", "int32"),  # block_table's row length
-    ("q_batch_stride", "long long", "int64"),
-    ("q_row_stride", "long long", "int64"),
-    ("q_head_stride", "long long", "int64"),
-    ("k_batch_stride", "long long", "int64"),
-    ("k_row_stride", "long long", "int64"),
-    ("k_head_stride", "long long", "int64"),
-    ("v_batch_stride", "long long", "int64"),
-    ("v_row_stride", "long long", "int64"),
-    ("v_head_stride", "long long", "int64"),
-    ("o_batch_stride", "long long", "int64"),
-    ("o_row_stride", "long long", "int64"),
-    ("o_head_stride", "long long", "int64"),
+    *stride_params("q", "k", "v", "o"),
     *SCALE_WINDOW_PARAMS,
 )
 COMBINE_THREADS = 128  # one warp per output row
@@ -140,9 +124,7 @@ COMBINE_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("max_seqlen_q", "int", "int32"),
     ("heads", "int", "int32"),
     ("num_splits", "int", "int32"),
-    ("o_batch_stride", "long long", "int64"),
-    ("o_row_stride", "long long", "int64"),
-    ("o_head_stride", "long long", "int64"),
+    *stride_params("o"),
 )
 
 
@@ -215,7 +197,6 @@ class LaunchSpec:
 # heads_kv); adds dQ into dq_accum (batch, heads, seqlen_q, d) fp32, which must start zeroed, and writes
 # dK, dV (summed over each GQA group). convert_dq: dq_accum → dq; grid (ceil(seqlen_q / block_m), batch,
 # heads). Strides are in elements, as in ATTENTION_PARAMS; `dout` is dO.
-_STRIDES = ("batch", "row", "head")
 BACKWARD_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("q", "const void*", "uintp"),
     ("k", "const void*", "uintp"),
@@ -227,7 +208,7 @@ BACKWARD_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("dk", "void*", "uintp"),
     ("dv", "void*", "uintp"),
     *SIZE_PARAMS,
-    *((f"{t}_{s}_stride", "long long", "int64") for t in ("q", "k", "v", "do", "dk", "dv") for s in _STRIDES),
+    *stride_params("q", "k", "v", "do", "dk", "dv"),
     *SCALE_WINDOW_PARAMS,
 )
 BACKWARD_PREPROCESS_PARAMS: tuple[tuple[str, str, str], ...] = (
@@ -236,7 +217,7 @@ BACKWARD_PREPROCESS_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("lse", "const float*", "uintp"),
     ("dpsum", "float*", "uintp"),
     *SIZE_PARAMS,
-    *((f"{t}_{s}_stride", "long long", "int64") for t in ("o", "do") for s in _STRIDES),
+    *stride_params("o", "do"),
     *SCALE_WINDOW_PARAMS,
 )
 BACKWARD_CONVERT_PARAMS: tuple[tuple[str, str, str], ...] = (
@@ -245,7 +226,7 @@ BACKWARD_CONVERT_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("batch", "int", "int32"),
     ("seqlen_q", "int", "int32"),
     ("heads", "int", "int32"),
-    *((f"dq_{s}_stride", "long long", "int64") for s in _STRIDES),
+    *stride_params("dq"),
 )
 
 
