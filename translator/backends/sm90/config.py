@@ -69,7 +69,7 @@ class HopperConfig:
     @property
     def fma_exps(self) -> int:
         """exp2s of every eight columns computed on the FP32 pipe (`Param fma_exps`, else the planner's
-        balance of the SFU and the FP32 pipe for this score region: `fma_exp_share`)."""
+        balance of the SFU against the SM's issue slots for this score region: `fma_exp_share`)."""
         p = self.plan
         if p.fma_exps >= 0:
             return p.fma_exps
