@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--values", default="0,2,8")
     args = ap.parse_args(argv)
 
-    from benchmarks.variants import _with_param
+    from benchmarks.variant_cases import with_param
     from pipeline.build import translate_text
     from runner.compile import CompileError, CompileJob, compile_many
     from runner.sass import base_opcode, disassemble, opcodes
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     values = [v for v in args.values.split(",") if v]
     jobs = []
     for v in values:
-        b = translate_text(_with_param(tl, "fma_exps", v), Path(f"{args.variant}_{v}.tl"))
+        b = translate_text(with_param(tl, "fma_exps", v), Path(f"{args.variant}_{v}.tl"))
         jobs.append(CompileJob(source=b.source, arch=b.spec.arch, name=f"{args.variant}_{v}.cu"))
     counts: dict[str, collections.Counter[str]] = {}
     for v, r in zip(values, compile_many(jobs), strict=True):

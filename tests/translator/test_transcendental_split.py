@@ -155,12 +155,12 @@ def test_the_key_block_range_is_found_by_bisection_or_eight_classes_a_step():
 
 
 def test_the_variants_benchmark_sets_or_replaces_one_param():
-    from benchmarks.variants import _with_param
+    from benchmarks.variant_cases import with_param
 
     tl = (ROOT / "examples/variants/softcap.tl").read_text()
-    added = _with_param(tl, "fma_exps", "2")
+    added = with_param(tl, "fma_exps", "2")
     assert added.count("Param fma_exps = 2") == 1
     assert added.index("Dtype") < added.index("Param fma_exps") < added.index("Param BM")
-    replaced = _with_param(tl, "BN", "128")
+    replaced = with_param(tl, "BN", "128")
     assert "Param BN = 128" in replaced and "Param BN = 160" not in replaced
     assert replaced.count("Param BN") == 1

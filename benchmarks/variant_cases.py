@@ -1,0 +1,122 @@
+"""The catalogue variants as benchmark cases: their TL text for one shape of the sweep, and how each
+baseline spells the same variant (FlexAttention's score_mod / mask_mod, FA4's native arguments).
+
+Shared by `benchmarks/variants.py` (timing) and `benchmarks/profile_ncu.py` (hardware counters), so that
+both measure the same kernels against the same baselines.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS_DIR = ROOT / "examples" / "variants"
+
+
+def catalogue() -> list[str]:
+    """Every catalogue variant's name (`examples/variants/NAME.tl`), sorted."""
+    return sorted(p.stem for p in VARIANTS_DIR.glob("*.tl"))
+
+
+def with_param(text: str, param: str, value: str) -> str:
+    """`text` with `Param param = value`, replacing the line that sets it or added after the Dtype line."""
+    line = f"Param {param} = {value}"
+    pattern = rf"(?m)^Param {re.escape(param)} = .*$"
+    if re.search(pattern, text):
+        return re.sub(pattern, line, text)
+    return re.sub(r"(?m)^(Dtype .*)$", lambda m: f"{m.group(1)}\n{line}", text, count=1)
+
+
+def plain_texts() -> dict[str, str]:
+    """The plain kernels each variant is compared with: `plain_none` and `plain_causal` (BN 128)."""
+    base = (ROOT / "examples" / "hopper_mha_fwd.tl").read_text()
+    causal = re.sub(r"(?m)^Mask .*$", "Mask causal", re.sub(r"(?m)^Param BN = .*$", "Param BN = 128", base))
+    return {"plain_none": base, "plain_causal": causal}
+
+
+def for_shape(text: str, dtype: str, hdim: int) -> str:
+    """A TL text retargeted to the sm_90 path at `dtype` and head dim `hdim`."""
+    text = re.sub(r"(?m)^Target .*$", "Target sm_90", text)
+    text = re.sub(r"(?m)^Dtype .*$", f"Dtype {dtype}", text)
+    return with_param(text, "d", str(hdim))
+
+
+def side_tensors(
+    program: Any, B: int, H: int, hkv: int, S: int, generator: Any, device: str = "cuda"
+) -> dict[str, Any]:
+    """Random valid side tensors for `program` at (B, H, hkv, S); ALiBi gets its own slopes,
+    2^(-8 (h + 1) / H), so that every baseline sees the bias a model would."""
+    import torch
+
+    from runner.ir_reference import make_side_tensors
+
+    side = make_side_tensors(program, B, H, hkv, S, S, generator=generator, device=device) if program else {}
+    if "slopes" in side:
+        side["slopes"] = torch.exp2(-8.0 * torch.arange(1, H + 1, device=device) / H).float()
+    return side
+
+
+def flex_mods(name: str, scalars: dict[str, Any], side: dict[str, Any], sq: int, sk: int) -> Any:
+    """(score_mod, mask_mod) for FlexAttention with the same meaning as the catalogue file, or None where
+    FlexAttention cannot say it (a sink logit in the denominator, a normalizer other than softmax)."""
+    import torch
+
+    off = sk - sq
+
+    def causal(b: Any, h: Any, q: Any, k: Any) -> Any:
+        return k <= q + off
+
+    if name == "softcap":
+        cap = scalars["cap"]
+        return (lambda s, b, h, q, k: cap * torch.tanh(s / cap)), None
+    if name == "alibi":
+        slopes = side["slopes"]
+        return (lambda s, b, h, q, k: s + slopes[h] * (k - (q + off))), causal
+    if name == "relative_bias":
+        rel = side["rel"]
+        return (lambda s, b, h, q, k: s + rel[h, torch.clamp(k - q, -64, 64) + 64]), None
+    if name == "sliding_window":
+        w = scalars["window_size"]
+        return None, lambda b, h, q, k: (k <= q + off) & (q + off - k < w)
+    if name == "sink_tokens_window":
+        w, n = scalars["window_size"], scalars["n_sink"]
+        return None, lambda b, h, q, k: (k <= q + off) & ((k < n) | (q + off - k < w))
+    if name == "prefix_lm":
+        prefix = side["prefix"]
+        return None, lambda b, h, q, k: (k < prefix[b]) | (k <= q + off)
+    if name == "document_mask":
+        doc = side["doc"]
+        return None, lambda b, h, q, k: (k <= q + off) & (doc[b, q] == doc[b, k])
+    if name == "dilated_window":
+        w, dil = scalars["W"], scalars["dil"]
+        return None, lambda b, h, q, k: (torch.abs(q - k) <= w) & (torch.abs(q - k) % dil == 0)
+    if name == "global_sliding":
+        w, glob = scalars["W"], side["is_global"]
+        return None, lambda b, h, q, k: (torch.abs(q - k) <= w) | (glob[b, q] != 0) | (glob[b, k] != 0)
+    if name == "prefix_softcap_document":
+        cap, prefix, doc = scalars["cap"], side["prefix"], side["doc"]
+        return (
+            lambda s, b, h, q, k: cap * torch.tanh(s / cap)
+        ), lambda b, h, q, k: (doc[b, q] == doc[b, k]) & ((k < prefix[b]) | (k <= q))
+    return None
+
+
+def fa4_native(name: str, scalars: dict[str, Any], side: dict[str, Any]) -> dict[str, Any] | None:
+    """FA4's own arguments for the variant (`flash_attn.cute.flash_attn_func`), or None."""
+    if name == "softcap":
+        return {"softcap": scalars["cap"]}
+    if name == "sliding_window":
+        return {"causal": True, "window_size": (scalars["window_size"] - 1, 0)}
+    if name == "learnable_sink":
+        return {"causal": True, "learnable_sink": side["sinks"]}
+    return None
+
+
+def fa4_available() -> bool:
+    try:
+        import flash_attn.cute  # noqa: F401
+    except ImportError:
+        return False
+    return True
