@@ -2,6 +2,12 @@
 
     python benchmarks/profile_ncu.py --out DIR [--kernels tl,fa4] [--cases hd128,hd64,hd64-causal]
         [--seqlen 8192] [--sm90-params hd64:BN=128,...]
+    python benchmarks/profile_ncu.py --out DIR --cases v:sliding_window,v:document_mask --seqlen 16384
+
+A case `v:NAME` is the catalogue variant `examples/variants/NAME.tl` (sm_90, bf16, d 128, its side tensors
+as `benchmarks/variants.py` makes them); FA4 runs it natively where it can (softcap, window, sink) and
+otherwise through FlexAttention's FLASH backend, which lowers the same score_mod / mask_mod to FA4's CuTe
+DSL kernel (`benchmarks/variant_cases.py`).
 
 Each (kernel, case) runs in its own process under Nsight Compute (`ncu --set full --clock-control none`):
 the child builds its inputs (bf16, 16k tokens, 2048 hidden, as the benchmark), launches the kernel WARMUP
@@ -54,7 +60,87 @@ ROWS = (
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
 
 
+def _variant_child(kind: str, name: str, seqlen: int) -> int:
+    """One variant's kernel (ours or FA4's) launched WARMUP + 1 times on the benchmark's shape."""
+    import math
+
+    import torch
+
+    from benchmarks.variant_cases import fa4_native, flex_mods, side_tensors
+    from kernel_ir.program import Forward
+    from pipeline.benchmark import sweep_shape
+
+    shape = sweep_shape(seqlen, 128)
+    B, H, S = shape.batch, shape.heads, shape.seqlen_q
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, S, H, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    if kind == "tl":
+        from runner.launch import launch
+
+        lk = _load_variant(name)
+        program = Forward.from_dict(lk.spec.program)
+        side = side_tensors(program, B, H, H, S, g)
+        o, lse = torch.empty_like(q), torch.empty(B, H, S, device="cuda")
+        run = lambda i: launch(lk, q, k, v, o, lse, extras=side)  # noqa: E731
+    else:
+        program = Forward.from_dict(_variant_spec(name).spec.program)
+        side = side_tensors(program, B, H, H, S, g)
+        scalars = {s.name: s.default for s in program.scalars}
+        scale = 1 / math.sqrt(128)
+        native = fa4_native(name, scalars, side)
+        if native is not None:
+            from flash_attn.cute import flash_attn_func
+
+            run = lambda i: flash_attn_func(q, k, v, softmax_scale=scale, **native)  # noqa: E731
+        else:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            mods = flex_mods(name, scalars, side, S, S)
+            if mods is None:
+                print(f"{name}: FA4 has no spelling for this variant", file=sys.stderr)
+                return 2
+            sm, mm = mods
+            bm = create_block_mask(mm, B, None, S, S, device="cuda") if mm else None
+            flex = torch.compile(flex_attention, dynamic=False)
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            opts = {"BACKEND": "FLASH"}
+            run = lambda i: flex(qt, kt, vt, score_mod=sm, block_mask=bm, scale=scale, kernel_options=opts)  # noqa: E731
+    for i in range(WARMUP):
+        run(i)
+    torch.cuda.synchronize()
+    run(WARMUP)  # the profiled launch
+    torch.cuda.synchronize()
+    return 0
+
+
+def _name_filter(kind: str, case: str) -> str:
+    """ncu's kernel filter: a variant's kernel by its exact name (its launch-time block-mask kernel, named
+    `<kernel>_block_mask`, is not the one profiled)."""
+    if kind == "tl" and case.startswith("v:"):
+        return f"regex:^{_variant_spec(case[2:]).spec.kernel_name}$"
+    return NAME_FILTER[kind]
+
+
+def _variant_spec(name: str):  # -> Translation
+    from benchmarks.variant_cases import VARIANTS_DIR, for_shape
+    from pipeline.build import translate_text
+
+    text = for_shape((VARIANTS_DIR / f"{name}.tl").read_text(), "bf16", 128)
+    return translate_text(text, Path(f"{name}_ncu.tl"))
+
+
+def _load_variant(name: str):  # -> LoadedKernel
+    from pipeline.build import compile_all
+    from runner.launch import load, require_device
+
+    t = _variant_spec(name)
+    built = compile_all([t], device_arch=require_device())[0]
+    return load(built.compiled, t.spec)
+
+
 def _child(kind: str, case: str, seqlen: int, params: dict[str, int]) -> int:
+    if case.startswith("v:"):
+        return _variant_child(kind, case[2:], seqlen)
     import torch
 
     from pipeline.benchmark import sweep_shape
@@ -102,6 +188,9 @@ def _precompile(cases: list[str], params: dict[int, dict[str, int]]) -> None:
 
     items = []
     for case in cases:
+        if case.startswith("v:"):
+            items.append(_variant_spec(case[2:]))
+            continue
         d, mask = CASES[case]
         items.append(_config(d, mask, params.get(d, {})).translate())
     for built in compile_all(items, device_arch=require_device()):
@@ -198,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = args.cases.split(",")
     if args.child:
         kind, case = args.child
-        return _child(kind, case, args.seqlen, params.get(CASES[case][0], {}))
+        return _child(kind, case, args.seqlen, params.get(CASES.get(case, (128,))[0], {}))
 
     if shutil.which("ncu") is None:
         print("profile_ncu: ncu is not on the PATH", file=sys.stderr)
@@ -213,10 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         for kind in kinds:
             label = f"{kind}:{case}"
-            report = args.out / f"{kind}_{case}"
+            slug = case.replace(":", "-")
+            report = args.out / f"{kind}_{slug}"
             cmd = [
                 "ncu", "--set", "full", "--clock-control", "none", "--target-processes", "all",
-                "--kernel-name", NAME_FILTER[kind], "--launch-skip", str(WARMUP), "--launch-count", "1",
+                "--kernel-name", _name_filter(kind, case),
+                "--launch-skip", str(WARMUP), "--launch-count", "1",
                 "--force-overwrite", "--export", str(report),
                 sys.executable, __file__, "--child", kind, case, "--seqlen", str(args.seqlen),
                 "--sm90-params", args.sm90_params,
@@ -228,16 +319,16 @@ def main(argv: list[str] | None = None) -> int:
                 log = proc.stdout + proc.stderr
             except subprocess.TimeoutExpired as exc:
                 log = f"timed out after {args.timeout_s}s\n{exc.stdout or ''}{exc.stderr or ''}"
-            (args.out / f"{kind}_{case}.log").write_text(str(log))
+            (args.out / f"{kind}_{slug}.log").write_text(str(log))
             rep = report.with_suffix(".ncu-rep")
             if not rep.exists():
                 print(f"{label}: no report; the log's end:\n{str(log)[-1500:]}")
                 continue
             metrics = _raw_metrics(rep)
-            (args.out / f"{kind}_{case}.json").write_text(json.dumps(metrics, indent=1))
+            (args.out / f"{kind}_{slug}.json").write_text(json.dumps(metrics, indent=1))
             columns[label] = metrics
             source = _ncu_page(rep, "--page", "source", "--print-source", "sass")
-            (args.out / f"{kind}_{case}_sass.csv").write_text(source)
+            (args.out / f"{kind}_{slug}_sass.csv").write_text(source)
             mixes[label] = opcode_mix_from_csv(source)
             samples[label] = opcode_mix_from_csv(source, SAMPLES)
     if not columns:
