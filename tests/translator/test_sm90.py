@@ -54,8 +54,8 @@ def test_hopper_instructions_and_warp_roles_are_emitted() -> None:
         "EmptyBarrier::wait(&empty_v[v_stage], v_phase ^ 1)",
         "cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>()",
         "cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>()",
-        "GMMA::ss_op_selector",
-        "GMMA::rs_op_selector",
+        "_SS<GMMA::Major::K, GMMA::Major::K>{}",  # the wgmma atoms, named (sm90/gmma.py)
+        "_RS<GMMA::Major::K, GMMA::Major::MN>{}",
         "tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ",
         "tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP",
         "tl::acc_to_A(rP.layout())",

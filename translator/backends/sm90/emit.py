@@ -35,6 +35,7 @@ from translator.backends.regions import (
 )
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
+from translator.backends.sm90.gmma import GmmaAtom, extended_includes, pv_atom, qk_atom
 from translator.backends.sm90.helpers import emit_helpers
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
@@ -147,17 +148,22 @@ def _header(e: _Emit, tl_file: str | None) -> None:
         f"{', persistent (one block per SM walks the tiles)' if c.persistent else ''}. "
         "`// TL:n` tags the TL line of each block."
     )
-    w.comment("wgmma N = BN may be any multiple of 8 (e.g. 80 or 176): enable CuTe's extended GMMA shapes.")
-    w.line("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED")
     w.line("#include <cute/tensor.hpp>")
     w.line("#include <cute/arch/copy_sm90.hpp>      // stmatrix")
     w.line("#include <cute/arch/copy_sm90_tma.hpp>  // cp.async.bulk.tensor (TMA) loads and stores")
     w.line("#include <cutlass/arch/barrier.h>       // mbarriers with transaction counts")
     w.line("#include <cutlass/arch/reg_reconfig.h>  // setmaxnreg")
     w.line("#include <cutlass/numeric_conversion.h>")
+    for line in extended_includes(*_atoms(p)):
+        w.line(line)
     w.line()
     w.line("using namespace cute;")
     w.line()
+
+
+def _atoms(p: KernelPlan) -> tuple[GmmaAtom, GmmaAtom]:
+    """(Q·Kᵀ's SS atom, P·V's RS atom) of the plan."""
+    return qk_atom(p.dtype, p.block_n), pv_atom(p.dtype, p.head_dim_v)
 
 
 def _src(e: _Emit, *keys: str) -> str:
@@ -230,16 +236,11 @@ def _traits(e: _Emit) -> None:
         w.comment(
             "registers, Vᵀ MN-major from shared memory). Consumer warp group g owns rows [g·M/G, (g+1)·M/G)."
         )
-        w.line("using TiledMmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float,")
-        w.line(
-            "    Shape<Int<kBlockM / kConsumers>, Int<kBlockN>, Int<kHeadDimQK>>>(), "
-            "Layout<Shape<Int<kConsumers>, _1, _1>>{}));"
-        )
-        w.line("using TiledMmaPV = decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float,")
-        w.line(
-            "    Shape<Int<kBlockM / kConsumers>, Int<kHeadDimV>, Int<kBlockN>>, GMMA::Major::K, "
-            "GMMA::Major::MN>(),"
-        )
+        qk, pv = _atoms(p)
+        w.comment("The atoms: the widest wgmma N dividing BN (Q·Kᵀ) and d_v (P·V), named (sm90/gmma.py).")
+        w.line(f"using TiledMmaQK = decltype(make_tiled_mma({qk.cute()}{{}},")
+        w.line("    Layout<Shape<Int<kConsumers>, _1, _1>>{}));")
+        w.line(f"using TiledMmaPV = decltype(make_tiled_mma({pv.cute()}{{}},")
         w.line("    Layout<Shape<Int<kConsumers>, _1, _1>>{}));")
         w.line()
         w.comment("Byte offsets in dynamic shared memory (its base rounded up to 1024 in the kernel).")
