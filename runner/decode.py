@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec, program_params
@@ -56,6 +57,23 @@ def num_splits_heuristic(tiles: int, n_blocks: int, sms: int, per_sm: int) -> in
         return good
     best = max(efficiency(s) for s in range(1, limit + 1))
     return next(s for s in range(1, limit + 1) if efficiency(s) >= 0.95 * best)
+
+
+def tile_grid(spec: LaunchSpec, max_seqlen_q: int, heads: int, heads_kv: int) -> tuple[int, int]:
+    """(query tiles per (batch, head slot), head slots): packed GQA puts a K/V head's query heads in one
+    tile space of max_seqlen_q · group rows."""
+    pack = bool((spec.inference or {}).get("pack_gqa"))
+    group = heads // heads_kv
+    return math.ceil(max_seqlen_q * (group if pack else 1) / spec.block_m), heads_kv if pack else heads
+
+
+def auto_splits(
+    spec: LaunchSpec, batch: int, max_seqlen_q: int, heads: int, heads_kv: int, max_seqlen_k: int, sms: int
+) -> int:
+    """The split count `Param splits = 0` launches with on a GPU of `sms` SMs."""
+    m_blocks, heads_z = tile_grid(spec, max_seqlen_q, heads, heads_kv)
+    n_blocks = math.ceil(max_seqlen_k / max(1, spec.block_n))
+    return num_splits_heuristic(m_blocks * batch * heads_z, n_blocks, sms, blocks_per_sm(spec))
 
 
 def _check(name: str, t: Any, dtype: Any, device: Any, dims: int, last: int | None = None) -> None:
@@ -107,7 +125,133 @@ def decode_attention(
     `num_splits`: None takes the TL's `Param splits` (0 there: `num_splits_heuristic`); a number
     overrides it. `max_seqlen_*` of a packed batch are read from the cu_seqlens when not given (a
     device-to-host copy). `extras`: the program's runtime scalars and side tensors by TL name (side-tensor
-    dims `seqlen_q` / `seqlen_k` are the maxima)."""
+    dims `seqlen_q` / `seqlen_k` are the maxima).
+
+    Everything but the data pointers is checked and packed once per call signature (shapes, strides,
+    dtypes, lengths, options) and kept in a `_Plan`; a repeated call only checks alignment, allocates the
+    outputs and launches (decode steps are ~100 µs of GPU time, so host time per call matters)."""
+    if loaded.spec.inference and loaded.spec.inference["varlen"] and cu_seqlens_q is not None:
+        if max_seqlen_q is None:
+            max_seqlen_q = _max_length(cu_seqlens_q)
+        if max_seqlen_k is None and cu_seqlens_k is not None:
+            max_seqlen_k = _max_length(cu_seqlens_k)
+    key = (
+        id(loaded), _meta(q), _meta(k), _meta(v), _meta(block_table), _meta(cache_seqlens),
+        _meta(cu_seqlens_q), _meta(cu_seqlens_k), max_seqlen_q, max_seqlen_k, num_splits, softmax_scale,
+        None if window is None else tuple(window), None if out is None else (_meta(out[0]), _meta(out[1])),
+        None if extras is None else tuple(extras),
+    )  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(
+            loaded, q, k, v, block_table=block_table, cache_seqlens=cache_seqlens, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            num_splits=num_splits, softmax_scale=softmax_scale, window=window, extras=extras, out=out,
+        )  # fmt: skip
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = plan
+    return plan.run(q, k, v, (block_table, cache_seqlens, cu_seqlens_q, cu_seqlens_k), extras, out)
+
+
+def _max_length(cu_seqlens: Any) -> int:
+    n = cu_seqlens.shape[0] - 1
+    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item()) if n > 0 else 0
+
+
+def _meta(t: Any) -> Any:
+    """What a call signature keeps of a tensor argument (a non-tensor keeps its type: the plan refuses it)."""
+    import torch
+
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        return type(t)
+    return (tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 256  # call signatures kept (oldest dropped first); each holds two argument structs
+_POINTERS = ("q", "k", "v", "o", "lse")
+_INDEX_NAMES = ("block_table", "cache_seqlens", "cu_seqlens_q", "cu_seqlens_k")
+
+
+@dataclass(eq=False)
+class _Plan:
+    """One call signature's launches: the argument structs with every non-pointer field set."""
+
+    loaded: LoadedKernel  # kept alive: the plan's key holds its id
+    main: StructLauncher
+    combine: StructLauncher | None
+    grid: tuple[int, int, int]
+    combine_grid: tuple[int, int, int]
+    o_shape: tuple[int, ...]
+    lse_shape: tuple[int, ...]
+    accum_numel: tuple[int, int]  # (o_accum, lse_accum) floats; (0, 0) without splits
+    dtype: Any
+    device: Any
+    empty: bool  # nothing to compute (no sequence, row or head): the outputs come back unwritten
+    used: tuple[bool, bool, bool, bool]  # the kernel reads block_table, cache_seqlens, cu_seqlens_q/_k
+    tail: Any = None  # (extras) -> program values, when the program has runtime scalars or side tensors
+
+    def run(
+        self, q: Any, k: Any, v: Any, index: tuple[Any, ...], extras: dict[str, Any] | None, out: Any
+    ) -> tuple[Any, Any]:
+        import torch
+
+        if out is not None:
+            o, lse = out
+        else:
+            o = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        if self.empty:
+            return o, lse
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
+        if any(p % 16 for p in ptrs):
+            bad = [n for n, p in zip(_POINTERS, ptrs, strict=False) if p % 16]
+            raise LaunchError(f"{', '.join(bad)}: the last dim must be contiguous with 16-byte aligned rows")
+        values = dict(zip(_POINTERS, (*ptrs, lse.data_ptr()), strict=True))
+        for name, t, used in zip(_INDEX_NAMES, index, self.used, strict=True):
+            values[name] = t.data_ptr() if used else 0
+        n_o, n_lse = self.accum_numel
+        accum = None
+        if n_o:
+            accum = torch.empty(n_o + n_lse, dtype=torch.float32, device=self.device)  # one allocation
+            values["o_accum"] = accum.data_ptr()
+            values["lse_accum"] = values["o_accum"] + 4 * n_o
+        if self.tail is not None:
+            values.update(self.tail(extras))
+        self.main.set(values)
+        stream = _stream_handle(self.device)
+        spec = self.loaded.spec
+        self.main.fire(self.grid, spec.threads, spec.shared_bytes, stream)
+        if self.combine is not None:
+            self.combine.set({"o_accum": values["o_accum"], "lse_accum": values["lse_accum"], "o": ptrs[3],
+                              "lse": values["lse"]})  # fmt: skip
+            self.combine.fire(self.combine_grid, COMBINE_THREADS, 0, stream)
+        del accum  # freed in stream order: the caching allocator reuses it only after these launches
+        return o, lse
+
+
+def _plan(
+    loaded: LoadedKernel,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    block_table: Any,
+    cache_seqlens: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: int | None,
+    max_seqlen_k: int | None,
+    num_splits: int | None,
+    softmax_scale: float | None,
+    window: tuple[int, int] | None,
+    extras: dict[str, Any] | None,
+    out: tuple[Any, Any] | None,
+) -> _Plan:
+    """Check a call signature and pack its launches (raises LaunchError naming what is wrong)."""
     import torch
 
     spec = loaded.spec
@@ -117,6 +261,8 @@ def decode_attention(
             f"{spec.kernel_name} is no inference kernel; launch it with runner.launch.attention"
         )
     dtype = torch_dtype(spec.dtype)
+    if not isinstance(q, torch.Tensor):
+        raise LaunchError(f"q: expected a torch.Tensor, got {type(q).__name__}")
     device = q.device
     page = int(inf["page_size"])
     varlen = bool(inf["varlen"])
@@ -139,10 +285,8 @@ def decode_attention(
         batch = cu_seqlens_q.shape[0] - 1
         _int_vector("cu_seqlens_q", cu_seqlens_q, batch + 1, device)
         _int_vector("cu_seqlens_k", cu_seqlens_k, batch + 1, device)
-        if max_seqlen_q is None:
-            max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item()) if batch else 0
-        if max_seqlen_k is None:
-            max_seqlen_k = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item()) if batch else 0
+        max_seqlen_q = max_seqlen_q if max_seqlen_q is not None else _max_length(cu_seqlens_q)
+        max_seqlen_k = max_seqlen_k if max_seqlen_k is not None else _max_length(cu_seqlens_k)
         total_q = q.shape[0]
     else:
         batch, max_seqlen_q = q.shape[0], q.shape[1]
@@ -167,98 +311,83 @@ def decode_attention(
             _int_vector("cache_seqlens", cache_seqlens, batch, device)
         total_q = batch * max_seqlen_q
     assert max_seqlen_q is not None and max_seqlen_k is not None
-    pack = bool(inf["pack_gqa"])
-    group = heads // heads_kv
-    m_blocks = math.ceil(max_seqlen_q * (group if pack else 1) / spec.block_m)
-    heads_z = heads_kv if pack else heads
+    m_blocks, heads_z = tile_grid(spec, max_seqlen_q, heads, heads_kv)
     splits = num_splits if num_splits is not None else int(inf["splits"])
     if splits == 0:
-        n_blocks = math.ceil(max_seqlen_k / max(1, spec.block_n))
-        splits = num_splits_heuristic(
-            m_blocks * batch * heads_z, n_blocks, sm_count(device.index), blocks_per_sm(spec)
-        )
+        splits = auto_splits(spec, batch, max_seqlen_q, heads, heads_kv, max_seqlen_k, sm_count(device.index))
     if splits < 1 or splits > MAX_SPLITS or (splits > 1 and not spec.combine_name):
         raise LaunchError(
             f"num_splits = {splits}: this kernel takes "
             f"{'1 to ' + str(MAX_SPLITS) if spec.combine_name else '1 (it has no combine kernel)'}"
         )
-
+    o_shape = (*q.shape[:-1], spec.head_dim_v)
+    lse_shape = (heads, total_q) if varlen else (batch, heads, max_seqlen_q)
     if out is not None:
         o, lse = out
+        _check("o", o, dtype, device, dims, spec.head_dim_v)
+        if tuple(o.shape) != o_shape:
+            raise LaunchError(f"o: shape {tuple(o.shape)} does not match q's {tuple(q.shape)}")
+        _check("lse", lse, torch.float32, device, len(lse_shape))
+        if tuple(lse.shape) != lse_shape or not lse.is_contiguous():
+            raise LaunchError(f"lse: expected a contiguous float32 {lse_shape}, got {tuple(lse.shape)}")
+        o_strides = _strides(o)
     else:
-        o = torch.empty(*q.shape[:-1], spec.head_dim_v, dtype=dtype, device=device)
-        lse_shape = (heads, total_q) if varlen else (batch, heads, max_seqlen_q)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
-    _check("o", o, dtype, device, dims, spec.head_dim_v)
-    if tuple(o.shape[:-1]) != tuple(q.shape[:-1]):
-        raise LaunchError(f"o: shape {tuple(o.shape)} does not match q's {tuple(q.shape)}")
-    if batch == 0 or total_q == 0 or heads == 0:
-        return o, lse
-    accum = None
-    if splits > 1:
-        accum = (
-            torch.empty(
-                splits, batch, heads, max_seqlen_q, spec.head_dim_v, dtype=torch.float32, device=device
-            ),
-            torch.empty(splits, batch, heads, max_seqlen_q, dtype=torch.float32, device=device),
-        )
-
-    def ptr(t: Any) -> int:
-        return 0 if t is None else int(t.data_ptr())
-
-    def strides(t: Any) -> tuple[int, int, int]:
-        if t.dim() == 3:  # packed batch: (total, heads, d)
-            return (0, t.stride(0), t.stride(1))
-        return (t.stride(0), t.stride(1), t.stride(2))
+        o_strides = _strides(torch.empty(o_shape, device="meta"))
+    program = spec.program or {}
+    if extras and not (program.get("scalars") or program.get("tensors")):
+        raise LaunchError(f"unknown launch argument(s) {', '.join(map(repr, extras))} for {spec.kernel_name}")
 
     values: dict[str, Any] = {
-        "q": ptr(q), "k": ptr(k), "v": ptr(v), "o": ptr(o), "lse": ptr(lse),
-        "o_accum": ptr(accum[0]) if accum else 0, "lse_accum": ptr(accum[1]) if accum else 0,
-        "block_table": ptr(block_table) if page else 0,
-        "cache_seqlens": ptr(cache_seqlens) if not varlen else 0,
-        "cu_seqlens_q": ptr(cu_seqlens_q) if varlen else 0,
-        "cu_seqlens_k": ptr(cu_seqlens_k) if varlen else 0,
         "batch": batch, "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k,
         "heads": heads, "heads_kv": heads_kv, "num_splits": splits,
         "max_pages": block_table.shape[1] if page else 0,
         "softmax_scale": softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk),
-        "window_left": -1, "window_right": -1,
+        "window_left": -1, "window_right": -1, "o_accum": 0, "lse_accum": 0,
     }  # fmt: skip
     if spec.mask == "window":
         win = window if window is not None else tuple(spec.window)
         values["window_left"], values["window_right"] = int(win[0]), int(win[1])
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        for which, s in zip(("batch", "row", "head"), strides(t), strict=True):
+    for name, strides in (("q", _strides(q)), ("k", _strides(k)), ("v", _strides(v)), ("o", o_strides)):
+        for which, s in zip(("batch", "row", "head"), strides, strict=True):
             values[f"{name}_{which}_stride"] = s
     if values["softmax_scale"] <= 0:
         raise LaunchError(f"softmax_scale must be positive, got {values['softmax_scale']}")
-    main, combine = _launchers(loaded)
-    tail: list[Any] = []
-    program = spec.program or {}
+    tail = None
     if program.get("scalars") or program.get("tensors"):
         sizes_like = torch.empty((batch, max_seqlen_q, heads, 0), device=device)  # program_args reads sizes
-        extra = {**(extras or {}), "_seqlen_k": max_seqlen_k, "_heads_kv": heads_kv}
-        tail = [value.item() for _, value in program_args(spec, sizes_like, extra)]
-    elif extras:
-        raise LaunchError(f"unknown launch argument(s) {', '.join(map(repr, extras))} for {spec.kernel_name}")
-    stream = _stream_handle(device)
-    grid = (m_blocks * splits, batch, heads_z)
-    main.launch(
-        grid, spec.threads, spec.shared_bytes, stream, [*(values[n] for n in _INFERENCE_NAMES), *tail]
-    )
-    if accum is not None:
-        if combine is None:
+        names = [p[0] for p in program_params(program)]
+
+        def tail(given: dict[str, Any] | None) -> dict[str, Any]:
+            extra = {**(given or {}), "_seqlen_k": max_seqlen_k, "_heads_kv": heads_kv}
+            args = program_args(spec, sizes_like, extra)
+            return {n: value.item() for n, (_, value) in zip(names, args, strict=True)}
+
+        tail(extras)  # the side tensors and scalars are checked before anything is cached
+    main = StructLauncher(loaded.kernel, INFERENCE_PARAMS + program_params(spec.program))
+    main.set(values)
+    combine = None
+    if splits > 1:
+        if loaded.combine_kernel is None:
             raise LaunchError(f"{spec.kernel_name}: its combine kernel is missing; rebuild with `tl build`")
-        o_strides = strides(o)
-        rows = batch * heads * max_seqlen_q
-        combine_values = (
-            accum[0].data_ptr(), accum[1].data_ptr(), o.data_ptr(), lse.data_ptr(),
-            batch, max_seqlen_q, heads, splits, *o_strides,
-        )  # fmt: skip
-        combine.launch(
-            (math.ceil(rows / (COMBINE_THREADS // 32)), 1, 1), COMBINE_THREADS, 0, stream, combine_values
-        )
-    return o, lse
+        combine = StructLauncher(loaded.combine_kernel, COMBINE_PARAMS)
+        o_names = ("o_batch_stride", "o_row_stride", "o_head_stride")
+        combine.set({"batch": batch, "max_seqlen_q": max_seqlen_q, "heads": heads, "num_splits": splits,
+                     **dict(zip(o_names, o_strides, strict=True))})  # fmt: skip
+    rows = batch * heads * max_seqlen_q
+    accum = (splits * rows * spec.head_dim_v, splits * rows) if splits > 1 else (0, 0)
+    return _Plan(
+        loaded=loaded, main=main, combine=combine, grid=(m_blocks * splits, batch, heads_z),
+        combine_grid=(math.ceil(rows / (COMBINE_THREADS // 32)), 1, 1), o_shape=o_shape, lse_shape=lse_shape,
+        accum_numel=accum, dtype=dtype, device=device, empty=batch == 0 or total_q == 0 or heads == 0,
+        used=(bool(page), not varlen and cache_seqlens is not None, varlen, varlen), tail=tail,
+    )  # fmt: skip
+
+
+def _strides(t: Any) -> tuple[int, int, int]:
+    """(batch, row, head) strides; a packed batch's (total, heads, d) has no batch stride."""
+    if t.dim() == 3:
+        return (0, t.stride(0), t.stride(1))
+    return (t.stride(0), t.stride(1), t.stride(2))
 
 
 def _stream_handle(device: Any) -> int:
@@ -266,19 +395,3 @@ def _stream_handle(device: Any) -> int:
     import torch
 
     return int(torch.cuda.current_stream(device).cuda_stream)
-
-
-_INFERENCE_NAMES = tuple(p[0] for p in INFERENCE_PARAMS)
-_LAUNCHERS: dict[int, tuple[LoadedKernel, StructLauncher, StructLauncher | None]] = {}
-
-
-def _launchers(loaded: LoadedKernel) -> tuple[StructLauncher, StructLauncher | None]:
-    """The kernel's and its combine kernel's launchers, built on first use (keyed by the loaded kernel,
-    which the entry keeps alive)."""
-    entry = _LAUNCHERS.get(id(loaded))
-    if entry is None or entry[0] is not loaded:
-        params = INFERENCE_PARAMS + program_params(loaded.spec.program)
-        combine = StructLauncher(loaded.combine_kernel, COMBINE_PARAMS) if loaded.combine_kernel else None
-        entry = (loaded, StructLauncher(loaded.kernel, params), combine)
-        _LAUNCHERS[id(loaded)] = entry
-    return entry[1], entry[2]

@@ -10,7 +10,7 @@ outpaces the host.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _CTYPES: dict[str, Any] = {
@@ -37,6 +37,25 @@ class StructLauncher:
         self.names = tuple(name for name, _ in fields)
         self._pointers = (ctypes.c_void_p * len(fields))(*(base + getattr(cls, n).offset for n in self.names))
         self._handle = getattr(kernel, "handle", kernel)
+        from cuda.bindings import driver
+
+        self._driver = driver
+
+    def set(self, values: Mapping[str, Any]) -> None:
+        """Assign fields by name; the others keep their last values."""
+        args = self.args
+        for name, value in values.items():
+            setattr(args, name, value)
+
+    def fire(self, grid: tuple[int, int, int], block: int, shared_bytes: int, stream_handle: int) -> None:
+        """Launch with the fields as they are now."""
+        driver = self._driver
+        (err,) = driver.cuLaunchKernel(
+            self._handle, grid[0], grid[1], grid[2], block, 1, 1, shared_bytes,
+            driver.CUstream(stream_handle), ctypes.addressof(self._pointers), 0,
+        )  # fmt: skip
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise LaunchFailed(f"cuLaunchKernel failed: {err.name}")
 
     def launch(
         self,
@@ -47,14 +66,7 @@ class StructLauncher:
         values: Sequence[Any],
     ) -> None:
         """`values` in parameter order (ints, floats; pointers as ints)."""
-        from cuda.bindings import driver
-
         args = self.args
         for name, value in zip(self.names, values, strict=True):
             setattr(args, name, value)
-        (err,) = driver.cuLaunchKernel(
-            self._handle, grid[0], grid[1], grid[2], block, 1, 1, shared_bytes,
-            driver.CUstream(stream_handle), ctypes.addressof(self._pointers), 0,
-        )  # fmt: skip
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise LaunchFailed(f"cuLaunchKernel failed: {err.name}")
+        self.fire(grid, block, shared_bytes, stream_handle)

@@ -131,7 +131,9 @@ def _loaded(inference: dict, **spec_kw: Any) -> Any:
                         combine_kernel="combine")  # fmt: skip
 
 
-def test_decode_launch_passes_the_abi_and_combines_the_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def fake_driver(monkeypatch: pytest.MonkeyPatch) -> _FakeDriver:
+    """cuda.bindings.driver replaced by a recorder of launches (the runner's launch path runs for real)."""
     import ctypes
     import sys
     import types
@@ -151,6 +153,15 @@ def test_decode_launch_passes_the_abi_and_combines_the_splits(monkeypatch: pytes
     bindings.driver = fake  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
     monkeypatch.setattr(decode, "_stream_handle", lambda device: 7)
+    monkeypatch.setattr(decode, "_PLANS", {})
+    return fake
+
+
+def test_decode_launch_passes_the_abi_and_combines_the_splits(fake_driver: _FakeDriver) -> None:
+    import runner.decode as decode
+    from runner.abi import COMBINE_PARAMS, INFERENCE_PARAMS
+
+    fake = fake_driver
     loaded = _loaded(PAGED | {"splits": 0})
     batch, heads, heads_kv = 3, 8, 2
     q = torch.randn(batch, 1, heads, 64).to(torch.bfloat16)
@@ -210,3 +221,33 @@ def test_tl_run_checks_ragged_batches_with_splits_where_the_kernel_splits() -> N
     assert any(0 in c.seqlen_k for c in cases) and any(c.num_splits == 7 for c in cases)
     varlen = default_cases(_loaded(PAGED | {"splits": 1, "page_size": 0, "varlen": True}).spec)
     assert all(len(c.seqlen_q) == len(c.seqlen_k) for c in varlen) and not any(c.num_splits for c in varlen)
+
+
+def test_a_repeated_call_signature_reuses_its_plan_with_new_pointers(fake_driver: _FakeDriver) -> None:
+    import runner.decode as decode
+    from runner.abi import COMBINE_PARAMS, INFERENCE_PARAMS
+    from runner.launch import LaunchError
+
+    fake = fake_driver
+    loaded = _loaded(PAGED | {"splits": 2})
+    table = torch.arange(4, dtype=torch.int32).reshape(2, 2)
+    lens = torch.tensor([100, 3], dtype=torch.int32)
+    k = torch.randn(4, 64, 2, 64).to(torch.bfloat16)
+    names = [p[0] for p in INFERENCE_PARAMS]
+    seen = []
+    for _ in range(2):
+        q = torch.randn(2, 1, 8, 64).to(torch.bfloat16)  # a new tensor of the same signature
+        o, _ = decode.decode_attention(loaded, q, k, k, block_table=table, cache_seqlens=lens)
+        args = dict(zip(names, fake.launches[-2][3], strict=True))
+        assert args["q"] == q.data_ptr() and args["o"] == o.data_ptr() and args["num_splits"] == 2
+        assert (
+            dict(zip((p[0] for p in COMBINE_PARAMS), fake.launches[-1][3], strict=True))["o"] == o.data_ptr()
+        )
+        seen.append(args)
+    assert len(decode._PLANS) == 1  # one signature, one plan
+    assert {n: v for n, v in seen[0].items() if n not in ("q", "o", "lse", "o_accum", "lse_accum")} == {
+        n: v for n, v in seen[1].items() if n not in ("q", "o", "lse", "o_accum", "lse_accum")
+    }
+    shifted = torch.randn(2 * 1 * 8 * 64 + 1).to(torch.bfloat16)[1:].view(2, 1, 8, 64)  # 2-byte offset
+    with pytest.raises(LaunchError, match="q: the last dim must be contiguous with 16-byte aligned rows"):
+        decode.decode_attention(loaded, shifted, k, k, block_table=table, cache_seqlens=lens)
