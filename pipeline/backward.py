@@ -93,11 +93,13 @@ def translate_backward(
     dtype: str | None = None,
     arch: str | None = "sm_80",
     learnable: tuple[str, ...] | None = None,
+    deterministic: bool = False,
 ) -> BackwardBuild:
     """The backward of the TL file (a Path, or a str naming an existing .tl file) or TL text (any other
     str). `dtype` overrides the TL's Dtype, `arch` its Target (default sm_80: the FA2-structured
     kernels, which run on sm_90 too). `learnable`: side tensors whose gradient the kernels compute
-    (default: those the TL marks `with learnable`). Raises BackwardBuildError."""
+    (default: those the TL marks `with learnable`). `deterministic`: dQ, dK and dV bit-identical from
+    run to run (dQ without cross-block atomics). Raises BackwardBuildError."""
     from tl_language import analyze
     from translator.backends.sm80_bwd import generate_backward
     from translator.errors import TranslateError
@@ -129,7 +131,9 @@ def translate_backward(
                 raise BackwardBuildError(f"{where}: the backward targets {', '.join(ARCH_CC)}, not {arch}")
             plan = dataclasses.replace(plan, arch=arch, compute_capability=ARCH_CC[arch])
         names = tuple(learnable) if learnable is not None else marked_learnable(analysis.model)
-        source, spec = generate_backward(plan, learnable=names, tl_file=str(path) if path else None)
+        source, spec = generate_backward(
+            plan, learnable=names, tl_file=str(path) if path else None, deterministic=deterministic
+        )
     except TranslateError as exc:
         d = exc.diagnostics[0]
         raise BackwardBuildError(f"{where}:{d.range.start.line + 1}: {d.code} {d.message}") from None
@@ -153,12 +157,13 @@ def build_backward(
     *,
     learnable: tuple[str, ...] | None = None,
     device_arch: str | None = None,
+    deterministic: bool = False,
 ) -> BackwardBuild:
     """`translate_backward`, then compiled (for `device_arch`, or the current device's when one is
     visible, or build-only)."""
     from runner.launch import cuda_device_arch
 
-    build = translate_backward(tl, dtype=dtype, arch=arch, learnable=learnable)
+    build = translate_backward(tl, dtype=dtype, arch=arch, learnable=learnable, deterministic=deterministic)
     build.compile(device_arch or cuda_device_arch())
     return build
 

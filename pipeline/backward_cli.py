@@ -22,7 +22,7 @@ def cmd_build_backward(args: argparse.Namespace) -> int:
             status = max(status, EXIT_USAGE)
             continue
         try:
-            build = translate_backward(path)
+            build = translate_backward(path, deterministic=getattr(args, "deterministic", False))
             cu, js = build.write()
             c = build.compile()
         except BackwardBuildError as exc:
@@ -50,7 +50,9 @@ def _load(args: argparse.Namespace) -> BackwardBuild | int:
         _err(f"{exc}: `tl {args.tl_command} --backward` needs a GPU (`tl build --backward` does not)")
         return EXIT_NO_DEVICE
     try:
-        build = translate_backward(args.file, dtype=getattr(args, "dtype", None))
+        build = translate_backward(
+            args.file, dtype=getattr(args, "dtype", None), deterministic=getattr(args, "deterministic", False)
+        )
         build.load()
     except BackwardBuildError as exc:
         _err(f"error: {exc}")

@@ -57,6 +57,12 @@ def register(subparsers: Any) -> None:
     c.add_argument("--force", action="store_true", help="overwrite a FILE.cu that was edited by hand")
     c.add_argument("--backward", action="store_true", help="time the derived backward")
     c.set_defaults(func=cmd_bench, tl_command="bench")
+    for sub in (b, r, c):
+        sub.add_argument(
+            "--deterministic",
+            action="store_true",
+            help="with --backward: dQ without cross-block atomics, the same bits every run",
+        )
 
 
 def _err(msg: str) -> None:

@@ -195,8 +195,11 @@ class LaunchSpec:
 # dot_do_o: D = rowsum(dO ∘ O) into dpsum (batch, heads, seqlen_q) fp32 (and a learnable sink's gradient);
 # grid (ceil(seqlen_q / preprocess_rows), batch, heads). dq_dk_dv: grid (ceil(seqlen_k / block_n), batch,
 # heads_kv); adds dQ into dq_accum (batch, heads, seqlen_q, d) fp32, which must start zeroed, and writes
-# dK, dV (summed over each GQA group). convert_dq: dq_accum → dq; grid (ceil(seqlen_q / block_m), batch,
-# heads). Strides are in elements, as in ATTENTION_PARAMS; `dout` is dO.
+# dK, dV (summed over each GQA group); deterministic: grid (dq_splits, batch, heads_kv), column x walks
+# key blocks x, x + dq_splits, … and adds into slice x of dq_accum (dq_splits, batch, heads, seqlen_q, d).
+# convert_dq: dq_accum → dq; grid (ceil(seqlen_q / block_m), batch, heads). row_grads (when row_sums > 0):
+# grid (ceil(seqlen_q / threads), batch, heads). Strides are in elements, as in ATTENTION_PARAMS; `dout`
+# is dO.
 BACKWARD_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("q", "const void*", "uintp"),
     ("k", "const void*", "uintp"),
@@ -227,7 +230,12 @@ BACKWARD_CONVERT_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("seqlen_q", "int", "int32"),
     ("heads", "int", "int32"),
     *stride_params("dq"),
+    ("dq_splits", "int", "int32"),  # dq_accum's slices, summed in order (1 unless deterministic)
 )
+# Per query row, Σ_k P·dP and, per learnable read that is uniform over a (batch, head), Σ_k P·∂X/∂read
+# (batch, heads, seqlen_q, spec.row_sums) fp32, zeroed: row_grads corrects those gradients by
+# Σ_rows (D − Σ_k P·dP) · Σ_k P·∂X/∂read, the error D = rowsum(dO ∘ O) carries from O's rounding.
+BACKWARD_ROW_SUMS_PARAM: tuple[str, str, str] = ("row_sums", "float*", "uintp")
 
 
 def backward_program_params(
@@ -246,6 +254,7 @@ class BackwardSpec:
     """What the runner needs to launch the backward of one TL program (written as FILE.bwd.launch.json)."""
 
     # the forward's kernel name: the kernels are <name>_bwd_dot_do_o, _bwd_dq_dk_dv and _bwd_convert_dq
+    # (and _bwd_row_grads, with dq_dk_dv's parameters, when row_sums > 0)
     name: str
     block_m: int
     block_n: int
@@ -260,6 +269,8 @@ class BackwardSpec:
     program: dict | None = None  # the forward's kernel IR (None: the plain forward)
     learnable: tuple[str, ...] = ()  # side tensors whose gradients the kernels write
     params: tuple[str, ...] = ()  # dq_dk_dv's parameters in order
+    row_sums: int = 0  # fp32 per query row in `row_sums` (0: no row_grads kernel)
+    deterministic: bool = False  # dQ through one dq_accum slice per grid column, summed in order
     tl_file: str | None = None
     source_sha256: str | None = None
 

@@ -4,6 +4,7 @@
     <name>_bwd_dot_do_o    D = rowsum(dO ∘ O)                       (and a learnable sink's gradient)
     <name>_bwd_dq_dk_dv    dK, dV (summed over each GQA group), dQ added into an fp32 accumulator
     <name>_bwd_convert_dq  the accumulator → dQ in the input dtype
+    <name>_bwd_row_grads   (spec.row_sums > 0) the row correction of gradients uniform over a head
 and returns (dq, dk, dv, {learnable side tensor: its fp32 gradient}). `o` and `lse` are the forward's
 outputs (LSE natural-log, +inf for a row that kept no key, as the forward kernels write it).
 """
@@ -29,6 +30,16 @@ from runner.launch import (
 )
 
 PARTS = ("dot_do_o", "dq_dk_dv", "convert_dq")
+ROW_GRADS = "row_grads"
+
+
+def dq_splits(spec: BackwardSpec, seqlen_k: int, batch: int, heads_kv: int, sms: int) -> int:
+    """Grid columns of dq_dk_dv: one per key block, or (deterministic) as many as fill the SMs once
+    (one dq_accum slice each; the column's key blocks run one after another)."""
+    n_blocks = math.ceil(seqlen_k / spec.block_n)
+    if not spec.deterministic:
+        return n_blocks
+    return max(1, min(n_blocks, sms // max(1, batch * heads_kv)))
 
 
 @dataclass
@@ -53,7 +64,8 @@ def load_backward(compiled: CompiledKernel, spec: BackwardSpec) -> LoadedBackwar
             obj = ObjectCode.from_ptx(compiled.code, name=compiled.name)
         else:
             obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
-        kernels = {part: obj.get_kernel(spec.kernel(part)) for part in PARTS}
+        parts = PARTS + ((ROW_GRADS,) if spec.row_sums else ())
+        kernels = {part: obj.get_kernel(spec.kernel(part)) for part in parts}
     except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
         raise LoadError(
             f"cannot load {compiled.name} ({compiled.kind} for {compiled.target}): {exc}"
@@ -135,12 +147,22 @@ def backward(
         dv.zero_()
         return dq, dk, dv, grads
     dpsum = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
-    dq_accum = torch.zeros(batch, heads, seqlen_q, d, dtype=torch.float32, device=q.device)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    splits = dq_splits(spec, seqlen_k, batch, heads_kv, sms)
+    slices = splits if spec.deterministic else 1
+    dq_accum = torch.zeros(slices, batch, heads, seqlen_q, d, dtype=torch.float32, device=q.device)
+    row_sums = (
+        torch.zeros(batch, heads, seqlen_q, spec.row_sums, dtype=torch.float32, device=q.device)
+        if spec.row_sums
+        else None
+    )
     lse_arg = lse if softmax else dpsum  # without a softmax the kernels read no LSE
     stream = _torch_stream(q.device)
     sizes = [np.int32(batch), np.int32(seqlen_q), np.int32(seqlen_k), np.int32(heads), np.int32(heads_kv)]
     common = [np.float32(scale), np.int32(win[0]), np.int32(win[1])]
     program = [value for _, value in tail] + [np.uintp(g.data_ptr()) for g in grads.values()]
+    if row_sums is not None:
+        program.append(np.uintp(row_sums.data_ptr()))
     i64 = np.int64
 
     pre = [
@@ -156,13 +178,16 @@ def backward(
     ptrs = [q, k, v, do, lse_arg, dpsum, dq_accum, dk, dv]
     main = [np.uintp(t.data_ptr()) for t in ptrs] + sizes
     main += [i64(s) for t in (q, k, v, do, dk, dv) for s in _strides(t)] + common + program
-    grid = (math.ceil(seqlen_k / spec.block_n), batch, heads_kv)
+    grid = (splits, batch, heads_kv)
     config = LaunchConfig(grid=grid, block=spec.threads, shmem_size=spec.shared_bytes)
     cu_launch(stream, config, loaded.kernels["dq_dk_dv"], *main)
 
     conv = [np.uintp(dq_accum.data_ptr()), np.uintp(dq.data_ptr()), np.int32(batch), np.int32(seqlen_q)]
-    conv += [np.int32(heads)] + [i64(s) for s in _strides(dq)]
+    conv += [np.int32(heads)] + [i64(s) for s in _strides(dq)] + [np.int32(slices)]
     grid = (math.ceil(seqlen_q / spec.block_m), batch, heads)
     cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels["convert_dq"], *conv)
-    loaded.buffers = {"dpsum": dpsum, "dq_accum": dq_accum}
+    if row_sums is not None:
+        grid = (math.ceil(seqlen_q / spec.threads), batch, heads)
+        cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels[ROW_GRADS], *main)
+    loaded.buffers = {"dpsum": dpsum, "dq_accum": dq_accum, "row_sums": row_sums}
     return dq, dk, dv, grads

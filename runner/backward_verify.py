@@ -3,7 +3,8 @@
 Per case: random q, k, v, dO in the kernel dtype; O and LSE from the float32 forward reference (O rounded
 to the dtype, as a forward kernel would hand it over); dQ, dK, dV pre-filled with NaN so an element the
 kernels never write is caught; the reference gradients from `runner.backward_reference` on the same
-rounded inputs. Thresholds live in `GRAD_TOLERANCES` and nowhere else.
+rounded inputs. Thresholds live in `GRAD_TOLERANCES` and nowhere else. A deterministic build
+(`BackwardSpec.deterministic`) runs a second time and must give the same bits for dQ, dK and dV.
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ class BackwardResult:
     shape: Shape
     dtype: str
     checks: list[GradCheck] = field(default_factory=list)
+    # deterministic builds: elements of dQ, dK, dV whose bits differ on a second run (None: not checked)
+    rerun_differs: int | None = None
 
     @property
     def passed(self) -> bool:
-        return all(c.ok for c in self.checks)
+        return all(c.ok for c in self.checks) and not self.rerun_differs
 
     def line(self) -> str:
         worst = max(self.checks, key=lambda c: c.rel_l2 / max(GRAD_TOLERANCES[self.dtype].rel_l2, 1e-30))
@@ -64,10 +67,17 @@ class BackwardResult:
                 if not c.ok
             )
         )
+        if self.rerun_differs:
+            verdict = (
+                "" if verdict == "ok" else verdict + "; "
+            ) + f"FAIL rerun: {self.rerun_differs} elements differ"
+        rerun = (
+            "" if self.rerun_differs is None else ", rerun bit-identical" if not self.rerun_differs else ""
+        )
         return (
             f"{self.kernel} {self.dtype} {self.shape}: {verdict} "
             f"(worst {worst.name}: rel_l2 {worst.rel_l2:.2e}, max_abs {worst.max_abs:.2e}, "
-            f"nonfinite {sum(c.nonfinite for c in self.checks)})"
+            f"nonfinite {sum(c.nonfinite for c in self.checks)}{rerun})"
         )
 
 
@@ -128,6 +138,11 @@ def verify_backward(
         loaded, q, k, v, o, lse, do, softmax_scale=softmax_scale, window=win, extras=side, out=nan
     )
     torch.cuda.synchronize(device)
+    rerun_differs = None
+    if spec.deterministic:
+        again = backward(loaded, q, k, v, o, lse, do, softmax_scale=softmax_scale, window=win, extras=side)
+        pairs = zip((dq, dk, dv), again[:3], strict=True)
+        rerun_differs = sum(int((a.view(torch.int16) != b.view(torch.int16)).sum()) for a, b in pairs)
     rdq, rdk, rdv, rside = backward_reference(
         program,
         q,
@@ -141,7 +156,7 @@ def verify_backward(
         learnable=spec.learnable,
     )
     tol = GRAD_TOLERANCES[spec.dtype]
-    result = BackwardResult(kernel=spec.name, shape=shape, dtype=spec.dtype)
+    result = BackwardResult(kernel=spec.name, shape=shape, dtype=spec.dtype, rerun_differs=rerun_differs)
     result.checks += [
         compare_grad(n, g, r, tol) for n, g, r in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv))
     ]

@@ -20,6 +20,7 @@ SHAPES = [
     (1, 7, 1, 1000, 1000),
     (1, 2, 1, 4097, 4097),
     (1, 14, 2, 1000, 333),
+    (2, 4, 4, 17, 1000),  # ALiBi's slopes: distances near 1000 weigh D's rounding (the row correction)
 ]
 
 
@@ -40,4 +41,18 @@ def test_backward_matches_autograd_of_the_reference(loaded, shape):
     from runner.verify import Shape
 
     result = verify_backward(loaded, Shape(*shape))
+    assert result.passed, result.line()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.nvrtc
+def test_a_deterministic_backward_is_correct_and_gives_the_same_bits_twice():
+    from pipeline.backward import build_backward
+    from runner.backward_verify import verify_backward
+    from runner.verify import Shape
+
+    loaded = build_backward(ROOT / "examples/causal_mha_fwd.tl", dtype="bf16", deterministic=True).load()
+    result = verify_backward(loaded, Shape(2, 4, 2, 1000, 1000))
+    assert result.rerun_differs == 0, result.line()
     assert result.passed, result.line()

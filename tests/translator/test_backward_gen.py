@@ -104,3 +104,15 @@ def test_tl_build_backward_writes_and_compiles(tmp_path):
     assert cu.exists() and js.exists()
     spec = BackwardSpec.from_json(js.read_text())
     assert spec.head_dim == 64 and spec.kernel("dq_dk_dv") in cu.read_text()
+
+
+def test_a_deterministic_backward_adds_dq_into_its_own_slice_and_sums_the_slices_in_order():
+    det = translate_backward(ROOT / "examples" / "mha_fwd.tl", deterministic=True)
+    assert det.spec.deterministic and BackwardSpec.from_json(det.spec.to_json()) == det.spec
+    main = det.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
+    assert "float* dq_slice = dq_accum + static_cast<long long>(blockIdx.x) *" in main
+    assert "n_block += gridDim.x" in main and "__syncthreads();" in main.split("n_block += gridDim.x")[1]
+    assert "for (int s = 0; s < dq_splits; ++s)" in det.source.split("_bwd_convert_dq(")[1]
+    plain = translate_backward(ROOT / "examples" / "mha_fwd.tl")
+    assert not plain.spec.deterministic and "dq_splits; ++s" not in plain.source
+    assert "float* dq_slice = dq_accum;" in plain.source

@@ -9,7 +9,13 @@ FlashAttention-2's structure, rendered from the same kernel IR as the forward.
                              dV += Pᵀ·dO,  dP = dO·Vᵀ,  dX = P ∘ (dP − D),  dS = dX · dX/ds,
                              dK += dSᵀ·Q,  dQ += dS·K (fp32, atomicAdd into dq_accum),
                            so dK and dV come out summed over the group without a second pass
-    <name>_bwd_convert_dq  dq_accum (fp32) → dQ in the input dtype
+    <name>_bwd_convert_dq  dq_accum (fp32) → dQ in the input dtype (deterministic: the sum of its slices)
+    <name>_bwd_row_grads   where a learnable read is uniform over a (batch, head): the correction of its
+                           gradient for D's rounding error (`translator.backends.sm80_bwd_rows`)
+
+Deterministic dQ (FA2's scheme): the grid has dq_splits columns, column x walks the key blocks x, x +
+dq_splits, … and adds into its own dq_accum slice, so every element's additions come from one thread in
+program order.
 
 dX/ds is the score region's symbolic derivative (`kernel_ir.grad`): 1·scale for the plain score, the
 chain rule through tanh, sigmoid, where, … otherwise; a learnable side tensor adds Σ dX · ∂X/∂read at
@@ -27,12 +33,14 @@ from runner.abi import (
     BACKWARD_CONVERT_PARAMS,
     BACKWARD_PARAMS,
     BACKWARD_PREPROCESS_PARAMS,
+    BACKWARD_ROW_SUMS_PARAM,
     BackwardSpec,
     backward_program_params,
 )
 from translator.backends.arch import ELEMENT, arch_facts
 from translator.backends.regions import Regions, emit_region_helpers
 from translator.backends.row_helpers import emit_row_helpers
+from translator.backends.sm80_bwd_rows import emit_row_grads, emit_row_sums, row_corrected, row_sums_per_row
 from translator.errors import TranslateError, unsupported
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
@@ -50,9 +58,16 @@ def tiles(head_dim: int) -> tuple[int, int]:
 
 
 def generate_backward(
-    plan: KernelPlan, *, learnable: tuple[str, ...] = (), tl_file: str | None = None
+    plan: KernelPlan,
+    *,
+    learnable: tuple[str, ...] = (),
+    tl_file: str | None = None,
+    deterministic: bool = False,
 ) -> tuple[str, BackwardSpec]:
-    """The backward's .cu source and its launch spec. Raises TranslateError for what it cannot derive."""
+    """The backward's .cu source and its launch spec. Raises TranslateError for what it cannot derive.
+    `deterministic`: dQ bit-identical from run to run (each grid column adds into its own dq_accum
+    slice in program order, the convert kernel sums the slices in order) instead of atomics from every
+    key block; side-tensor gradients still add through atomics."""
     ir = plan.ir
     _check(plan, learnable)
     block_m, block_n = tiles(plan.head_dim_qk)
@@ -76,9 +91,22 @@ def generate_backward(
     sink_partials = grad.tensor_partials(ir.sink, learnable) if (learnable and ir.sink is not None) else []
     program = None if ir.plain else ir.to_dict()
     tail = list(backward_program_params(program, tuple(learnable)))
+    corrected = row_corrected(ir, partials)
+    if corrected:
+        tail.append(BACKWARD_ROW_SUMS_PARAM)
     _emit_preprocess(w, plan, sink_partials, tail)
-    _emit_main(w, plan, partials, tail)
-    _emit_convert(w, plan, block_m)
+    _emit_main(w, plan, partials, tail, deterministic)
+    _emit_convert(w, plan, block_m, deterministic)
+    if corrected:
+        emit_row_grads(
+            w,
+            ir,
+            partials,
+            corrected,
+            kernel=f"{name}_bwd_row_grads",
+            threads=THREADS,
+            open_kernel=lambda k: _params(w, k, BACKWARD_PARAMS, tail),
+        )
     source, _ = w.render(tl_file=None, cu_file=f"{name}.bwd.cu", line_directives=False)
     extra = tuple(p[0] for p in tail)
     spec = BackwardSpec(
@@ -96,6 +124,8 @@ def generate_backward(
         program=program,
         learnable=tuple(learnable),
         params=tuple(p[0] for p in BACKWARD_PARAMS) + extra,
+        row_sums=row_sums_per_row(corrected),
+        deterministic=deterministic,
         tl_file=tl_file,
     )
     return source, spec
@@ -289,7 +319,7 @@ def _emit_preprocess(
     w.line()
 
 
-def _emit_convert(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
+def _emit_convert(w: CodeWriter, plan: KernelPlan, block_m: int, deterministic: bool) -> None:
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
     with w.indent():
         w.line(f"using Element = {ELEMENT[plan.dtype]};")
@@ -300,17 +330,32 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
             "const float* src = dq_accum + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q * kHeadDim;"
         )
         w.line("Element* dst = static_cast<Element*>(dq) + bidb * dq_batch_stride + bidh * dq_head_stride;")
+        if deterministic:
+            w.line("const long long slice = static_cast<long long>(batch) * heads * seqlen_q * kHeadDim;")
         with w.block(f"for (int i = threadIdx.x; i < kBlockM * kHeadDim; i += {THREADS})"):
             w.line("const int row = blockIdx.x * kBlockM + i / kHeadDim, col = i % kHeadDim;")
-            w.line(
-                "if (row < seqlen_q) dst[row * dq_row_stride + col] = static_cast<Element>(src[row * kHeadDim + col]);"
-            )
+            if deterministic:
+                w.line("if (row >= seqlen_q) continue;")
+                w.line("float acc = 0.f;")
+                w.comment("the slices in order, so the sum is the same every run")
+                w.line(
+                    "for (int s = 0; s < dq_splits; ++s) acc += src[static_cast<long long>(s) * slice + row * kHeadDim + col];"
+                )
+                w.line("dst[row * dq_row_stride + col] = static_cast<Element>(acc);")
+            else:
+                w.line(
+                    "if (row < seqlen_q) dst[row * dq_row_stride + col] = static_cast<Element>(src[row * kHeadDim + col]);"
+                )
     w.line("}")
     w.line()
 
 
 def _emit_main(
-    w: CodeWriter, plan: KernelPlan, partials: list[tuple[Load, Expr]], tail: list[tuple[str, str, str]]
+    w: CodeWriter,
+    plan: KernelPlan,
+    partials: list[tuple[Load, Expr]],
+    tail: list[tuple[str, str, str]],
+    deterministic: bool,
 ) -> None:
     ir = plan.ir
     reg = Regions(ir)
@@ -325,7 +370,7 @@ def _emit_main(
         w.line("constexpr int kHeadDim = Traits::kHeadDim;")
         w.line("extern __shared__ __align__(128) char smem[];")
         w.line("const int tidx = threadIdx.x;")
-        w.line("const int n_block = blockIdx.x;  // this block's key rows")
+        w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
         w.line("const int bidb = blockIdx.y;")
         w.line(
             "const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group"
@@ -356,9 +401,6 @@ def _emit_main(
                 f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
                 f"make_stride({ptr}_row_stride, _1{{}}));"
             )
-            w.line(
-                f"Tensor g{t} = local_tile(m{t}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}, make_coord(n_block, 0));"
-            )
         w.line("typename Traits::GmemTiledCopy gmem_tiled_copy_QKV;")
         w.line("auto gmem_thr_copy_QKV = gmem_tiled_copy_QKV.get_thread_slice(tidx);")
         w.line(
@@ -376,16 +418,6 @@ def _emit_main(
         w.line("    else cute::clear(dst(_, m, _));")
         w.line("  }")
         w.line("};")
-        w.line("const int kv_rows = seqlen_k - n_block * kBlockN;")
-        with w.block(""):
-            w.line("Tensor tKgK = gmem_thr_copy_QKV.partition_S(gK);")
-            w.line("Tensor tKsK = gmem_thr_copy_QKV.partition_D(sK);")
-            w.line("Tensor tVgV = gmem_thr_copy_QKV.partition_S(gV);")
-            w.line("Tensor tVsV = gmem_thr_copy_QKV.partition_D(sV);")
-            w.line("load_rows(tKgK, tKsK, tKVcKV, kv_rows);")
-            w.line("load_rows(tVgV, tVsV, tKVcKV, kv_rows);")
-            w.line("cute::cp_async_fence();")
-        w.line()
         w.comment("The three tiled MMAs and their shared → register copies")
         w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
         w.line("auto thr_mma_sdp = tiled_mma_sdp.get_thread_slice(tidx);")
@@ -440,147 +472,180 @@ def _emit_main(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
         )
         w.line()
-        w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
-        w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
-        w.line("clear(acc_dk);")
-        w.line("clear(acc_dv);")
         w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
+        if deterministic:
+            w.comment(
+                "this grid column's slice of dq_accum: only its thread block adds into it, in program order"
+            )
+            w.line(
+                "float* dq_slice = dq_accum + static_cast<long long>(blockIdx.x) * batch * heads * seqlen_q * kHeadDim;"
+            )
+        else:
+            w.line(
+                "float* dq_slice = dq_accum;  // atomics from every key block (the grid has one column each)"
+            )
         w.line()
-        w.comment("every query head of the group, so dK and dV are summed over it in registers")
-        with w.block("for (int g = 0; g < group; ++g)"):
-            w.line("const int bidh = bidh_kv * group + g;")
-            _emit_uniforms(w, reg, partials)
-            _emit_block_class(w, reg)
-            w.line("int m_block_min = 0, m_block_max = m_blocks;")
-            w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
-            w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
-            for i, (ld, _) in enumerate(partials):
-                if passes.level(ld) == "uniform":
-                    w.line(f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{ld.tensor}[…] over this thread's scores")
-            w.line(
-                "Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + "
-                "bidh * q_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(q_row_stride, _1{}));"
-            )
-            w.line(
-                "Tensor mdO = make_tensor(make_gmem_ptr(static_cast<Element const*>(dout) + bidb * do_batch_stride + "
-                "bidh * do_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(do_row_stride, _1{}));"
-            )
-            w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
-            w.line("float* dq_rows = dq_accum + row_base * kHeadDim;")
-            w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
-            with w.block("auto load_QdO = [&](int m, int stage)", "};"):
-                _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
-                w.line(
-                    "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
-                    "Int<kHeadDim>>{}, make_coord(m, 0)));"
-                )
-                w.line(
-                    "Tensor tdOgdO = gmem_thr_copy_QKV.partition_S(local_tile(mdO, Shape<Int<kBlockM>, "
-                    "Int<kHeadDim>>{}, make_coord(m, 0)));"
-                )
-                w.line("Tensor tQsQ = gmem_thr_copy_QKV.partition_D(sQ);")
-                w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
-                w.line("load_rows(tQgQ, tQsQ, tQcQ, seqlen_q - m * kBlockM);")
-                w.line("load_rows(tdOgdO, tdOsdO, tQcQ, seqlen_q - m * kBlockM);")
-            w.line(
-                "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
-            )
-            w.line("int stage = 0;")
-            w.line("if (m_block_min < m_block_max) load_QdO(m_block_min, 0);")
-            w.line("cute::cp_async_fence();")
-            w.line("CUTE_NO_UNROLL")
-            with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
-                w.line("const int next = next_m_block(m_block);")
-                w.line("const bool masked = block_class(m_block) == 1;")
-                w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
-                w.line("__syncthreads();")
-                w.line("if (next < m_block_max) load_QdO(next, stage ^ 1);  // overlaps this block's compute")
-                w.line("cute::cp_async_fence();")
-                _emit_qdo_views(w, "smem_qdo + stage * kQdOElems")
-                w.line("Tensor tSsQ = smem_thr_copy_QdO.partition_S(sQ);")
-                w.line("Tensor tdPsdO = smem_thr_copy_QdO.partition_S(sdO);")
-                w.line("Tensor tdVsdOt = smem_thr_copy_QdOt.partition_S(sdOt);")
-                w.line("Tensor tdKsQt = smem_thr_copy_QdOt.partition_S(sQt);")
-                w.comment("S = Q·Kᵀ (raw scores) and dP = dO·Vᵀ")
-                w.line(
-                    "Tensor acc_s = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});"
-                )
-                w.line(
-                    "Tensor acc_dp = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});"
-                )
-                w.line("clear(acc_s);")
-                w.line("clear(acc_dp);")
-                w.line(
-                    "tl::gemm_ss(tiled_mma_sdp, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_QdO, smem_tiled_copy_KV);"
-                )
-                w.line(
-                    "tl::gemm_ss(tiled_mma_sdp, acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, smem_tiled_copy_QdO, "
-                    "smem_tiled_copy_KV);"
-                )
-                _emit_scores(w, reg, softmax, partials)
-                w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
-                w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
-                w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rP), tPsP);")
-                w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rdS), tdSsdS);")
-                w.line("__syncthreads();")
-                w.comment("dV += Pᵀ·dO, dK += dSᵀ·Q")
-                w.line(
-                    "tl::gemm_ss(tiled_mma_dkv, acc_dv, tdVrPt, tdVrdO, tdVsPt, tdVsdOt, smem_tiled_copy_PdSt, "
-                    "smem_tiled_copy_QdOt);"
-                )
-                w.line(
-                    "tl::gemm_ss(tiled_mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt, smem_tiled_copy_PdSt, "
-                    "smem_tiled_copy_QdOt);"
-                )
-                w.comment("dQ += dS·K: this key block's share, added to the fp32 accumulator")
-                w.line(
-                    "Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});"
-                )
-                w.line("clear(acc_dq);")
-                w.line(
-                    "tl::gemm_ss(tiled_mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_tiled_copy_dS, smem_tiled_copy_Kt);"
-                )
-                w.line("CUTE_UNROLL")
-                with w.block("for (int i = 0; i < size(acc_dq); ++i)"):
-                    w.line("const int row = m_block * kBlockM + get<0>(tdQcdQ(i));")
-                    w.line(
-                        "if (row < seqlen_q) atomicAdd(dq_rows + row * kHeadDim + get<1>(tdQcdQ(i)), acc_dq(i));"
-                    )
-                w.line(
-                    "__syncthreads();  // the next block overwrites P and dS, and prefetches into this stage"
-                )
-                w.line("stage ^= 1;")
-                w.line("m_block = next;")
-            for i, (ld, _) in enumerate(partials):
-                if passes.level(ld) == "uniform":
-                    w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
-                    w.line(
-                        f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});"
-                    )
-            for n in [n for n, t in reg.temps.items() if t.startswith("tl_u")]:
-                del reg.temps[n]
-        w.line()
-        w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
-        w.line(
-            "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
-        )
-        w.line("Tensor rdK = tl::convert_fragment<Element>(acc_dk);")
-        w.line("Tensor rdV = tl::convert_fragment<Element>(acc_dv);")
-        w.line(
-            "Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;"
-        )
-        w.line(
-            "Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;"
-        )
-        w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < size(rdK); ++i)"):
-            w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV(i));")
-            w.line("const int col = get<1>(tdKVcdKV(i));")
-            with w.block("if (row < seqlen_k)"):
-                w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
-                w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
+        w.line("CUTE_NO_UNROLL")
+        with w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"):
+            _emit_key_block(w, reg, softmax, partials, deterministic)
     w.line("}")
     w.line()
+
+
+def _emit_key_block(
+    w: CodeWriter,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    deterministic: bool,
+) -> None:
+    """One key block: its K and V into shared memory, dK and dV over every query block of its group's
+    heads, dQ's share added into dq_slice, dK and dV stored."""
+    if deterministic:
+        w.line("cute::cp_async_wait<0>();  // the previous key block's loads, and its readers, are done")
+        w.line("__syncthreads();")
+    w.comment("K and V of this key block: rows past seqlen_k zeroed")
+    with w.block(""):
+        for t in ("K", "V"):
+            w.line(
+                f"Tensor g{t} = local_tile(m{t}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}, make_coord(n_block, 0));"
+            )
+        w.line("const int kv_rows = seqlen_k - n_block * kBlockN;")
+        w.line("Tensor tKgK = gmem_thr_copy_QKV.partition_S(gK);")
+        w.line("Tensor tKsK = gmem_thr_copy_QKV.partition_D(sK);")
+        w.line("Tensor tVgV = gmem_thr_copy_QKV.partition_S(gV);")
+        w.line("Tensor tVsV = gmem_thr_copy_QKV.partition_D(sV);")
+        w.line("load_rows(tKgK, tKsK, tKVcKV, kv_rows);")
+        w.line("load_rows(tVgV, tVsV, tKVcKV, kv_rows);")
+        w.line("cute::cp_async_fence();")
+    w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+    w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+    w.line("clear(acc_dk);")
+    w.line("clear(acc_dv);")
+    w.line()
+    w.comment("every query head of the group, so dK and dV are summed over it in registers")
+    with w.block("for (int g = 0; g < group; ++g)"):
+        w.line("const int bidh = bidh_kv * group + g;")
+        _emit_uniforms(w, reg, partials)
+        _emit_block_class(w, reg)
+        w.line("int m_block_min = 0, m_block_max = m_blocks;")
+        w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
+        w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
+        for i, (ld, _) in enumerate(partials):
+            if passes.level(ld) == "uniform":
+                w.line(f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{ld.tensor}[…] over this thread's scores")
+        w.line(
+            "Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + "
+            "bidh * q_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(q_row_stride, _1{}));"
+        )
+        w.line(
+            "Tensor mdO = make_tensor(make_gmem_ptr(static_cast<Element const*>(dout) + bidb * do_batch_stride + "
+            "bidh * do_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(do_row_stride, _1{}));"
+        )
+        w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
+        w.line("float* dq_rows = dq_slice + row_base * kHeadDim;")
+        w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
+        with w.block("auto load_QdO = [&](int m, int stage)", "};"):
+            _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
+            w.line(
+                "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
+                "Int<kHeadDim>>{}, make_coord(m, 0)));"
+            )
+            w.line(
+                "Tensor tdOgdO = gmem_thr_copy_QKV.partition_S(local_tile(mdO, Shape<Int<kBlockM>, "
+                "Int<kHeadDim>>{}, make_coord(m, 0)));"
+            )
+            w.line("Tensor tQsQ = gmem_thr_copy_QKV.partition_D(sQ);")
+            w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
+            w.line("load_rows(tQgQ, tQsQ, tQcQ, seqlen_q - m * kBlockM);")
+            w.line("load_rows(tdOgdO, tdOsdO, tQcQ, seqlen_q - m * kBlockM);")
+        w.line(
+            "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
+        )
+        w.line("int stage = 0;")
+        w.line("if (m_block_min < m_block_max) load_QdO(m_block_min, 0);")
+        w.line("cute::cp_async_fence();")
+        w.line("CUTE_NO_UNROLL")
+        with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
+            w.line("const int next = next_m_block(m_block);")
+            w.line("const bool masked = block_class(m_block) == 1;")
+            w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
+            w.line("__syncthreads();")
+            w.line("if (next < m_block_max) load_QdO(next, stage ^ 1);  // overlaps this block's compute")
+            w.line("cute::cp_async_fence();")
+            _emit_qdo_views(w, "smem_qdo + stage * kQdOElems")
+            w.line("Tensor tSsQ = smem_thr_copy_QdO.partition_S(sQ);")
+            w.line("Tensor tdPsdO = smem_thr_copy_QdO.partition_S(sdO);")
+            w.line("Tensor tdVsdOt = smem_thr_copy_QdOt.partition_S(sdOt);")
+            w.line("Tensor tdKsQt = smem_thr_copy_QdOt.partition_S(sQt);")
+            w.comment("S = Q·Kᵀ (raw scores) and dP = dO·Vᵀ")
+            w.line("Tensor acc_s = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});")
+            w.line(
+                "Tensor acc_dp = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});"
+            )
+            w.line("clear(acc_s);")
+            w.line("clear(acc_dp);")
+            w.line(
+                "tl::gemm_ss(tiled_mma_sdp, acc_s, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_QdO, smem_tiled_copy_KV);"
+            )
+            w.line(
+                "tl::gemm_ss(tiled_mma_sdp, acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, smem_tiled_copy_QdO, "
+                "smem_tiled_copy_KV);"
+            )
+            _emit_scores(w, reg, softmax, partials)
+            w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
+            w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
+            w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rP), tPsP);")
+            w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rdS), tdSsdS);")
+            w.line("__syncthreads();")
+            w.comment("dV += Pᵀ·dO, dK += dSᵀ·Q")
+            w.line(
+                "tl::gemm_ss(tiled_mma_dkv, acc_dv, tdVrPt, tdVrdO, tdVsPt, tdVsdOt, smem_tiled_copy_PdSt, "
+                "smem_tiled_copy_QdOt);"
+            )
+            w.line(
+                "tl::gemm_ss(tiled_mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt, smem_tiled_copy_PdSt, "
+                "smem_tiled_copy_QdOt);"
+            )
+            w.comment("dQ += dS·K: this key block's share, added to the fp32 accumulator")
+            w.line(
+                "Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});"
+            )
+            w.line("clear(acc_dq);")
+            w.line(
+                "tl::gemm_ss(tiled_mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_tiled_copy_dS, smem_tiled_copy_Kt);"
+            )
+            w.line("CUTE_UNROLL")
+            with w.block("for (int i = 0; i < size(acc_dq); ++i)"):
+                w.line("const int row = m_block * kBlockM + get<0>(tdQcdQ(i));")
+                w.line(
+                    "if (row < seqlen_q) atomicAdd(dq_rows + row * kHeadDim + get<1>(tdQcdQ(i)), acc_dq(i));"
+                )
+            w.line("__syncthreads();  // the next block overwrites P and dS, and prefetches into this stage")
+            w.line("stage ^= 1;")
+            w.line("m_block = next;")
+        for i, (ld, _) in enumerate(partials):
+            if passes.level(ld) == "uniform":
+                w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
+                w.line(f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
+        for n in [n for n, t in reg.temps.items() if t.startswith("tl_u")]:
+            del reg.temps[n]
+    w.line()
+    w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
+    w.line(
+        "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+    )
+    w.line("Tensor rdK = tl::convert_fragment<Element>(acc_dk);")
+    w.line("Tensor rdV = tl::convert_fragment<Element>(acc_dv);")
+    w.line("Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;")
+    w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int i = 0; i < size(rdK); ++i)"):
+        w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV(i));")
+        w.line("const int col = get<1>(tdKVcdKV(i));")
+        with w.block("if (row < seqlen_k)"):
+            w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
+            w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
 
 
 def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True) -> None:
@@ -650,6 +715,13 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
             w.line(f"const float lse_log2 = row_in ? lse[row_base + row] * {LOG2E} : {POS_INF};")
             w.line("const float d_row = row_in ? dpsum[row_base + row] : 0.f;  // rowsum(dO ∘ O)")
         reg.hoist(w, roots, "row", prefix="tl_r")
+        corrected = row_corrected(ir, partials)
+        if corrected:
+            w.line(
+                "float tl_pdp = 0.f;  // Σ P·dP over this thread's keys of the row: its share of the exact D"
+            )
+            for i in corrected:
+                w.line(f"float tl_pg{i} = 0.f;  // Σ P · ∂X/∂{partials[i][0].tensor}[…] over them")
         if ir.output_scale is not None and not softmax:
             w.line(f"const float o_scale = {reg.c(ir.output_scale)};")
         w.line("CUTE_UNROLL")
@@ -664,6 +736,8 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
             if softmax:
                 w.line(f"const float p = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
                 w.line("const float dx = p * (dscores(r, c) - d_row);")
+                if corrected:
+                    w.line("tl_pdp += p * dscores(r, c);")
                 w.line("scores(r, c) = p;")
             else:
                 scale = " * o_scale" if ir.output_scale is not None else ""
@@ -677,5 +751,9 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
                     w.line(
                         f"if (keep) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], dx * ({reg.c(g)}));"
                     )
+                if i in corrected:
+                    w.line(f"tl_pg{i} += keep ? p * ({reg.c(g)}) : 0.f;")
+        if corrected:
+            emit_row_sums(w, corrected)
     for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:
         del reg.temps[n]
