@@ -22,18 +22,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# (TL file, learnable side tensors)
+# (TL file, learnable side tensors): the plain kernels and every catalogue variant
+LEARNABLE = {"alibi": ("slopes",), "relative_bias": ("rel",), "learnable_sink": ("sinks",)}
 PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("examples/mha_fwd.tl", ()),
     ("examples/causal_mha_fwd.tl", ()),
-    ("examples/variants/softcap.tl", ()),
-    ("examples/variants/alibi.tl", ("slopes",)),
-    ("examples/variants/relative_bias.tl", ("rel",)),
-    ("examples/variants/learnable_sink.tl", ("sinks",)),
-    ("examples/variants/sliding_window.tl", ()),
-    ("examples/variants/sigmoid_attention.tl", ()),
-    ("examples/variants/document_mask.tl", ()),
+    *(
+        (f"examples/variants/{p.stem}.tl", LEARNABLE.get(p.stem, ()))
+        for p in sorted((ROOT / "examples" / "variants").glob("*.tl"))
+    ),
 )
+# built a second time with a deterministic dQ (tag suffix _det): the rerun must give the same bits
+DETERMINISTIC = ("mha_fwd", "causal_mha_fwd", "alibi")
 # (B, H, Hkv, Sq, Sk): lengths 1, 17, 1000, 4097; Sq != Sk; GQA 2 and 7
 SHAPES = (
     (1, 2, 2, 1, 1),
@@ -44,22 +44,30 @@ SHAPES = (
     (1, 14, 2, 1000, 333),
     (1, 2, 2, 333, 1000),
 )
-SAME_LENGTH = ("relative_bias", "document_mask")  # the TL requires seqlen_q == seqlen_k
+# the TL requires seqlen_q == seqlen_k
+SAME_LENGTH = ("relative_bias", "document_mask", "global_sliding", "prefix_softcap_document")
 
 
-def cases(full: bool, only: str = "") -> list[tuple[str, tuple[str, ...], str, int]]:
+def cases(full: bool, only: str = "") -> list[tuple[str, tuple[str, ...], str, int, bool]]:
+    """(TL file, learnable, dtype, head dim, deterministic): every program in bf16 and fp16 at d 128
+    (`full`: d 64 too; else d 64 for the plain kernels), and the DETERMINISTIC ones in bf16 at d 128."""
     import re
 
     out = []
     for path, learn in PROGRAMS:
+        stem = Path(path).stem
         for dtype in ("bf16", "fp16"):
             for d in (128, 64):
-                if not full and (dtype, d) != ("bf16", 128) and "mha" not in path and "softcap" not in path:
+                if d == 64 and not full and not (dtype == "bf16" and "mha" in path):
                     continue
-                if only and not re.search(only, f"{Path(path).stem}_{dtype}_d{d}"):
-                    continue
-                out.append((path, learn, dtype, d))
-    return out
+                out.append((path, learn, dtype, d, False))
+        if stem in DETERMINISTIC:
+            out.append((path, learn, "bf16", 128, True))
+    return [c for c in out if not only or re.search(only, tag(*c))]
+
+
+def tag(path: str, learn: tuple[str, ...], dtype: str, d: int, deterministic: bool) -> str:
+    return f"{Path(path).stem}_{dtype}_d{d}" + ("_det" if deterministic else "")
 
 
 def _text(path: str, d: int) -> str:
@@ -73,25 +81,26 @@ def build(out: Path, full: bool, only: str = "") -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     builds, jobs = [], []
-    for path, learn, dtype, d in cases(full, only):
-        b = translate_backward(_text(path, d), dtype=dtype, arch="sm_80", learnable=learn)
-        tag = f"{Path(path).stem}_{dtype}_d{d}"
-        cu = out / f"{tag}.bwd.cu"
-        if cu.exists() and cu.read_text() == b.source and (out / f"{tag}.cubin").exists():
-            print(f"{tag}: up to date")
+    for case in cases(full, only):
+        path, learn, dtype, d, det = case
+        b = translate_backward(_text(path, d), dtype=dtype, arch="sm_80", learnable=learn, deterministic=det)
+        name = tag(*case)
+        cu = out / f"{name}.bwd.cu"
+        if cu.exists() and cu.read_text() == b.source and (out / f"{name}.cubin").exists():
+            print(f"{name}: up to date")
             continue
         cu.write_text(b.source)
-        (out / f"{tag}.json").write_text(json.dumps({"tl": path, "spec": json.loads(b.spec.to_json())}))
-        builds.append(tag)
-        jobs.append(CompileJob(source=b.source, arch="sm_80", name=f"{tag}.bwd.cu", device_arch="sm_90"))
+        (out / f"{name}.json").write_text(json.dumps({"tl": path, "spec": json.loads(b.spec.to_json())}))
+        builds.append(name)
+        jobs.append(CompileJob(source=b.source, arch="sm_80", name=f"{name}.bwd.cu", device_arch="sm_90"))
     start = time.perf_counter()
     results = compile_many(jobs)
-    for tag, r in zip(builds, results, strict=True):
+    for name, r in zip(builds, results, strict=True):
         if isinstance(r, Exception):
-            print(f"{tag}: COMPILE FAILED {r}")
+            print(f"{name}: COMPILE FAILED {r}")
             continue
-        (out / f"{tag}.cubin").write_bytes(r.code)
-        print(f"{tag}: {r.kind} for {r.sass_arch or r.target}, {len(r.code)} bytes, {r.seconds:.0f} s")
+        (out / f"{name}.cubin").write_bytes(r.code)
+        print(f"{name}: {r.kind} for {r.sass_arch or r.target}, {len(r.code)} bytes, {r.seconds:.0f} s")
     print(f"built {len(builds)} in {time.perf_counter() - start:.0f} s")
 
 
