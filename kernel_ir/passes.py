@@ -8,6 +8,11 @@
   uniforms), and uniform factors of a product gather into one, so `s · scale / cap` costs one FMUL a
   score instead of an FMUL and an IEEE division (a reciprocal and about eight FP32 instructions). Values
   move by an ulp or two; the reference keeps the program's own order.
+- `separate`: an index expression converted to float, or a uniform factor of one, splits into its per-key
+  and per-row terms, so that `slope · float(kv_idx - q_idx)` costs a per-key and a per-row value and one
+  FADD a score instead of an IADD, an I2F and an FMUL. An I2F runs on the SFU's pipe (XU), the softmax's
+  exp2s' bottleneck. `float(a - b)` = `float(a) - float(b)` exactly while the indices stay under 2^24;
+  the product's terms move by an ulp.
 - `levels`: the loop level each subexpression varies at (uniform, row, col, elem), so the renderers hoist
   per-(batch, head) values out of the tile, per-row values out of the column loop and per-key values out of
   the row loop.
@@ -133,15 +138,45 @@ def _times(e: Expr, k: float) -> Expr:
     return op("mul", e, const(k))
 
 
+def _split(e: Expr) -> tuple[str, Expr, Expr] | None:
+    """(add|sub, a, b) when `e` is a sum or difference of terms that vary at different levels (a per-key
+    and a per-row term, or either with a uniform one): each term is then cheaper alone."""
+    if isinstance(e, Op) and e.op in ("add", "sub") and level(e) == "elem":
+        a, b = e.args
+        if level(a) != "elem" or level(b) != "elem":
+            return e.op, a, b
+    return None
+
+
+@functools.lru_cache(maxsize=65536)
+def separate(e: Expr) -> Expr:
+    if not isinstance(e, Op):
+        return e
+    if e.op == "float" and (parts := _split(e.args[0])) is not None:
+        kind, a, b = parts
+        return op(kind, separate(op("float", a)), separate(op("float", b)))
+    if e.op == "mul" and e.type == F32:
+        a, b = e.args
+        for u, x in ((a, b), (b, a)):
+            if is_uniform(u) and not is_uniform(x):
+                x = separate(x)
+                if (parts := _split(x)) is not None:
+                    kind, p, q = parts
+                    return op(kind, separate(op("mul", p, u)), separate(op("mul", q, u)))
+                return op("mul", x, u)
+    return op(e.op, *(separate(a) for a in e.args))
+
+
 def rendered_score(score: Expr, *, softmax: bool) -> Expr | None:
-    """The per-score value the backends render, reassociated: in log2 units under a softmax, or None when
-    the score is `s · m` with m uniform and the softmax folds m · log2(e) into its FFMA on raw scores."""
+    """The per-score value the backends render, reassociated and separated: in log2 units under a softmax,
+    or None when the score is `s · m` with m uniform and the softmax folds m · log2(e) into its FFMA on raw
+    scores."""
     score = reassociate(score)
     if not softmax:
-        return score
+        return separate(score)
     if scale_of(score) is not None:
         return None
-    return reassociate(log2_score(score))
+    return separate(reassociate(log2_score(score)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +201,7 @@ _OP_COST = {
     "exp2": (1, 1, 0),
     "log": (1, 0, 1),
     "div": (1, 0, 1),
+    "float": (1, 0, 0),  # I2F issues to the XU pipe, with the SFU's functions
 }
 
 

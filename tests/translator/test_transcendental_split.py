@@ -46,6 +46,39 @@ def test_reassociation_keeps_the_values():
     assert torch.allclose(lse1, lse2, rtol=1e-12, atol=1e-12)
 
 
+ALIBI = op(
+    "add",
+    op("mul", S, SCALE),
+    op("mul", Var("slope", F32), op("float", op("sub", Var("kv_idx", I32), Var("q_idx", I32)))),
+)
+
+
+def test_an_index_difference_splits_into_per_key_and_per_row_terms():
+    rendered = passes.rendered_score(ALIBI, softmax=True)
+    lv = passes.levels([rendered])
+    per_score = [n for n in lv if lv[n] == "elem" and n.__class__.__name__ == "Op"]
+    # left per score: s · u + (key term - row term); the I2F and the slope's FMUL went to the key and row
+    assert sorted(n.op for n in per_score) == ["add", "mul", "sub"]
+    assert all(lv[n] in ("col", "row", "uniform") for n in lv if getattr(n, "op", "") == "float")
+    assert passes.score_cost(rendered) == passes.ScoreCost(mufu=1, exps=0, fp32=4)
+
+
+def test_separation_keeps_the_values():
+    torch = pytest.importorskip("torch")
+    from kernel_ir.program import Forward, Scalar
+    from runner.ir_reference import forward_reference
+
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 90, 2, 32, generator=g, dtype=torch.float64) for _ in range(3))
+    scalars = (Scalar("slope", "f32", -0.37),)
+    o1, lse1 = forward_reference(Forward(score=ALIBI, scalars=scalars), q, k, v, dtype=torch.float64)
+    after = Forward(score=passes.separate(ALIBI), scalars=scalars)
+    o2, lse2 = forward_reference(after, q, k, v, dtype=torch.float64)
+    assert passes.separate(ALIBI) != ALIBI
+    assert torch.allclose(o1, o2, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(lse1, lse2, rtol=1e-12, atol=1e-12)
+
+
 def test_score_cost_counts_what_one_score_costs():
     softcap = passes.score_cost(passes.rendered_score(SOFTCAP, softmax=True))
     # tanh: an exp2 (movable) and a reciprocal; FP32: s · u, tanh's three, · cap·log2(e)
