@@ -304,7 +304,27 @@ def bench_shape(
                      "GB/s": nbytes / t.median_ms / 1e6, "vs_cudnn": ratio, "spread": t.spread,
                      "runs": t.runs, "launch": mode, "splits": splits.get(name), "note": notes.get(name),
                      **checked.get(name, {})})  # fmt: skip
-    return rows
+    return rows + auto_rows(rows, kernels, batch, sms)
+
+
+def auto_rows(rows: list[dict], kernels: dict, batch: int, sms: int) -> list[dict]:
+    """`tl-paged auto` / `tl-contig auto`: the row of the build `runner.decode.preferred_block_n` picks
+    for this shape (what `build_inference(..., block_n="auto")` runs), a copy of that measurement."""
+    from runner.decode import preferred_block_n
+
+    by_name = {r["candidate"]: r for r in rows}
+    out = []
+    for kind in ("paged", "contig"):
+        base = kernels.get(f"tl-{kind}")
+        if base is None:
+            continue
+        bn = preferred_block_n(base[1].spec, batch, 1, HEADS, HEADS_KV, sms)
+        chosen = by_name.get(f"tl-{kind}" if bn == base[1].spec.block_n else f"tl-{kind} BN={bn}")
+        if chosen is not None:
+            out.append(
+                {**chosen, "candidate": f"tl-{kind} auto (BN {bn})", "same_run_as": chosen["candidate"]}
+            )
+    return out
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ class InferenceBuildError(ValueError):
 @dataclass
 class InferenceKernel:
     translated: Translated
+    block_n: str | None = None  # "auto": a paged decode may run its BN-32 twin where that is faster
     _loaded: Any = field(default=None, repr=False)
+    _twins: dict[int, InferenceKernel] = field(default_factory=dict, repr=False)
 
     @property
     def spec(self) -> Any:
@@ -46,21 +48,41 @@ class InferenceKernel:
             self._loaded = load(compiled, t.spec)
         return self._loaded
 
+    def for_shape(self, q: Any, k: Any) -> InferenceKernel:
+        """The build a call on q and k runs: this one, or with `block_n="auto"` the key block
+        `runner.decode.preferred_block_n` picks for the shape (its twin translated on first use)."""
+        if self.block_n != "auto" or self.spec.inference.get("varlen"):
+            return self
+        from runner.decode import preferred_block_n
+        from runner.launch import sm_count
+
+        bn = preferred_block_n(self.spec, q.shape[0], q.shape[1], q.shape[-2], k.shape[-2],
+                               sm_count(q.device.index))  # fmt: skip
+        if bn == self.spec.block_n:
+            return self
+        if bn not in self._twins:
+            text = re.sub(r"(?m)^Param BN = \d+", f"Param BN = {bn}", self.translated.text)
+            path = Path(self.spec.tl_file or "inference.tl")
+            self._twins[bn] = InferenceKernel(translate_text(text, path.with_name(f"{path.stem}_bn{bn}.tl")))
+        return self._twins[bn]
+
     def __call__(self, q: Any, k: Any, v: Any, **options: Any) -> tuple[Any, Any]:
         """(o, lse). `options` are `runner.decode.decode_attention`'s keywords (block_table,
         cache_seqlens, cu_seqlens_q / _k, max_seqlen_q / _k, num_splits, softmax_scale, window, extras,
         out); its docstring gives the layouts."""
         from runner.decode import decode_attention
 
-        return decode_attention(self.load(), q, k, v, **options)
+        return decode_attention(self.for_shape(q, k).load(), q, k, v, **options)
 
 
 def build_inference(
-    source: str | Path, *, dtype: str | None = None, target: str | None = None
+    source: str | Path, *, dtype: str | None = None, target: str | None = None, block_n: str | None = None
 ) -> InferenceKernel:
     """Check and translate a TL inference kernel (a path, or TL text); `dtype` / `target` rewrite its
-    `Dtype` / `Target` lines. Raises `pipeline.build.BuildError` (with diagnostics) for a file that does
-    not check, InferenceBuildError for a forward kernel without inference Params."""
+    `Dtype` / `Target` lines; `block_n="auto"` lets each call's shape pick the key block of a paged decode
+    (`InferenceKernel.for_shape`), otherwise the TL's `Param BN` holds. Raises `pipeline.build.BuildError`
+    (with diagnostics) for a file that does not check, InferenceBuildError for a forward kernel without
+    inference Params."""
     path = Path(source) if isinstance(source, Path) or str(source).endswith(".tl") else None
     text = path.read_text(encoding="utf-8") if path is not None else str(source)
     if dtype is not None:
@@ -73,7 +95,9 @@ def build_inference(
             f"{translated.spec.kernel_name}: no inference Params (splits, page_size, pack_gqa, varlen); "
             "use runner.launch.attention for a forward kernel"
         )
-    return InferenceKernel(translated)
+    if block_n not in (None, "auto"):
+        raise ValueError(f"block_n: expected None (the TL's Param BN) or 'auto', got {block_n!r}")
+    return InferenceKernel(translated, block_n=block_n)
 
 
 def run_inference_checks(args: Any, loaded: Any, out: Any, err: Any) -> int:

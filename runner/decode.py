@@ -76,6 +76,26 @@ def auto_splits(
     return num_splits_heuristic(m_blocks * batch * heads_z, n_blocks, sms, blocks_per_sm(spec))
 
 
+# Paged decode's key block by shape, from two H200 runs (docs/results/2026-12-01-h200-decode-graph.json):
+# a grid whose (batch, K/V head) tiles fill a wave of the BN-64 kernel's resident blocks ran 2 % faster
+# with BN 32 (paged B 64 × 4k: 4295 against 4204 GB/s; 4261 against 4163 the run before), where BN 32's
+# six blocks per SM hide the page walk better; with fewer tiles the splits fill the GPU, and BN 32 lost
+# 0.5–9 % (B 8 × 32k, B 1 × 128k). Contiguous KV ran best with BN 64 at every shape.
+SMALL_BLOCK_N = 32
+
+
+def preferred_block_n(
+    spec: LaunchSpec, batch: int, max_seqlen_q: int, heads: int, heads_kv: int, sms: int
+) -> int:
+    """The key block (BN) a decode launch of `spec`'s kernel should use at this shape: SMALL_BLOCK_N for a
+    BN-64 paged kernel whose tiles alone fill a wave of its resident blocks, else the kernel's own."""
+    inf = spec.inference or {}
+    if spec.block_n != 64 or not inf.get("page_size") or inf.get("varlen"):
+        return spec.block_n
+    m_blocks, heads_z = tile_grid(spec, max_seqlen_q, heads, heads_kv)
+    return SMALL_BLOCK_N if m_blocks * batch * heads_z >= sms * blocks_per_sm(spec) else spec.block_n
+
+
 def _check(name: str, t: Any, dtype: Any, device: Any, dims: int, last: int | None = None) -> None:
     import torch
 

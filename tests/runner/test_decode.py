@@ -123,8 +123,8 @@ def _loaded(inference: dict, **spec_kw: Any) -> Any:
 
     spec = LaunchSpec(
         kernel_name="k", block_m=16, threads=32, shared_bytes=69632, dtype="bf16", head_dim_qk=64,
-        head_dim_v=64, mask="none", arch="sm_80", block_n=64, params=tuple(p[0] for p in INFERENCE_PARAMS),
-        inference=inference, **spec_kw,
+        head_dim_v=64, mask="none", arch="sm_80", params=tuple(p[0] for p in INFERENCE_PARAMS),
+        inference=inference, **{"block_n": 64, **spec_kw},
     )  # fmt: skip
     compiled: Any = None  # never compiled: the launch is recorded, not run
     return LoadedKernel(spec=spec, compiled=compiled, kernel="main", device_id=0, load_seconds=0.0,
@@ -251,3 +251,27 @@ def test_a_repeated_call_signature_reuses_its_plan_with_new_pointers(fake_driver
     shifted = torch.randn(2 * 1 * 8 * 64 + 1).to(torch.bfloat16)[1:].view(2, 1, 8, 64)  # 2-byte offset
     with pytest.raises(LaunchError, match="q: the last dim must be contiguous with 16-byte aligned rows"):
         decode.decode_attention(loaded, shifted, k, k, block_table=table, cache_seqlens=lens)
+
+
+@pytest.mark.parametrize(
+    ("batch", "page", "block_n"),
+    [(64, 64, 32), (8, 64, 64), (1, 64, 64), (64, 0, 64), (8, 0, 64), (1, 0, 64)],
+    ids=["paged-B64x4k", "paged-B8x32k", "paged-B1x128k", "contig-B64x4k", "contig-B8x32k", "contig-B1x128k"],
+)
+def test_the_decode_key_block_follows_the_h200_measurements(batch: int, page: int, block_n: int) -> None:
+    """docs/results/2026-12-01-h200-decode-graph.json: GQA 32/8, d 128, one query row, 132 SMs; paged BN 32
+    won only at B 64 × 4k, contiguous BN 64 everywhere."""
+    from runner.decode import preferred_block_n
+
+    loaded = _loaded(PAGED | {"splits": 0, "page_size": page})
+    assert loaded.spec.shared_bytes == 69632  # paged_decode.tl at d 128: 3 blocks per SM
+    assert preferred_block_n(loaded.spec, batch, 1, 32, 8, 132) == block_n
+
+
+def test_the_key_block_rule_leaves_other_tiles_alone() -> None:
+    from runner.decode import preferred_block_n
+
+    varlen = _loaded(PAGED | {"splits": 1, "varlen": True})
+    assert preferred_block_n(varlen.spec, 64, 1, 32, 8, 132) == 64
+    wide = _loaded(PAGED | {"splits": 0}, block_n=128)
+    assert preferred_block_n(wide.spec, 64, 1, 32, 8, 132) == 128
