@@ -20,6 +20,9 @@
   rectangle of (q_idx, kv_idx): exact for masks built from affine index expressions, uniform values and
   side-tensor reads at uniform indices; anything else (a per-key table lookup, `%`) is "partial", decided
   per score.
+- `saturations`: the `min` / `max` with a uniform bound (a clamped relative position, a bucket index) that
+  a whole key block drives to that bound, by the same interval arithmetic; the renderers run such a block
+  with the bound in place of the clamp, where a table read at a clamped index becomes one read a block.
 - `score_cost`: what one score costs the SFU (MUFU instructions, and how many of them are exp2s a
   polynomial on the FMA pipe could take instead) and the FP32 pipe (the SFU is softcap's bottleneck).
 """
@@ -297,6 +300,52 @@ def _interval(e: Expr) -> tuple[Expr, Expr] | None:
     if is_uniform(e):
         return e, e
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Saturation:
+    """A `min` / `max` node of the score with a uniform bound: where `when` holds over the block rectangle
+    (q_lo…q_hi × kv_lo…kv_hi), every score of the block has the node equal to `bound`."""
+
+    node: Expr
+    bound: Expr
+    when: Expr
+
+
+def saturations(score: Expr | None, limit: int = 2) -> list[Saturation]:
+    """Up to `limit` saturating clamps of the score, outermost first: per-score `min(x, b)` (saturated
+    when x ≥ b on the whole block) and `max(x, a)` (when x ≤ a), x an integer with a known interval."""
+    if score is None:
+        return []
+    lv = levels([score])
+    out: list[Saturation] = []
+    for n in reversed(walk(score)):
+        if not (isinstance(n, Op) and n.op in ("min", "max") and n.type == I32 and lv[n] != "uniform"):
+            continue
+        for x, b in (n.args, n.args[::-1]):
+            if lv[b] == "uniform" and lv[x] != "uniform" and (iv := _interval(x)) is not None:
+                lo, hi = iv
+                when = op("ge", lo, b) if n.op == "min" else op("le", hi, b)
+                out.append(Saturation(node=n, bound=b, when=when))
+                break
+        if len(out) == limit:
+            break
+    return out
+
+
+def substitute(e: Expr, node: Expr, by: Expr) -> Expr:
+    """`e` with every occurrence of `node` replaced by `by` (constants folded again)."""
+    memo: dict[Expr, Expr] = {}
+    for n in walk(e):
+        if n == node:
+            memo[n] = by
+        elif isinstance(n, Op):
+            memo[n] = op(n.op, *(memo[a] for a in n.args))
+        elif isinstance(n, Load):
+            memo[n] = Load(n.tensor, tuple(memo[i] for i in n.index), n.type)
+        else:
+            memo[n] = n
+    return memo[e]
 
 
 @functools.lru_cache(maxsize=65536)

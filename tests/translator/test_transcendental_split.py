@@ -197,3 +197,63 @@ def test_the_variants_benchmark_sets_or_replaces_one_param():
     replaced = with_param(tl, "BN", "128")
     assert "Param BN = 128" in replaced and "Param BN = 160" not in replaced
     assert replaced.count("Param BN") == 1
+
+
+def _eval(e, env):
+    """An integer / boolean IR expression at one point (the ops the clamps and their tests use)."""
+    from kernel_ir.expr import Const, Op, Var
+
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        return env[e.name]
+    assert isinstance(e, Op), e
+    a = [_eval(x, env) for x in e.args]
+    return {
+        "add": lambda: a[0] + a[1],
+        "sub": lambda: a[0] - a[1],
+        "neg": lambda: -a[0],
+        "min": lambda: min(a),
+        "max": lambda: max(a),
+        "ge": lambda: a[0] >= a[1],
+        "le": lambda: a[0] <= a[1],
+    }[e.op]()
+
+
+def test_a_clamp_saturates_only_where_every_score_of_the_block_hits_its_bound():
+    kv, q = Var("kv_idx", I32), Var("q_idx", I32)
+    clamp = op("min", op("max", op("sub", kv, q), op("neg", Var("w", I32))), Var("w", I32))
+    score = op("add", S, op("float", clamp))
+    sats = passes.saturations(score)
+    assert [s.node.op for s in sats] == ["min", "max"]  # outermost first
+    rng = np.random.default_rng(0)
+    taken = 0
+    for _ in range(400):
+        q_lo, kv_lo, w = (int(x) for x in rng.integers(0, 300, 3))
+        q_hi, kv_hi = q_lo + int(rng.integers(0, 64)), kv_lo + int(rng.integers(0, 64))
+        env = {"q_lo": q_lo, "q_hi": q_hi, "kv_lo": kv_lo, "kv_hi": kv_hi, "w": w}
+        points = [(i, j) for i in range(q_lo, q_hi + 1, 7) for j in range(kv_lo, kv_hi + 1, 5)]
+        for sat in sats:
+            hits = all(
+                _eval(sat.node, {**env, "q_idx": i, "kv_idx": j})
+                == env["w"] * (1 if sat.node.op == "min" else -1)
+                for i, j in points
+            )
+            if _eval(sat.when, env):
+                assert hits, (sat.node, env)
+                taken += 1
+    assert taken > 50  # the random rectangles exercise both saturated forms
+    # the saturated form reads the table once a block: no per-score load or clamp left
+    saturated = passes.substitute(score, sats[0].node, sats[0].bound)
+    assert not [n for n in passes.levels([saturated]) if getattr(n, "op", "") in ("min", "max")]
+
+
+def test_relative_bias_renders_a_saturated_path_per_bound():
+    from pipeline.build import translate_text
+
+    text_ = (ROOT / "examples" / "variants" / "relative_bias.tl").read_text()
+    src = translate_text(text_.replace("Target sm_80", "Target sm_90"), Path("rb.tl")).source
+    lam = src[src.index("auto apply_score") :]
+    lam = lam[: lam.index("};")]
+    assert "rel[head_idx, 128]" in lam and "rel[head_idx, 0]" in lam
+    assert lam.count("rel_ptr[") == 3  # one read per saturated block, one per score elsewhere

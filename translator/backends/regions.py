@@ -265,55 +265,88 @@ def emit_score_lambda(
     reg: Regions,
     *,
     tag_line: int | None,
-    row: str = "m_block * kBlockM + get<0>(coords(r, 0))",
+    row: str | None = None,
 ) -> None:
     """`apply_score(acc_s, n_block, masked)`: the score region on every score of one key block and, when
     `masked` (a compile-time flag: blocks the classification could not prove whole), the masks and the
     seqlen_k tail. Masked scores become −∞ under a softmax and 0 without one. `row`: the query row of the
-    tile's row r (a packed GQA tile holds several heads of each row)."""
+    tile's row r where it is not the tile's (a packed GQA tile holds several heads of each row).
+
+    A block on which a clamp of the score saturates (`kernel_ir.passes.saturations`, tested once a block
+    over its rectangle of rows and keys) runs the region with the clamp's bound in its place."""
     value = reg.value
     masks = list(reg.ir.masks)
-    roots = ([value] if value is not None else []) + masks
-    dead = NEG_INF if reg.softmax else "0.f"
+    sats = passes.saturations(value) if row is None else []
+    row = row or "m_block * kBlockM + get<0>(coords(r, 0))"
     lam = "auto apply_score = [&](auto& acc_s, int n_block, auto masked)"
     with w.tl(tag_line, "the score region and the masks, on one key block"), w.block(lam, "};"):
         w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)")
         w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s")
         w.line("constexpr int kCols = decltype(size<1>(scores))::value;")
-        arrays = reg.col_arrays(roots)
-        if arrays:
-            w.comment("per-key values, once per block for all of this thread's rows")
-            for name, n in arrays:
-                ty = {F32: "float", I32: "int", BOOL: "bool"}[n.type]
-                w.line(f"{ty} {name}[kCols];")
-            w.line("CUTE_UNROLL")
-            with w.block("for (int c = 0; c < kCols; ++c)"):
-                w.line("const int col = n_block * kBlockN + get<1>(coords(0, c));")
-                for name, n in arrays:
-                    w.line(f"{name}[c] = {reg.c(n)};  // {_note(n)}")
-                    reg.temps[n] = f"{name}[c]"
+        if not sats:
+            _score_loops(w, reg, value, masks, row)
+            return
+        w.comment("the block's rectangle of rows and keys: where a clamp of the score saturates on all of")
+        w.comment("it, the clamp's bound stands in (a table read at the clamped index: once a block)")
+        w.line("const int q_lo = m_block * kBlockM;")
+        w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+        w.line("const int kv_lo = n_block * kBlockN;")
+        w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+        for i, sat in enumerate(sats):
+            head = "if" if i == 0 else "} else if"
+            w.line(f"{head} ({reg.c(sat.when)}) {{  // {_note(sat.node)} = {_note(sat.bound)}")
+            with w.indent():
+                _score_loops(w, reg, passes.substitute(value, sat.node, sat.bound), masks, row, block=True)
+        w.line("} else {")
+        with w.indent():
+            _score_loops(w, reg, value, masks, row)
+        w.line("}")
+
+
+def _score_loops(
+    w: CodeWriter, reg: Regions, value: Expr | None, masks: list[Expr], row: str, *, block: bool = False
+) -> None:
+    """The column arrays and the row and column loops of `apply_score` for one form of the score region;
+    `block`: the form's uniform values not hoisted per tile are read once here (a saturated clamp's)."""
+    roots = ([value] if value is not None else []) + masks
+    dead = NEG_INF if reg.softmax else "0.f"
+    before = set(reg.temps)
+    if block:
+        reg.hoist(w, roots, "uniform", prefix="tl_b")
+    arrays = reg.col_arrays(roots)
+    if arrays:
+        w.comment("per-key values, once per block for all of this thread's rows")
+        for name, n in arrays:
+            ty = {F32: "float", I32: "int", BOOL: "bool"}[n.type]
+            w.line(f"{ty} {name}[kCols];")
         w.line("CUTE_UNROLL")
-        with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
-            w.line(f"const int row = {row};")
-            reg.hoist(w, roots, "row", prefix="tl_r")
-            w.line("CUTE_UNROLL")
-            with w.block("for (int c = 0; c < kCols; ++c)"):
-                w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
-                if reg.fma_exps:
-                    w.line(f"const bool tl_fma = {fma_predicate(reg.fma_exps)};  // exp2s on the FP32 pipe")
-                    reg.fma = "tl_fma"
-                reg.hoist(w, roots, "elem", prefix="tl_e")
-                if value is not None:
-                    w.line(f"float x = {reg.c(value)};")
-                else:
-                    w.line("float x = scores(r, c);")
-                reg.fma = "false"
-                keep = " && ".join(reg.c(m) for m in masks) or "true"
-                with w.block("if constexpr (decltype(masked)::value)"):
-                    w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
-                w.line("scores(r, c) = x;")
-        for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e", "tl_c"))]:
-            del reg.temps[n]
+        with w.block("for (int c = 0; c < kCols; ++c)"):
+            w.line("const int col = n_block * kBlockN + get<1>(coords(0, c));")
+            for name, n in arrays:
+                w.line(f"{name}[c] = {reg.c(n)};  // {_note(n)}")
+                reg.temps[n] = f"{name}[c]"
+    w.line("CUTE_UNROLL")
+    with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
+        w.line(f"const int row = {row};")
+        reg.hoist(w, roots, "row", prefix="tl_r")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int c = 0; c < kCols; ++c)"):
+            w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
+            if reg.fma_exps:
+                w.line(f"const bool tl_fma = {fma_predicate(reg.fma_exps)};  // exp2s on the FP32 pipe")
+                reg.fma = "tl_fma"
+            reg.hoist(w, roots, "elem", prefix="tl_e")
+            if value is not None:
+                w.line(f"float x = {reg.c(value)};")
+            else:
+                w.line("float x = scores(r, c);")
+            reg.fma = "false"
+            keep = " && ".join(reg.c(m) for m in masks) or "true"
+            with w.block("if constexpr (decltype(masked)::value)"):
+                w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
+            w.line("scores(r, c) = x;")
+    for n in [n for n in reg.temps if n not in before]:
+        del reg.temps[n]
 
 
 def emit_uniforms(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
