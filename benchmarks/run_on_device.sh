@@ -7,7 +7,8 @@
 #   (sweep or variants and a profile may follow each other: `sweep ARGS -- profile ARGS`)
 #   bash benchmarks/run_on_device.sh variants [args for benchmarks/variants.py]
 #     (the catalogue verified on both targets, then timed against FlexAttention and FA4; default args:
-#      --seqlens 4096,8192,16384; TL_VERIFY_CATALOGUE=0 skips the verification of the whole catalogue,
+#      --seqlens 4096,8192,16384; TL_VERIFY_CATALOGUE=0 skips the verification of the catalogue, =a,b
+#      verifies only those,
 #      TL_PROFILE_S=N keeps N seconds for a profile after it, e.g. `--cases v:document_mask`)
 #
 # Needs the wheels in .whl/ (carry it): nvidia-cutlass (the CuTe headers), and pytest with its
@@ -169,13 +170,17 @@ fi
 
 VARIANTS_STATUS="not run"
 if [ "$MODE" = variants ]; then
-    # TL_VERIFY_CATALOGUE=0 skips the whole-catalogue check (both targets and dtypes) when the kernels did
-    # not change since the last one: variants.py verifies every build it times in any case.
-    if [ "${TL_VERIFY_CATALOGUE:-1}" != 0 ]; then
+    # TL_VERIFY_CATALOGUE=0 skips the catalogue check (both targets and dtypes) when the kernels did not
+    # change since the last one (variants.py verifies every build it times in any case); NAME,NAME checks
+    # only those variants (the ones a change touched).
+    VERIFY="${TL_VERIFY_CATALOGUE:-1}"
+    if [ "$VERIFY" != 0 ]; then
         T=$(( $(left) - 15 ))
-        log "catalogue verification (timeout $((T / 2))s)"
+        ONLY=()
+        [ "$VERIFY" != 1 ] && ONLY=(--only "$VERIFY")
+        log "catalogue verification ${ONLY[*]} (timeout $((T / 2))s)"
         timeout --kill-after=10 $((T / 2)) python3 benchmarks/verify_variants.py --json "$OUT/verify.json" \
-            >"$OUT/verify.log" 2>&1
+            "${ONLY[@]}" >"$OUT/verify.log" 2>&1
         VARIANTS_STATUS="verify exit $?: $(tail -n1 "$OUT/verify.log")"
     else
         VARIANTS_STATUS="catalogue verification skipped (TL_VERIFY_CATALOGUE=0)"
