@@ -225,30 +225,35 @@ def test_model_under_inductor_drifts_no_more_than_with_sdpa(kernels: dict[str, A
     assert tl_max <= 2 * sdpa_max + 2e-2 and tl_mean <= 2 * sdpa_mean + 1e-3, drift
 
 
-def test_model_gradients_and_training_steps_track_sdpa(kernels: dict[str, Any]) -> None:
-    """With a backward: the first step's gradients match SDPA's, and a few AdamW steps' losses track it."""
-    from tl_attention.model_kernels import LayerKind
-    from tl_attention.ops import resolve
-
-    if find_backward(resolve(LayerKind("bf16", 128).key)) is None:
-        pytest.skip("no backward provider covers the causal head-dim-128 kernel yet")
+@pytest.mark.parametrize(("name", "baseline"), [("llama", "sdpa"), ("qwen2", "sdpa"), ("gemma2", "eager")])
+def test_model_gradients_and_training_steps_track_transformers(
+    kernels: dict[str, Any], name: str, baseline: str
+) -> None:
+    """With a backward for every layer kernel of the model: the first step's gradients (the first layer's
+    q_proj and the embedding) match transformers' own attention, and a few AdamW steps' losses track it."""
+    cfg = model_configs()[name]
+    missing = [k.name for k in hf.kernels_for(cfg, BF16) if find_backward(k) is None]
+    if missing:
+        pytest.skip(f"no backward provider covers {missing} yet")
     ids = tokens()
     losses: dict[str, list[float]] = {}
-    grads: dict[str, Any] = {}
-    for attn in ("tl", "sdpa"):
-        m = model("llama", attn).train()
+    grads: dict[str, list[Any]] = {}
+    for attn in ("tl", baseline):
+        m = model(name, attn).train()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
         losses[attn] = []
         for step in range(4):
             loss = m(ids, labels=ids, use_cache=False).loss
             loss.backward()
             if step == 0:
-                grads[attn] = m.model.layers[0].self_attn.q_proj.weight.grad.float().clone()
+                watched = (m.model.layers[0].self_attn.q_proj.weight, m.model.embed_tokens.weight)
+                grads[attn] = [w.grad.float().clone() for w in watched]
             opt.step()
             opt.zero_grad()
             losses[attn].append(loss.item())
-    print(f"\nlosses: {losses}")
-    scale = grads["sdpa"].abs().max().item()
-    torch.testing.assert_close(grads["tl"], grads["sdpa"], atol=5e-2 * scale, rtol=5e-2)
-    for a, b in zip(losses["tl"], losses["sdpa"], strict=True):
+    print(f"\n{name} losses: {losses}")
+    for got, want in zip(grads["tl"], grads[baseline], strict=True):
+        scale = want.abs().max().item()
+        torch.testing.assert_close(got, want, atol=5e-2 * scale, rtol=5e-2)
+    for a, b in zip(losses["tl"], losses[baseline], strict=True):
         assert abs(a - b) < 0.02 * b, losses
