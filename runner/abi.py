@@ -194,9 +194,10 @@ class LaunchSpec:
 # ---- the backward (issue 18): three kernels per TL program, `<name>_bwd_*`, in one module -------------
 # dot_do_o: D = rowsum(dO ∘ O) into dpsum (batch, heads, seqlen_q) fp32 (and a learnable sink's gradient);
 # grid (ceil(seqlen_q / preprocess_rows), batch, heads). dq_dk_dv: grid (ceil(seqlen_k / block_n), batch,
-# heads_kv); adds dQ into dq_accum (batch, heads, seqlen_q, d) fp32, which must start zeroed, and writes
-# dK, dV (summed over each GQA group); deterministic: grid (dq_splits, batch, heads_kv), column x walks
-# key blocks x, x + dq_splits, … and adds into slice x of dq_accum (dq_splits, batch, heads, seqlen_q, d).
+# heads_kv); adds dQ into dq_accum (1, batch, heads, ceil(seqlen_q / block_m) · block_m, d) fp32, zeroed
+# (each block_m × d tile in the dQ MMA's fragment order: thread t's element i at i · threads + t), and
+# writes dK, dV (summed over each GQA group); deterministic: grid (dq_splits, batch, heads_kv), column x
+# walks key blocks x, x + dq_splits, … and adds into slice x of dq_accum (dq_splits, batch, heads, …).
 # convert_dq: dq_accum → dq; grid (ceil(seqlen_q / block_m), batch, heads). row_grads (when row_sums > 0):
 # grid (ceil(seqlen_q / threads), batch, heads). Strides are in elements, as in ATTENTION_PARAMS; `dout`
 # is dO.

@@ -150,7 +150,8 @@ def backward(
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     splits = dq_splits(spec, seqlen_k, batch, heads_kv, sms)
     slices = splits if spec.deterministic else 1
-    dq_accum = torch.zeros(slices, batch, heads, seqlen_q, d, dtype=torch.float32, device=q.device)
+    m_rows = math.ceil(seqlen_q / spec.block_m) * spec.block_m  # whole query tiles, in fragment order
+    dq_accum = torch.zeros(slices, batch, heads, m_rows, d, dtype=torch.float32, device=q.device)
     row_sums = (
         torch.zeros(batch, heads, seqlen_q, spec.row_sums, dtype=torch.float32, device=q.device)
         if spec.row_sums

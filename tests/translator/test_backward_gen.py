@@ -110,9 +110,17 @@ def test_a_deterministic_backward_adds_dq_into_its_own_slice_and_sums_the_slices
     det = translate_backward(ROOT / "examples" / "mha_fwd.tl", deterministic=True)
     assert det.spec.deterministic and BackwardSpec.from_json(det.spec.to_json()) == det.spec
     main = det.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
-    assert "float* dq_slice = dq_accum + static_cast<long long>(blockIdx.x) *" in main
+    assert "float* dq_slice = dq_accum + blockIdx.x * (" in main
     assert "n_block += gridDim.x" in main and "__syncthreads();" in main.split("n_block += gridDim.x")[1]
     assert "for (int s = 0; s < dq_splits; ++s)" in det.source.split("_bwd_convert_dq(")[1]
     plain = translate_backward(ROOT / "examples" / "mha_fwd.tl")
-    assert not plain.spec.deterministic and "dq_splits; ++s" not in plain.source
-    assert "float* dq_slice = dq_accum;" in plain.source
+    assert not plain.spec.deterministic and "float* dq_slice = dq_accum;" in plain.source
+
+
+def test_dq_is_added_in_the_dq_mma_fragment_order_and_read_back_in_it():
+    b = translate_backward(ROOT / "examples" / "mha_fwd.tl")
+    main = b.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
+    assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in main
+    conv = b.source.split("_bwd_convert_dq(")[1]
+    assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
+    assert "src[s * slice + i * Traits::kNThreads]" in conv

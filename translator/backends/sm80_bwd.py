@@ -46,6 +46,9 @@ from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
 LOG2E = "1.44269504088896340736f"
+# elements of one dq_accum slice: (batch, heads, m_blocks · kBlockM, kHeadDim), each query tile in the dQ
+# MMA's fragment order
+DQ_SLICE = "static_cast<long long>(batch) * heads * m_blocks * (kBlockM * kHeadDim)"
 POS_INF = "__int_as_float(0x7f800000)"
 PREPROCESS_ROWS = 32  # query rows per block of the D kernel: 8 warps, 4 rows each
 THREADS = 256
@@ -96,7 +99,7 @@ def generate_backward(
         tail.append(BACKWARD_ROW_SUMS_PARAM)
     _emit_preprocess(w, plan, sink_partials, tail)
     _emit_main(w, plan, partials, tail, deterministic)
-    _emit_convert(w, plan, block_m, deterministic)
+    _emit_convert(w, plan)
     if corrected:
         emit_row_grads(
             w,
@@ -319,33 +322,38 @@ def _emit_preprocess(
     w.line()
 
 
-def _emit_convert(w: CodeWriter, plan: KernelPlan, block_m: int, deterministic: bool) -> None:
+def _emit_convert(w: CodeWriter, plan: KernelPlan) -> None:
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
     with w.indent():
-        w.line(f"using Element = {ELEMENT[plan.dtype]};")
-        w.line(f"constexpr int kHeadDim = {plan.head_dim_qk};")
-        w.line(f"constexpr int kBlockM = {block_m};")
-        w.line("const int bidb = blockIdx.y, bidh = blockIdx.z;")
+        w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
+        w.line("using Element = Traits::Element;")
+        w.line("constexpr int kBlockM = Traits::kBlockM;")
+        w.line("constexpr int kHeadDim = Traits::kHeadDim;")
+        w.line("const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;")
+        w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
+        w.line(f"const long long slice = {DQ_SLICE};")
         w.line(
-            "const float* src = dq_accum + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q * kHeadDim;"
+            "const float* src = dq_accum + ((static_cast<long long>(bidb) * heads + bidh) * m_blocks + m_block) * "
+            "(kBlockM * kHeadDim) + threadIdx.x;"
         )
         w.line("Element* dst = static_cast<Element*>(dq) + bidb * dq_batch_stride + bidh * dq_head_stride;")
-        if deterministic:
-            w.line("const long long slice = static_cast<long long>(batch) * heads * seqlen_q * kHeadDim;")
-        with w.block(f"for (int i = threadIdx.x; i < kBlockM * kHeadDim; i += {THREADS})"):
-            w.line("const int row = blockIdx.x * kBlockM + i / kHeadDim, col = i % kHeadDim;")
-            if deterministic:
-                w.line("if (row >= seqlen_q) continue;")
-                w.line("float acc = 0.f;")
-                w.comment("the slices in order, so the sum is the same every run")
-                w.line(
-                    "for (int s = 0; s < dq_splits; ++s) acc += src[static_cast<long long>(s) * slice + row * kHeadDim + col];"
-                )
-                w.line("dst[row * dq_row_stride + col] = static_cast<Element>(acc);")
-            else:
-                w.line(
-                    "if (row < seqlen_q) dst[row * dq_row_stride + col] = static_cast<Element>(src[row * kHeadDim + col]);"
-                )
+        w.comment("the tile is in the dQ MMA's fragment order: this thread's element i is at i · kNThreads")
+        w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
+        w.line(
+            "Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C("
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
+        )
+        w.line("CUTE_UNROLL")
+        with w.block("for (int i = 0; i < size(tdQcdQ); ++i)"):
+            w.line("float acc = 0.f;")
+            w.line(
+                "for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + i * Traits::kNThreads];"
+                "  // in order: the same sum every run"
+            )
+            w.line("const int row = m_block * kBlockM + get<0>(tdQcdQ(i));")
+            w.line(
+                "if (row < seqlen_q) dst[row * dq_row_stride + get<1>(tdQcdQ(i))] = static_cast<Element>(acc);"
+            )
     w.line("}")
     w.line()
 
@@ -477,9 +485,7 @@ def _emit_main(
             w.comment(
                 "this grid column's slice of dq_accum: only its thread block adds into it, in program order"
             )
-            w.line(
-                "float* dq_slice = dq_accum + static_cast<long long>(blockIdx.x) * batch * heads * seqlen_q * kHeadDim;"
-            )
+            w.line(f"float* dq_slice = dq_accum + blockIdx.x * ({DQ_SLICE});")
         else:
             w.line(
                 "float* dq_slice = dq_accum;  // atomics from every key block (the grid has one column each)"
@@ -543,7 +549,9 @@ def _emit_key_block(
             "bidh * do_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(do_row_stride, _1{}));"
         )
         w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
-        w.line("float* dq_rows = dq_slice + row_base * kHeadDim;")
+        w.line(
+            "float* dq_head = dq_slice + (static_cast<long long>(bidb) * heads + bidh) * m_blocks * (kBlockM * kHeadDim);"
+        )
         w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
         with w.block("auto load_QdO = [&](int m, int stage)", "};"):
             _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
@@ -598,16 +606,15 @@ def _emit_key_block(
             w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rP), tPsP);")
             w.line("cute::copy(smem_tiled_copy_PdS, smem_thr_copy_PdS.retile_S(rdS), tdSsdS);")
             w.line("__syncthreads();")
-            w.comment("dV += Pᵀ·dO, dK += dSᵀ·Q")
+            w.comment("dV += Pᵀ·dO")
             w.line(
                 "tl::gemm_ss(tiled_mma_dkv, acc_dv, tdVrPt, tdVrdO, tdVsPt, tdVsdOt, smem_tiled_copy_PdSt, "
                 "smem_tiled_copy_QdOt);"
             )
-            w.line(
-                "tl::gemm_ss(tiled_mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt, smem_tiled_copy_PdSt, "
-                "smem_tiled_copy_QdOt);"
+            w.comment(
+                "dQ += dS·K: this key block's share, added to the fp32 accumulator before dK's GEMM, so"
             )
-            w.comment("dQ += dS·K: this key block's share, added to the fp32 accumulator")
+            w.comment("the atomics drain under it")
             w.line(
                 "Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});"
             )
@@ -615,12 +622,18 @@ def _emit_key_block(
             w.line(
                 "tl::gemm_ss(tiled_mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, smem_tiled_copy_dS, smem_tiled_copy_Kt);"
             )
+            w.comment("in fragment order, so a warp's 32 additions cover 128 contiguous bytes (rows past")
+            w.comment("seqlen_q add zeros into the tile's padding)")
+            w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim) + tidx;")
             w.line("CUTE_UNROLL")
-            with w.block("for (int i = 0; i < size(acc_dq); ++i)"):
-                w.line("const int row = m_block * kBlockM + get<0>(tdQcdQ(i));")
-                w.line(
-                    "if (row < seqlen_q) atomicAdd(dq_rows + row * kHeadDim + get<1>(tdQcdQ(i)), acc_dq(i));"
-                )
+            w.line(
+                "for (int i = 0; i < size(acc_dq); ++i) atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));"
+            )
+            w.comment("dK += dSᵀ·Q")
+            w.line(
+                "tl::gemm_ss(tiled_mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt, smem_tiled_copy_PdSt, "
+                "smem_tiled_copy_QdOt);"
+            )
             w.line("__syncthreads();  // the next block overwrites P and dS, and prefetches into this stage")
             w.line("stage ^= 1;")
             w.line("m_block = next;")
