@@ -73,16 +73,25 @@ def _compiled(path: Path, arch: str) -> Any:
     return module_image(path, arch)
 
 
-def _ours(prebuilt: Path | None, causal: bool, d: int) -> tuple[Any, Any]:
-    """(loaded backward, loaded forward or None)."""
-    from runner.abi import BackwardSpec, LaunchSpec
+def _prebuilt_backward(prebuilt: Path, tag: str) -> Any:
+    from runner.abi import BackwardSpec
     from runner.backward import load_backward
+
+    spec = BackwardSpec.from_json(json.dumps(json.loads((prebuilt / f"{tag}.json").read_text())["spec"]))
+    return load_backward(_compiled(prebuilt / f"{tag}.cubin", spec.arch), spec)
+
+
+def _ours(prebuilt: Path | None, causal: bool, d: int) -> tuple[Any, Any, Any]:
+    """(loaded backward, loaded forward or None, loaded deterministic backward or None)."""
+    from runner.abi import LaunchSpec
     from runner.launch import load
 
     tag = _tag(causal, d)
+    det = None
+    if prebuilt is not None and (prebuilt / f"{tag}_det.cubin").exists():
+        det = _prebuilt_backward(prebuilt, f"{tag}_det")
     if prebuilt is not None and (prebuilt / f"{tag}.cubin").exists():
-        spec = BackwardSpec.from_json(json.dumps(json.loads((prebuilt / f"{tag}.json").read_text())["spec"]))
-        bwd = load_backward(_compiled(prebuilt / f"{tag}.cubin", spec.arch), spec)
+        bwd = _prebuilt_backward(prebuilt, tag)
     else:
         from pipeline.backward import build_backward
 
@@ -92,7 +101,7 @@ def _ours(prebuilt: Path | None, causal: bool, d: int) -> tuple[Any, Any]:
     if prebuilt is not None and (prebuilt / f"{tag}.fwd.cubin").exists():
         fspec = LaunchSpec.from_json((prebuilt / f"{tag}.fwd.json").read_text())
         fwd = load(_compiled(prebuilt / f"{tag}.fwd.cubin", fspec.arch), fspec)
-    return bwd, fwd
+    return bwd, fwd, det
 
 
 def _sdpa_lse(q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
@@ -159,11 +168,11 @@ def run(
     gpu = torch.cuda.get_device_name()
     for d in dims:
         for causal in (False, True):
-            bwd, fwd = _ours(prebuilt, causal, d)
+            bwd, fwd, det = _ours(prebuilt, causal, d)
             for s in seqlens:
-                rows += _one_config(bwd, fwd, d, causal, s, flex)
+                rows += _one_config(bwd, fwd, det, d, causal, s, flex)
                 torch.cuda.empty_cache()
-    names = ["tl", "sdpa-flash", "sdpa-cudnn", "flex"]
+    names = ["tl", "tl-det", "sdpa-flash", "sdpa-cudnn", "flex"]
     print(
         f"\nbackward TFLOPS (bwd 2.5x, fwd+bwd 3.5x forward FLOPs), bf16, {HEADS} heads, {TOKENS} tokens, "
         f"{gpu}"
@@ -184,8 +193,11 @@ def run(
         json_path.write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
 
 
-def _one_config(bwd: Any, fwd: Any, d: int, causal: bool, s: int, flex: bool) -> list[dict[str, Any]]:
-    """Our backward (and forward + backward) beside the baselines' at one shape, balanced order."""
+def _one_config(
+    bwd: Any, fwd: Any, det: Any, d: int, causal: bool, s: int, flex: bool
+) -> list[dict[str, Any]]:
+    """Our backward (and forward + backward; the deterministic backward where built) beside the
+    baselines' at one shape, balanced order."""
     import torch
 
     from runner.backward import backward
@@ -201,6 +213,8 @@ def _one_config(bwd: Any, fwd: Any, d: int, causal: bool, s: int, flex: bool) ->
     scale = 1.0 / math.sqrt(d)
     o, lse = _sdpa_lse(q, k, v, causal, scale)
     cand_b: dict[str, Any] = {"tl": lambda i: backward(bwd, q, k, v, o, lse, do, softmax_scale=scale)}
+    if det is not None:
+        cand_b["tl-det"] = lambda i: backward(det, q, k, v, o, lse, do, softmax_scale=scale)
     cand_fb: dict[str, Any] = {}
     if fwd is not None:
 
