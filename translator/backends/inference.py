@@ -14,13 +14,16 @@ O = Σ_s exp(LSE_s − LSE) · O_s, in fp32, written in the input dtype.
 from __future__ import annotations
 
 from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec, program_params
+from tl_language.inference import MAX_SPLITS
 from translator.backends.arch import ELEMENT, arch_facts, smem_bytes
 from translator.backends.finish import launch_spec, render
-from translator.backends.inference_steps import InferenceEmit
+from translator.backends.inference_steps import NEG_INF, POS_INF, InferenceEmit
 from translator.backends.sm80 import _emit_traits  # the mma.sync traits: the same tiles and layouts
 from translator.backends.sm80_helpers import emit_helpers
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
+
+COMBINE_CHUNK = 8  # splits whose partial rows one warp of the combine kernel loads at once
 
 
 def generate(
@@ -125,14 +128,20 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
     element = ELEMENT[plan.dtype]
     d = plan.head_dim_v
     rows_per_block = COMBINE_THREADS // 32
+    chunk = COMBINE_CHUNK
     w.line()
     with w.tl(plan.line_of("splits"), "merge the splits' partial O by their LSE"):
+        w.comment("One warp per output row, and no load waits for another: each lane reads its splits'")
+        w.comment(f"LSEs at once, the weights travel by shuffles, {chunk} splits' partial rows are in flight")
+        w.comment("together. A decode of few rows (B 1: 32) would otherwise wait a round trip per split.")
         w.line(f'extern "C" __global__ void __launch_bounds__({COMBINE_THREADS}) {plan.kernel_name}_combine(')
         w.line("    " + ",\n    ".join(f"{c} {n}" for n, c, _ in COMBINE_PARAMS) + ")")
         with w.block(""):
             w.line(f"using Element = {element};")
             w.line(f"constexpr int kHeadDimV = {d};")
             w.line("constexpr int kVecs = (kHeadDimV / 4 + 31) / 32;  // float4 columns per lane")
+            w.line(f"constexpr int kSplitsPerLane = {MAX_SPLITS // 32};  // at most {MAX_SPLITS} splits")
+            w.line(f"constexpr int kChunk = {chunk};  // splits whose partial rows are loaded together")
             w.line("const int lane = threadIdx.x % 32;")
             w.line(
                 f"const long long row = static_cast<long long>(blockIdx.x) * {rows_per_block} + "
@@ -143,37 +152,57 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
                 "// one split's plane"
             )
             w.line("if (row >= rows) return;")
-            w.line("float m = -__int_as_float(0x7f800000);")
-            w.line("for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse_accum[s * rows + row]);")
+            w.line("float lse_s[kSplitsPerLane];  // split lane + 32 j: −inf past num_splits and when empty")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int j = 0; j < kSplitsPerLane; ++j)"):
+                w.line("const int s = lane + 32 * j;")
+                w.line(f"lse_s[j] = s < num_splits ? lse_accum[s * rows + row] : {NEG_INF};")
+            w.line(f"float m = {NEG_INF};")
+            w.line("CUTE_UNROLL")
+            w.line("for (int j = 0; j < kSplitsPerLane; ++j) m = fmaxf(m, lse_s[j]);")
             w.line("for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));")
             w.line("float sum = 0.f;")
-            w.line("if (m != -__int_as_float(0x7f800000))")
-            w.line(
-                "  for (int s = lane; s < num_splits; s += 32) sum += expf(lse_accum[s * rows + row] - m);"
-            )
+            w.line(f"const float m_safe = m == {NEG_INF} ? 0.f : m;  // every split empty: the sum stays 0")
+            w.line("CUTE_UNROLL")
+            w.line("for (int j = 0; j < kSplitsPerLane; ++j) sum += expf(lse_s[j] - m_safe);")
             w.line("for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);")
             w.line("const bool empty = !(sum > 0.f);  // no split kept a key: O = 0, LSE = +inf")
-            w.line("const float lse_row = empty ? __int_as_float(0x7f800000) : m + logf(sum);")
+            w.line(f"const float lse_row = empty ? {POS_INF} : m + logf(sum);")
             w.line(
                 "if (lane == 0) lse[row] = lse_row;  // (batch, heads, max_seqlen_q), row-major like `row`"
             )
+            w.line("float w_s[kSplitsPerLane];  // each split's weight exp(LSE_s − LSE); 0 for an empty one")
+            w.line("CUTE_UNROLL")
+            w.line("for (int j = 0; j < kSplitsPerLane; ++j)")
+            w.line("  w_s[j] = empty ? 0.f : expf(lse_s[j] - lse_row);")
             w.line("float4 acc[kVecs];")
-            w.line("for (int j = 0; j < kVecs; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);")
-            with w.block("for (int s = 0; s < num_splits && !empty; ++s)"):
-                w.line(
-                    "const float weight = expf(lse_accum[s * rows + row] - lse_row);  // 0 for an empty split"
-                )
-                w.line("if (weight == 0.f) continue;  // the same for the whole warp")
-                w.line(
-                    "const float4* src = reinterpret_cast<const float4*>(o_accum + (s * rows + row) "
-                    "* kHeadDimV);"
-                )
-                with w.block("for (int j = 0; j < kVecs; ++j)"):
-                    w.line("const int c4 = lane + 32 * j;")
-                    w.line("if (c4 >= kHeadDimV / 4) break;")
-                    w.line("const float4 x = src[c4];")
-                    w.line("acc[j].x += weight * x.x; acc[j].y += weight * x.y;")
-                    w.line("acc[j].z += weight * x.z; acc[j].w += weight * x.w;")
+            w.line("CUTE_UNROLL")
+            w.line("for (int v = 0; v < kVecs; ++v) acc[v] = make_float4(0.f, 0.f, 0.f, 0.f);")
+            w.line("const float4* src = reinterpret_cast<const float4*>(o_accum + row * kHeadDimV);")
+            w.line("const long long plane = rows * (kHeadDimV / 4);  // float4s from one split to the next")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int j = 0; j < kSplitsPerLane; ++j)"):
+                w.line("CUTE_NO_UNROLL")
+                with w.block("for (int t0 = 0; t0 < 32 && 32 * j + t0 < num_splits; t0 += kChunk)"):
+                    w.line("float wt[kChunk];")
+                    w.line("float4 x[kChunk][kVecs];")
+                    w.line("CUTE_UNROLL")
+                    with w.block("for (int u = 0; u < kChunk; ++u)"):
+                        w.line("wt[u] = __shfl_sync(0xffffffff, w_s[j], t0 + u);  // 0 past num_splits")
+                        w.line("const float4* part = src + (32 * j + t0 + u) * plane;")
+                        w.line("CUTE_UNROLL")
+                        with w.block("for (int v = 0; v < kVecs; ++v)"):
+                            w.line("const int c4 = lane + 32 * v;")
+                            w.line(
+                                "x[u][v] = wt[u] != 0.f && c4 < kHeadDimV / 4 ? part[c4] : "
+                                "make_float4(0.f, 0.f, 0.f, 0.f);"
+                            )
+                    w.line("CUTE_UNROLL")
+                    with w.block("for (int u = 0; u < kChunk; ++u)"):
+                        w.line("CUTE_UNROLL")
+                        with w.block("for (int v = 0; v < kVecs; ++v)"):
+                            w.line("acc[v].x += wt[u] * x[u][v].x; acc[v].y += wt[u] * x[u][v].y;")
+                            w.line("acc[v].z += wt[u] * x[u][v].z; acc[v].w += wt[u] * x[u][v].w;")
             w.line("const int i = static_cast<int>(row % max_seqlen_q);")
             w.line("const int h = static_cast<int>((row / max_seqlen_q) % heads);")
             w.line("const int b = static_cast<int>(row / (static_cast<long long>(max_seqlen_q) * heads));")
@@ -181,10 +210,11 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
                 "Element* out = static_cast<Element*>(o) + b * o_batch_stride + i * o_row_stride "
                 "+ h * o_head_stride;"
             )
-            with w.block("for (int j = 0; j < kVecs; ++j)"):
-                w.line("const int c4 = lane + 32 * j;")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int v = 0; v < kVecs; ++v)"):
+                w.line("const int c4 = lane + 32 * v;")
                 w.line("if (c4 >= kHeadDimV / 4) break;")
-                w.line("out[4 * c4 + 0] = static_cast<Element>(acc[j].x);")
-                w.line("out[4 * c4 + 1] = static_cast<Element>(acc[j].y);")
-                w.line("out[4 * c4 + 2] = static_cast<Element>(acc[j].z);")
-                w.line("out[4 * c4 + 3] = static_cast<Element>(acc[j].w);")
+                w.line("out[4 * c4 + 0] = static_cast<Element>(acc[v].x);")
+                w.line("out[4 * c4 + 1] = static_cast<Element>(acc[v].y);")
+                w.line("out[4 * c4 + 2] = static_cast<Element>(acc[v].z);")
+                w.line("out[4 * c4 + 3] = static_cast<Element>(acc[v].w);")
