@@ -187,8 +187,10 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
                     w.line("float wt[kChunk];")
                     w.line("float4 x[kChunk][kVecs];")
                     w.line("CUTE_UNROLL")
+                    w.line("for (int u = 0; u < kChunk; ++u)  // 0 past num_splits")
+                    w.line("  wt[u] = __shfl_sync(0xffffffff, w_s[j], t0 + u);")
+                    w.line("CUTE_UNROLL")
                     with w.block("for (int u = 0; u < kChunk; ++u)"):
-                        w.line("wt[u] = __shfl_sync(0xffffffff, w_s[j], t0 + u);  // 0 past num_splits")
                         w.line("const float4* part = src + (32 * j + t0 + u) * plane;")
                         w.line("CUTE_UNROLL")
                         with w.block("for (int v = 0; v < kVecs; ++v)"):
