@@ -182,6 +182,8 @@ def test_the_key_block_range_is_found_by_bisection_or_eight_classes_a_step():
     assert "auto blocks_empty = [&](int n_first, int n_end) -> bool" in window
     assert "if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;" in window
     assert "if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;" in window
+    # the gap between a window and its sink tokens: crossed by bisection over the run's union too
+    assert "if (blocks_empty(mid, n + 1)) hi = mid; else lo = mid + 1;" in window
     documents = _sm90_source((ROOT / "examples/variants/document_mask.tl").read_text())
     assert "blocks_empty" not in documents  # classes from the launch-time buffer: no interval to bisect
     assert "for (int i = 0; i < 8; ++i) kept |= block_class(n_block_min + i);" in documents

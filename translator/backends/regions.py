@@ -381,10 +381,24 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
     else:
         _interval_class(w, reg, bc, tag_line)
     with w.tl(tag_line):
-        w.line("auto next_block = [&](int n) {")
-        w.line("  do { --n; } while (n >= n_block_min && block_class(n) == 0);")
-        w.line("  return n;")
-        w.line("};")
+        if reg.ir.block_mask:
+            w.line("auto next_block = [&](int n) {")
+            w.line("  do { --n; } while (n >= n_block_min && block_class(n) == 0);")
+            w.line("  return n;")
+            w.line("};")
+        else:
+            w.comment("an empty run below n (a sink block far under a window) is crossed by bisection, as")
+            w.comment("the range's ends are: a dozen interval tests instead of one per block")
+            with w.block("auto next_block = [&](int n)", "};"):
+                w.line("--n;")
+                w.line("if (n < n_block_min || block_class(n) != 0) return n;")
+                w.line("int lo = n_block_min, hi = n;  // the empty run below n + 1 starts in [lo, hi]")
+                with w.block("while (lo < hi)"):
+                    w.line("const int mid = (lo + hi) / 2;")
+                    w.line("if (blocks_empty(mid, n + 1)) hi = mid; else lo = mid + 1;")
+                w.line("n = lo - 1;")
+                w.line("while (n >= n_block_min && block_class(n) == 0) --n;  // proven empty only alone")
+                w.line("return n;")
         if reg.ir.block_mask:
             w.comment("the range: skip empty blocks at both ends, eight classes a step (independent loads,")
             w.comment("one memory latency per eight blocks), then one at a time")
