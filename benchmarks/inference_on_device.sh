@@ -19,7 +19,7 @@ START=$(date +%s)
 BUDGET=${TL_INFERENCE_BUDGET_S:-290}
 VERIFY_TARGETS=${VERIFY_TARGETS:-sm_80,sm_90}
 DECODE_AB=${DECODE_AB:-BN=32}
-SPLIT_FACTORS=${SPLIT_FACTORS:-}
+SPLIT_FACTORS=${SPLIT_FACTORS:-0.5,2}
 FA4_SITE=${TL_FA4_SITE:-/tmp/tl-fa4/site}
 if [ -n "${TL_FA4_SITE:-}" ] || [ -f "$FA4_SITE/.tl-fa4-installed" ]; then
     mkdir -p /tmp/tl-inference-site
@@ -41,13 +41,13 @@ step verify 70 python3 benchmarks/verify_decode.py --only paged_decode,spec_deco
     --targets "$VERIFY_TARGETS" --dtypes bf16 --json "$OUT/verify.json"
 grep -v '^ ' "$OUT/verify.log" | tail -8
 # shellcheck disable=SC2086  # $AB is a list of arguments
-step decode 100 python3 benchmarks/decode.py $AB --split-factors "$SPLIT_FACTORS" --target-s 0.25 \
+step decode 110 python3 benchmarks/decode.py $AB --split-factors "$SPLIT_FACTORS" --target-s 0.25 \
     --json "$OUT/decode.json"
 sed -n '/^Decode,/,$p' "$OUT/decode.log"; grep -E '^  |FAIL|fa4' "$OUT/decode.log" | head -12
-step decode_eager 30 python3 benchmarks/decode.py --launch eager --shapes 1x131072 --target-s 0.25 \
+step decode_eager 40 python3 benchmarks/decode.py --launch eager --shapes 1x131072 --target-s 0.25 \
     --candidates tl-paged,tl-contig,cudnn,sdpa-fa2,fa4,fa4-paged --json "$OUT/decode_eager.json"
 sed -n '/^Decode,/,$p' "$OUT/decode_eager.log"
-step varlen 60 python3 benchmarks/varlen.py --flex --target-s 0.5 --json "$OUT/varlen.json"
+step varlen 55 python3 benchmarks/varlen.py --flex --target-s 0.5 --json "$OUT/varlen.json"
 tail -6 "$OUT/varlen.log"
 step decode_flex 60 python3 benchmarks/decode.py --flex --no-fa4 --candidates flex,cudnn,tl-paged \
     --target-s 0.2 --json "$OUT/decode_flex.json"
