@@ -102,6 +102,9 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, facts: ArchFacts) -> None:
             "Stride<Int<kBlockN>, _1, Int<kBlockN * kHeadDimV>>{})));  // Vᵀ(j, i, s) = V(i, j, s)"
         )
         w.line("using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));")
+        w.comment("Q's and K's register fragments need only their shapes: unswizzled, they compile faster.")
+        w.line("using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));")
+        w.line("using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));")
         w.line(
             f"using SmemLayoutO = decltype(tile_to_shape({atom_v}{{}}, "
             "Shape<Int<kBlockM>, Int<kHeadDimV>>{}));"
@@ -115,7 +118,10 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, facts: ArchFacts) -> None:
         _gmem_copy(w, "GmemTiledCopyO", v, "UniversalCopy<cute::uint128_t>")
         w.line(f"using SmemCopyAtom = Copy_Atom<{facts.ldsm}, Element>;  // ldmatrix: Q and K")
         w.line(f"using SmemCopyAtomTransposed = Copy_Atom<{facts.ldsm_t}, Element>;  // ldmatrix.trans: Vᵀ")
-        w.line("using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;")
+        w.line(
+            "using SmemCopyAtomO = Copy_Atom<UniversalCopy<cute::uint32_t>, Element>;  "
+            "// an accumulator pair per store, as auto-vectorizing finds it, without its layout search"
+        )
         w.line()
         w.line(f"static constexpr int kSmemBytesQ = {sizes['q']};")
         w.line(f"static constexpr int kSmemBytesK = {sizes['k']};")

@@ -276,7 +276,10 @@ def _q_to_reg(e: Emit, phase: str) -> None:
     with e.tag("q_to_reg", "ldmatrix; slices are loaded inside the GEMM, one k-step ahead"):
         w.line("typename Traits::TiledMma tiled_mma;")
         w.line("auto thr_mma = tiled_mma.get_thread_slice(tidx);")
-        w.line("Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)")
+        w.line(
+            "Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), "
+            "Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)"
+        )
         w.line("auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);")
         w.line("auto smem_thr_copy_Q = smem_tiled_copy_Q.get_thread_slice(tidx);")
         w.line("Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)")
@@ -286,7 +289,10 @@ def _q_to_reg(e: Emit, phase: str) -> None:
 def _k_to_reg(e: Emit, phase: str) -> None:
     w = e.w
     with e.tag("k_to_reg", "ldmatrix, inside the GEMM"):
-        w.line("Tensor tSrK = thr_mma.partition_fragment_B(sK(_, _, 0));  // (MMA, MMA_N, MMA_K)")
+        w.line(
+            "Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), "
+            "Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)"
+        )
         w.line("auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);")
         w.line("auto smem_thr_copy_K = smem_tiled_copy_K.get_thread_slice(tidx);")
         w.line("Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)")

@@ -31,6 +31,9 @@ struct causal_mha_fwd_traits {
   using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_layout(
       Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Stride<Int<kBlockN>, _1, Int<kBlockN * kHeadDimV>>{})));  // Vᵀ(j, i, s) = V(i, j, s)
   using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));
+  // Q's and K's register fragments need only their shapes: unswizzled, they compile faster.
+  using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
+  using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
@@ -46,7 +49,7 @@ struct causal_mha_fwd_traits {
       Layout<Shape<_1, _8>>{}));
   using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // ldmatrix: Q and K
   using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;  // ldmatrix.trans: Vᵀ
-  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;
+  using SmemCopyAtomO = Copy_Atom<UniversalCopy<cute::uint32_t>, Element>;  // an accumulator pair per store, as auto-vectorizing finds it, without its layout search
 
   static constexpr int kSmemBytesQ = 32768;
   static constexpr int kSmemBytesK = 32768;
@@ -155,42 +158,42 @@ int window_right) {
 
 #line 13 "causal_mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 159 "causal_mha_fwd.cu"
+#line 162 "causal_mha_fwd.cu"
   // TL:12  Allocate Q in global (seqlen_q, d) with offset q_offset
 #line 12 "causal_mha_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 12 "causal_mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 165 "causal_mha_fwd.cu"
+#line 168 "causal_mha_fwd.cu"
   // TL:13  Allocate K in global (seqlen_k, d) with offset kv_offset
 #line 13 "causal_mha_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 13 "causal_mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 171 "causal_mha_fwd.cu"
+#line 174 "causal_mha_fwd.cu"
   // TL:14  Allocate V in global (seqlen_k, d) with offset kv_offset
 #line 14 "causal_mha_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 14 "causal_mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 177 "causal_mha_fwd.cu"
+#line 180 "causal_mha_fwd.cu"
   // TL:15  Allocate O in global (seqlen_q, d) with offset o_offset
 #line 15 "causal_mha_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 15 "causal_mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 183 "causal_mha_fwd.cu"
+#line 186 "causal_mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 21 "causal_mha_fwd.tl"
   int n_block_min = 0;
 #line 21 "causal_mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 190 "causal_mha_fwd.cu"
+#line 193 "causal_mha_fwd.cu"
   // TL:10  Mask causal: skip key blocks no row of this block can see (bottom-right aligned)
 #line 10 "causal_mha_fwd.tl"
   n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q, kBlockN));
-#line 194 "causal_mha_fwd.cu"
+#line 197 "causal_mha_fwd.cu"
 
   // TL:17  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 17 "causal_mha_fwd.tl"
@@ -227,7 +230,7 @@ int window_right) {
     }
 #line 17 "causal_mha_fwd.tl"
   }
-#line 231 "causal_mha_fwd.cu"
+#line 234 "causal_mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — 2 K buffers after Q's
 #line 22 "causal_mha_fwd.tl"
@@ -274,7 +277,7 @@ int window_right) {
     }
 #line 22 "causal_mha_fwd.tl"
   };
-#line 278 "causal_mha_fwd.cu"
+#line 281 "causal_mha_fwd.cu"
 
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 28 "causal_mha_fwd.tl"
@@ -325,7 +328,7 @@ int window_right) {
     }
 #line 28 "causal_mha_fwd.tl"
   };
-#line 329 "causal_mha_fwd.cu"
+#line 332 "causal_mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 22 "causal_mha_fwd.tl"
@@ -336,7 +339,7 @@ int window_right) {
   }
 #line 22 "causal_mha_fwd.tl"
   cute::cp_async_fence();
-#line 340 "causal_mha_fwd.cu"
+#line 343 "causal_mha_fwd.cu"
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, behind its K
 #line 28 "causal_mha_fwd.tl"
   if (n_block_max > n_block_min) {
@@ -346,7 +349,7 @@ int window_right) {
   }
 #line 28 "causal_mha_fwd.tl"
   cute::cp_async_fence();
-#line 350 "causal_mha_fwd.cu"
+#line 353 "causal_mha_fwd.cu"
 
   // TL:18  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 18 "causal_mha_fwd.tl"
@@ -354,7 +357,7 @@ int window_right) {
 #line 18 "causal_mha_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 18 "causal_mha_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
 #line 18 "causal_mha_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 18 "causal_mha_fwd.tl"
@@ -363,10 +366,10 @@ int window_right) {
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 18 "causal_mha_fwd.tl"
   Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 367 "causal_mha_fwd.cu"
+#line 370 "causal_mha_fwd.cu"
   // TL:23  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 23 "causal_mha_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(sK(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
 #line 23 "causal_mha_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 23 "causal_mha_fwd.tl"
@@ -375,7 +378,7 @@ int window_right) {
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 23 "causal_mha_fwd.tl"
   Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 379 "causal_mha_fwd.cu"
+#line 382 "causal_mha_fwd.cu"
   // TL:29  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 29 "causal_mha_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
@@ -391,18 +394,18 @@ int window_right) {
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 29 "causal_mha_fwd.tl"
   Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 395 "causal_mha_fwd.cu"
+#line 398 "causal_mha_fwd.cu"
 
   // TL:20  Allocate acc_o in register (BM, d)  — fp32 accumulator fragment
 #line 20 "causal_mha_fwd.tl"
   Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
 #line 20 "causal_mha_fwd.tl"
   clear(acc_o);
-#line 402 "causal_mha_fwd.cu"
+#line 405 "causal_mha_fwd.cu"
   // TL:25  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 25 "causal_mha_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 406 "causal_mha_fwd.cu"
+#line 409 "causal_mha_fwd.cu"
   // TL:26  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 26 "causal_mha_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -412,7 +415,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 26 "causal_mha_fwd.tl"
   clear(row_sum);
-#line 416 "causal_mha_fwd.cu"
+#line 419 "causal_mha_fwd.cu"
   // TL:10  (row, col) of each score, and which key blocks need the mask
 #line 10 "causal_mha_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -422,7 +425,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k || (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q;
 #line 10 "causal_mha_fwd.tl"
   };
-#line 426 "causal_mha_fwd.cu"
+#line 429 "causal_mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 21 "causal_mha_fwd.tl"
@@ -433,19 +436,19 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 21 "causal_mha_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 437 "causal_mha_fwd.cu"
+#line 440 "causal_mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "causal_mha_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 19 "causal_mha_fwd.tl"
     clear(acc_s);
-#line 443 "causal_mha_fwd.cu"
+#line 446 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "causal_mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 449 "causal_mha_fwd.cu"
+#line 452 "causal_mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -455,7 +458,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "causal_mha_fwd.tl"
     }
-#line 459 "causal_mha_fwd.cu"
+#line 462 "causal_mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -465,7 +468,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "causal_mha_fwd.tl"
     }
-#line 469 "causal_mha_fwd.cu"
+#line 472 "causal_mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -487,7 +490,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "causal_mha_fwd.tl"
     }
-#line 491 "causal_mha_fwd.cu"
+#line 494 "causal_mha_fwd.cu"
     // TL:10  bottom-right causal mask and the seqlen_k tail
 #line 10 "causal_mha_fwd.tl"
     CUTE_UNROLL
@@ -501,13 +504,13 @@ int window_right) {
       if (col >= seqlen_k || col > row + seqlen_k - seqlen_q) acc_s(i) = -__int_as_float(0x7f800000);
 #line 10 "causal_mha_fwd.tl"
     }
-#line 505 "causal_mha_fwd.cu"
+#line 508 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "causal_mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 511 "causal_mha_fwd.cu"
+#line 514 "causal_mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "causal_mha_fwd.tl"
@@ -536,7 +539,7 @@ int window_right) {
     CUTE_UNROLL
 #line 26 "causal_mha_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 540 "causal_mha_fwd.cu"
+#line 543 "causal_mha_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 26 "causal_mha_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -560,13 +563,13 @@ int window_right) {
       }
 #line 26 "causal_mha_fwd.tl"
     }
-#line 564 "causal_mha_fwd.cu"
+#line 567 "causal_mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "causal_mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "causal_mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 570 "causal_mha_fwd.cu"
+#line 573 "causal_mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -584,33 +587,33 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "causal_mha_fwd.tl"
     }
-#line 588 "causal_mha_fwd.cu"
+#line 591 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
     stage ^= 1;
-#line 592 "causal_mha_fwd.cu"
+#line 595 "causal_mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
   }
-#line 596 "causal_mha_fwd.cu"
+#line 599 "causal_mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 21 "causal_mha_fwd.tl"
   CUTE_NO_UNROLL
 #line 21 "causal_mha_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 602 "causal_mha_fwd.cu"
+#line 605 "causal_mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "causal_mha_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 19 "causal_mha_fwd.tl"
     clear(acc_s);
-#line 608 "causal_mha_fwd.cu"
+#line 611 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "causal_mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 614 "causal_mha_fwd.cu"
+#line 617 "causal_mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -620,7 +623,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "causal_mha_fwd.tl"
     }
-#line 624 "causal_mha_fwd.cu"
+#line 627 "causal_mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -630,7 +633,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "causal_mha_fwd.tl"
     }
-#line 634 "causal_mha_fwd.cu"
+#line 637 "causal_mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -652,13 +655,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "causal_mha_fwd.tl"
     }
-#line 656 "causal_mha_fwd.cu"
+#line 659 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "causal_mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 662 "causal_mha_fwd.cu"
+#line 665 "causal_mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "causal_mha_fwd.tl"
@@ -709,13 +712,13 @@ int window_right) {
       }
 #line 26 "causal_mha_fwd.tl"
     }
-#line 713 "causal_mha_fwd.cu"
+#line 716 "causal_mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "causal_mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "causal_mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 719 "causal_mha_fwd.cu"
+#line 722 "causal_mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -733,15 +736,15 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "causal_mha_fwd.tl"
     }
-#line 737 "causal_mha_fwd.cu"
+#line 740 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
     stage ^= 1;
-#line 741 "causal_mha_fwd.cu"
+#line 744 "causal_mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
   }
-#line 745 "causal_mha_fwd.cu"
+#line 748 "causal_mha_fwd.cu"
 
   // TL:32  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 32 "causal_mha_fwd.tl"
@@ -766,7 +769,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 32 "causal_mha_fwd.tl"
   }
-#line 770 "causal_mha_fwd.cu"
+#line 773 "causal_mha_fwd.cu"
 
   // TL:33  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 33 "causal_mha_fwd.tl"
@@ -779,7 +782,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 33 "causal_mha_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 783 "causal_mha_fwd.cu"
+#line 786 "causal_mha_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 33 "causal_mha_fwd.tl"
@@ -804,7 +807,7 @@ int window_right) {
   }
 #line 33 "causal_mha_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 808 "causal_mha_fwd.cu"
+#line 811 "causal_mha_fwd.cu"
 
 #line 33 "causal_mha_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -834,5 +837,5 @@ int window_right) {
     }
 #line 33 "causal_mha_fwd.tl"
   }
-#line 838 "causal_mha_fwd.cu"
+#line 841 "causal_mha_fwd.cu"
 }

@@ -31,6 +31,9 @@ struct gqa_fwd_traits {
   using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_layout(
       Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Stride<Int<kBlockN>, _1, Int<kBlockN * kHeadDimV>>{})));  // Vᵀ(j, i, s) = V(i, j, s)
   using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));
+  // Q's and K's register fragments need only their shapes: unswizzled, they compile faster.
+  using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
+  using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
@@ -46,7 +49,7 @@ struct gqa_fwd_traits {
       Layout<Shape<_1, _8>>{}));
   using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // ldmatrix: Q and K
   using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;  // ldmatrix.trans: Vᵀ
-  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;
+  using SmemCopyAtomO = Copy_Atom<UniversalCopy<cute::uint32_t>, Element>;  // an accumulator pair per store, as auto-vectorizing finds it, without its layout search
 
   static constexpr int kSmemBytesQ = 32768;
   static constexpr int kSmemBytesK = 32768;
@@ -156,38 +159,38 @@ int window_right) {
   // TL:10  GQA/MQA: consecutive query heads share one K/V head
 #line 10 "gqa_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 160 "gqa_fwd.cu"
+#line 163 "gqa_fwd.cu"
   // TL:13  Allocate Q in global (seqlen_q, d) with offset q_offset
 #line 13 "gqa_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 13 "gqa_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 166 "gqa_fwd.cu"
+#line 169 "gqa_fwd.cu"
   // TL:14  Allocate K in global (seqlen_k, d) with offset kv_offset
 #line 14 "gqa_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 14 "gqa_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 172 "gqa_fwd.cu"
+#line 175 "gqa_fwd.cu"
   // TL:15  Allocate V in global (seqlen_k, d) with offset kv_offset
 #line 15 "gqa_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 15 "gqa_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 178 "gqa_fwd.cu"
+#line 181 "gqa_fwd.cu"
   // TL:16  Allocate O in global (seqlen_q, d) with offset o_offset
 #line 16 "gqa_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 16 "gqa_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 184 "gqa_fwd.cu"
+#line 187 "gqa_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 22 "gqa_fwd.tl"
   int n_block_min = 0;
 #line 22 "gqa_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 191 "gqa_fwd.cu"
+#line 194 "gqa_fwd.cu"
 
   // TL:18  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 18 "gqa_fwd.tl"
@@ -224,7 +227,7 @@ int window_right) {
     }
 #line 18 "gqa_fwd.tl"
   }
-#line 228 "gqa_fwd.cu"
+#line 231 "gqa_fwd.cu"
 
   // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — 2 K buffers after Q's
 #line 23 "gqa_fwd.tl"
@@ -271,7 +274,7 @@ int window_right) {
     }
 #line 23 "gqa_fwd.tl"
   };
-#line 275 "gqa_fwd.cu"
+#line 278 "gqa_fwd.cu"
 
   // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 29 "gqa_fwd.tl"
@@ -322,7 +325,7 @@ int window_right) {
     }
 #line 29 "gqa_fwd.tl"
   };
-#line 326 "gqa_fwd.cu"
+#line 329 "gqa_fwd.cu"
 
   // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 23 "gqa_fwd.tl"
@@ -333,7 +336,7 @@ int window_right) {
   }
 #line 23 "gqa_fwd.tl"
   cute::cp_async_fence();
-#line 337 "gqa_fwd.cu"
+#line 340 "gqa_fwd.cu"
   // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, behind its K
 #line 29 "gqa_fwd.tl"
   if (n_block_max > n_block_min) {
@@ -343,7 +346,7 @@ int window_right) {
   }
 #line 29 "gqa_fwd.tl"
   cute::cp_async_fence();
-#line 347 "gqa_fwd.cu"
+#line 350 "gqa_fwd.cu"
 
   // TL:19  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 19 "gqa_fwd.tl"
@@ -351,7 +354,7 @@ int window_right) {
 #line 19 "gqa_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 19 "gqa_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
 #line 19 "gqa_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 19 "gqa_fwd.tl"
@@ -360,10 +363,10 @@ int window_right) {
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 19 "gqa_fwd.tl"
   Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 364 "gqa_fwd.cu"
+#line 367 "gqa_fwd.cu"
   // TL:24  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 24 "gqa_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(sK(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
 #line 24 "gqa_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 24 "gqa_fwd.tl"
@@ -372,7 +375,7 @@ int window_right) {
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 24 "gqa_fwd.tl"
   Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 376 "gqa_fwd.cu"
+#line 379 "gqa_fwd.cu"
   // TL:30  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 30 "gqa_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
@@ -388,18 +391,18 @@ int window_right) {
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 30 "gqa_fwd.tl"
   Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 392 "gqa_fwd.cu"
+#line 395 "gqa_fwd.cu"
 
   // TL:21  Allocate acc_o in register (BM, d)  — fp32 accumulator fragment
 #line 21 "gqa_fwd.tl"
   Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
 #line 21 "gqa_fwd.tl"
   clear(acc_o);
-#line 399 "gqa_fwd.cu"
+#line 402 "gqa_fwd.cu"
   // TL:26  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 26 "gqa_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 403 "gqa_fwd.cu"
+#line 406 "gqa_fwd.cu"
   // TL:27  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 27 "gqa_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -409,7 +412,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 27 "gqa_fwd.tl"
   clear(row_sum);
-#line 413 "gqa_fwd.cu"
+#line 416 "gqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — (row, col) of each score, and which key blocks need the mask
 #line 22 "gqa_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -419,7 +422,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k;
 #line 22 "gqa_fwd.tl"
   };
-#line 423 "gqa_fwd.cu"
+#line 426 "gqa_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 22 "gqa_fwd.tl"
@@ -430,19 +433,19 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 22 "gqa_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 434 "gqa_fwd.cu"
+#line 437 "gqa_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "gqa_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 20 "gqa_fwd.tl"
     clear(acc_s);
-#line 440 "gqa_fwd.cu"
+#line 443 "gqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 22 "gqa_fwd.tl"
     cute::cp_async_wait<1>();
 #line 22 "gqa_fwd.tl"
     __syncthreads();
-#line 446 "gqa_fwd.cu"
+#line 449 "gqa_fwd.cu"
     // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 23 "gqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -452,7 +455,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "gqa_fwd.tl"
     }
-#line 456 "gqa_fwd.cu"
+#line 459 "gqa_fwd.cu"
     // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 29 "gqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -462,7 +465,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 29 "gqa_fwd.tl"
     }
-#line 466 "gqa_fwd.cu"
+#line 469 "gqa_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "gqa_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -484,7 +487,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "gqa_fwd.tl"
     }
-#line 488 "gqa_fwd.cu"
+#line 491 "gqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 22 "gqa_fwd.tl"
     CUTE_UNROLL
@@ -498,13 +501,13 @@ int window_right) {
       if (col >= seqlen_k) acc_s(i) = -__int_as_float(0x7f800000);
 #line 22 "gqa_fwd.tl"
     }
-#line 502 "gqa_fwd.cu"
+#line 505 "gqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "gqa_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 22 "gqa_fwd.tl"
     __syncthreads();
-#line 508 "gqa_fwd.cu"
+#line 511 "gqa_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "gqa_fwd.tl"
@@ -533,7 +536,7 @@ int window_right) {
     CUTE_UNROLL
 #line 27 "gqa_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 537 "gqa_fwd.cu"
+#line 540 "gqa_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 27 "gqa_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -557,13 +560,13 @@ int window_right) {
       }
 #line 27 "gqa_fwd.tl"
     }
-#line 561 "gqa_fwd.cu"
+#line 564 "gqa_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "gqa_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "gqa_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 567 "gqa_fwd.cu"
+#line 570 "gqa_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "gqa_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -581,33 +584,33 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "gqa_fwd.tl"
     }
-#line 585 "gqa_fwd.cu"
+#line 588 "gqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN
 #line 22 "gqa_fwd.tl"
     stage ^= 1;
-#line 589 "gqa_fwd.cu"
+#line 592 "gqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "gqa_fwd.tl"
   }
-#line 593 "gqa_fwd.cu"
+#line 596 "gqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 22 "gqa_fwd.tl"
   CUTE_NO_UNROLL
 #line 22 "gqa_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 599 "gqa_fwd.cu"
+#line 602 "gqa_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "gqa_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 20 "gqa_fwd.tl"
     clear(acc_s);
-#line 605 "gqa_fwd.cu"
+#line 608 "gqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 22 "gqa_fwd.tl"
     cute::cp_async_wait<1>();
 #line 22 "gqa_fwd.tl"
     __syncthreads();
-#line 611 "gqa_fwd.cu"
+#line 614 "gqa_fwd.cu"
     // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 23 "gqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -617,7 +620,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "gqa_fwd.tl"
     }
-#line 621 "gqa_fwd.cu"
+#line 624 "gqa_fwd.cu"
     // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 29 "gqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -627,7 +630,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 29 "gqa_fwd.tl"
     }
-#line 631 "gqa_fwd.cu"
+#line 634 "gqa_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "gqa_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -649,13 +652,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "gqa_fwd.tl"
     }
-#line 653 "gqa_fwd.cu"
+#line 656 "gqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "gqa_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 22 "gqa_fwd.tl"
     __syncthreads();
-#line 659 "gqa_fwd.cu"
+#line 662 "gqa_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "gqa_fwd.tl"
@@ -706,13 +709,13 @@ int window_right) {
       }
 #line 27 "gqa_fwd.tl"
     }
-#line 710 "gqa_fwd.cu"
+#line 713 "gqa_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "gqa_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "gqa_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 716 "gqa_fwd.cu"
+#line 719 "gqa_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "gqa_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -730,15 +733,15 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "gqa_fwd.tl"
     }
-#line 734 "gqa_fwd.cu"
+#line 737 "gqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN
 #line 22 "gqa_fwd.tl"
     stage ^= 1;
-#line 738 "gqa_fwd.cu"
+#line 741 "gqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "gqa_fwd.tl"
   }
-#line 742 "gqa_fwd.cu"
+#line 745 "gqa_fwd.cu"
 
   // TL:33  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 33 "gqa_fwd.tl"
@@ -763,7 +766,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 33 "gqa_fwd.tl"
   }
-#line 767 "gqa_fwd.cu"
+#line 770 "gqa_fwd.cu"
 
   // TL:34  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 34 "gqa_fwd.tl"
@@ -776,7 +779,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 34 "gqa_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 780 "gqa_fwd.cu"
+#line 783 "gqa_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 34 "gqa_fwd.tl"
@@ -801,7 +804,7 @@ int window_right) {
   }
 #line 34 "gqa_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 805 "gqa_fwd.cu"
+#line 808 "gqa_fwd.cu"
 
 #line 34 "gqa_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -831,5 +834,5 @@ int window_right) {
     }
 #line 34 "gqa_fwd.tl"
   }
-#line 835 "gqa_fwd.cu"
+#line 838 "gqa_fwd.cu"
 }

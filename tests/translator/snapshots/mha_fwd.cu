@@ -31,6 +31,9 @@ struct mha_fwd_traits {
   using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_layout(
       Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Stride<Int<kBlockN>, _1, Int<kBlockN * kHeadDimV>>{})));  // Vᵀ(j, i, s) = V(i, j, s)
   using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));
+  // Q's and K's register fragments need only their shapes: unswizzled, they compile faster.
+  using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
+  using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
@@ -46,7 +49,7 @@ struct mha_fwd_traits {
       Layout<Shape<_1, _8>>{}));
   using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // ldmatrix: Q and K
   using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;  // ldmatrix.trans: Vᵀ
-  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;
+  using SmemCopyAtomO = Copy_Atom<UniversalCopy<cute::uint32_t>, Element>;  // an accumulator pair per store, as auto-vectorizing finds it, without its layout search
 
   static constexpr int kSmemBytesQ = 32768;
   static constexpr int kSmemBytesK = 32768;
@@ -155,38 +158,38 @@ int window_right) {
 
 #line 13 "mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 159 "mha_fwd.cu"
+#line 162 "mha_fwd.cu"
   // TL:12  Allocate Q in global (seqlen_q, d) with offset q_offset
 #line 12 "mha_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 12 "mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 165 "mha_fwd.cu"
+#line 168 "mha_fwd.cu"
   // TL:13  Allocate K in global (seqlen_k, d) with offset kv_offset
 #line 13 "mha_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 13 "mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 171 "mha_fwd.cu"
+#line 174 "mha_fwd.cu"
   // TL:14  Allocate V in global (seqlen_k, d) with offset kv_offset
 #line 14 "mha_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 14 "mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 177 "mha_fwd.cu"
+#line 180 "mha_fwd.cu"
   // TL:15  Allocate O in global (seqlen_q, d) with offset o_offset
 #line 15 "mha_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 15 "mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 183 "mha_fwd.cu"
+#line 186 "mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 21 "mha_fwd.tl"
   int n_block_min = 0;
 #line 21 "mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 190 "mha_fwd.cu"
+#line 193 "mha_fwd.cu"
 
   // TL:17  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 17 "mha_fwd.tl"
@@ -223,7 +226,7 @@ int window_right) {
     }
 #line 17 "mha_fwd.tl"
   }
-#line 227 "mha_fwd.cu"
+#line 230 "mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — 2 K buffers after Q's
 #line 22 "mha_fwd.tl"
@@ -270,7 +273,7 @@ int window_right) {
     }
 #line 22 "mha_fwd.tl"
   };
-#line 274 "mha_fwd.cu"
+#line 277 "mha_fwd.cu"
 
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 28 "mha_fwd.tl"
@@ -321,7 +324,7 @@ int window_right) {
     }
 #line 28 "mha_fwd.tl"
   };
-#line 325 "mha_fwd.cu"
+#line 328 "mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 22 "mha_fwd.tl"
@@ -332,7 +335,7 @@ int window_right) {
   }
 #line 22 "mha_fwd.tl"
   cute::cp_async_fence();
-#line 336 "mha_fwd.cu"
+#line 339 "mha_fwd.cu"
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, behind its K
 #line 28 "mha_fwd.tl"
   if (n_block_max > n_block_min) {
@@ -342,7 +345,7 @@ int window_right) {
   }
 #line 28 "mha_fwd.tl"
   cute::cp_async_fence();
-#line 346 "mha_fwd.cu"
+#line 349 "mha_fwd.cu"
 
   // TL:18  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 18 "mha_fwd.tl"
@@ -350,7 +353,7 @@ int window_right) {
 #line 18 "mha_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 18 "mha_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
 #line 18 "mha_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 18 "mha_fwd.tl"
@@ -359,10 +362,10 @@ int window_right) {
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 18 "mha_fwd.tl"
   Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 363 "mha_fwd.cu"
+#line 366 "mha_fwd.cu"
   // TL:23  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 23 "mha_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(sK(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
 #line 23 "mha_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 23 "mha_fwd.tl"
@@ -371,7 +374,7 @@ int window_right) {
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 23 "mha_fwd.tl"
   Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 375 "mha_fwd.cu"
+#line 378 "mha_fwd.cu"
   // TL:29  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 29 "mha_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
@@ -387,18 +390,18 @@ int window_right) {
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 29 "mha_fwd.tl"
   Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 391 "mha_fwd.cu"
+#line 394 "mha_fwd.cu"
 
   // TL:20  Allocate acc_o in register (BM, d)  — fp32 accumulator fragment
 #line 20 "mha_fwd.tl"
   Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
 #line 20 "mha_fwd.tl"
   clear(acc_o);
-#line 398 "mha_fwd.cu"
+#line 401 "mha_fwd.cu"
   // TL:25  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 25 "mha_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 402 "mha_fwd.cu"
+#line 405 "mha_fwd.cu"
   // TL:26  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 26 "mha_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -408,7 +411,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 26 "mha_fwd.tl"
   clear(row_sum);
-#line 412 "mha_fwd.cu"
+#line 415 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN  — (row, col) of each score, and which key blocks need the mask
 #line 21 "mha_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -418,7 +421,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k;
 #line 21 "mha_fwd.tl"
   };
-#line 422 "mha_fwd.cu"
+#line 425 "mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 21 "mha_fwd.tl"
@@ -429,19 +432,19 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 21 "mha_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 433 "mha_fwd.cu"
+#line 436 "mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "mha_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 19 "mha_fwd.tl"
     clear(acc_s);
-#line 439 "mha_fwd.cu"
+#line 442 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 445 "mha_fwd.cu"
+#line 448 "mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -451,7 +454,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "mha_fwd.tl"
     }
-#line 455 "mha_fwd.cu"
+#line 458 "mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -461,7 +464,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "mha_fwd.tl"
     }
-#line 465 "mha_fwd.cu"
+#line 468 "mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -483,7 +486,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "mha_fwd.tl"
     }
-#line 487 "mha_fwd.cu"
+#line 490 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 21 "mha_fwd.tl"
     CUTE_UNROLL
@@ -497,13 +500,13 @@ int window_right) {
       if (col >= seqlen_k) acc_s(i) = -__int_as_float(0x7f800000);
 #line 21 "mha_fwd.tl"
     }
-#line 501 "mha_fwd.cu"
+#line 504 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 507 "mha_fwd.cu"
+#line 510 "mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "mha_fwd.tl"
@@ -532,7 +535,7 @@ int window_right) {
     CUTE_UNROLL
 #line 26 "mha_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 536 "mha_fwd.cu"
+#line 539 "mha_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 26 "mha_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -556,13 +559,13 @@ int window_right) {
       }
 #line 26 "mha_fwd.tl"
     }
-#line 560 "mha_fwd.cu"
+#line 563 "mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 566 "mha_fwd.cu"
+#line 569 "mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -580,33 +583,33 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "mha_fwd.tl"
     }
-#line 584 "mha_fwd.cu"
+#line 587 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
     stage ^= 1;
-#line 588 "mha_fwd.cu"
+#line 591 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
   }
-#line 592 "mha_fwd.cu"
+#line 595 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 21 "mha_fwd.tl"
   CUTE_NO_UNROLL
 #line 21 "mha_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 598 "mha_fwd.cu"
+#line 601 "mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "mha_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 19 "mha_fwd.tl"
     clear(acc_s);
-#line 604 "mha_fwd.cu"
+#line 607 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 610 "mha_fwd.cu"
+#line 613 "mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -616,7 +619,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "mha_fwd.tl"
     }
-#line 620 "mha_fwd.cu"
+#line 623 "mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -626,7 +629,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "mha_fwd.tl"
     }
-#line 630 "mha_fwd.cu"
+#line 633 "mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -648,13 +651,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "mha_fwd.tl"
     }
-#line 652 "mha_fwd.cu"
+#line 655 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 658 "mha_fwd.cu"
+#line 661 "mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "mha_fwd.tl"
@@ -705,13 +708,13 @@ int window_right) {
       }
 #line 26 "mha_fwd.tl"
     }
-#line 709 "mha_fwd.cu"
+#line 712 "mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 715 "mha_fwd.cu"
+#line 718 "mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -729,15 +732,15 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "mha_fwd.tl"
     }
-#line 733 "mha_fwd.cu"
+#line 736 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
     stage ^= 1;
-#line 737 "mha_fwd.cu"
+#line 740 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
   }
-#line 741 "mha_fwd.cu"
+#line 744 "mha_fwd.cu"
 
   // TL:32  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 32 "mha_fwd.tl"
@@ -762,7 +765,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 32 "mha_fwd.tl"
   }
-#line 766 "mha_fwd.cu"
+#line 769 "mha_fwd.cu"
 
   // TL:33  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 33 "mha_fwd.tl"
@@ -775,7 +778,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 33 "mha_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 779 "mha_fwd.cu"
+#line 782 "mha_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 33 "mha_fwd.tl"
@@ -800,7 +803,7 @@ int window_right) {
   }
 #line 33 "mha_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 804 "mha_fwd.cu"
+#line 807 "mha_fwd.cu"
 
 #line 33 "mha_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -830,5 +833,5 @@ int window_right) {
     }
 #line 33 "mha_fwd.tl"
   }
-#line 834 "mha_fwd.cu"
+#line 837 "mha_fwd.cu"
 }

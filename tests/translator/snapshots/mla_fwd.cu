@@ -31,6 +31,9 @@ struct mla_fwd_traits {
   using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_layout(
       Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Stride<Int<kBlockN>, _1, Int<kBlockN * kHeadDimV>>{})));  // Vᵀ(j, i, s) = V(i, j, s)
   using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));
+  // Q's and K's register fragments need only their shapes: unswizzled, they compile faster.
+  using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
+  using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
@@ -46,7 +49,7 @@ struct mla_fwd_traits {
       Layout<Shape<_1, _8>>{}));
   using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // ldmatrix: Q and K
   using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;  // ldmatrix.trans: Vᵀ
-  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;
+  using SmemCopyAtomO = Copy_Atom<UniversalCopy<cute::uint32_t>, Element>;  // an accumulator pair per store, as auto-vectorizing finds it, without its layout search
 
   static constexpr int kSmemBytesQ = 49152;
   static constexpr int kSmemBytesK = 24576;
@@ -155,42 +158,42 @@ int window_right) {
 
 #line 14 "mla_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 159 "mla_fwd.cu"
+#line 162 "mla_fwd.cu"
   // TL:13  Allocate Q in global (seqlen_q, d_qk) with offset q_offset
 #line 13 "mla_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 13 "mla_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 165 "mla_fwd.cu"
+#line 168 "mla_fwd.cu"
   // TL:14  Allocate K in global (seqlen_k, d_qk) with offset kv_offset
 #line 14 "mla_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 14 "mla_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 171 "mla_fwd.cu"
+#line 174 "mla_fwd.cu"
   // TL:15  Allocate V in global (seqlen_k, d_v) with offset kv_offset
 #line 15 "mla_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 15 "mla_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 177 "mla_fwd.cu"
+#line 180 "mla_fwd.cu"
   // TL:16  Allocate O in global (seqlen_q, d_v) with offset o_offset
 #line 16 "mla_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 16 "mla_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 183 "mla_fwd.cu"
+#line 186 "mla_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 22 "mla_fwd.tl"
   int n_block_min = 0;
 #line 22 "mla_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 190 "mla_fwd.cu"
+#line 193 "mla_fwd.cu"
   // TL:11  Mask causal: skip key blocks no row of this block can see (bottom-right aligned)
 #line 11 "mla_fwd.tl"
   n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q, kBlockN));
-#line 194 "mla_fwd.cu"
+#line 197 "mla_fwd.cu"
 
   // TL:18  Copy Q (BM, d_qk) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 18 "mla_fwd.tl"
@@ -227,7 +230,7 @@ int window_right) {
     }
 #line 18 "mla_fwd.tl"
   }
-#line 231 "mla_fwd.cu"
+#line 234 "mla_fwd.cu"
 
   // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — 1 K buffer after Q's
 #line 23 "mla_fwd.tl"
@@ -274,7 +277,7 @@ int window_right) {
     }
 #line 23 "mla_fwd.tl"
   };
-#line 278 "mla_fwd.cu"
+#line 281 "mla_fwd.cu"
 
   // TL:29  Copy V (BN, d_v) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 29 "mla_fwd.tl"
@@ -325,7 +328,7 @@ int window_right) {
     }
 #line 29 "mla_fwd.tl"
   };
-#line 329 "mla_fwd.cu"
+#line 332 "mla_fwd.cu"
 
   // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 23 "mla_fwd.tl"
@@ -336,7 +339,7 @@ int window_right) {
   }
 #line 23 "mla_fwd.tl"
   cute::cp_async_fence();
-#line 340 "mla_fwd.cu"
+#line 343 "mla_fwd.cu"
 
   // TL:19  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 19 "mla_fwd.tl"
@@ -344,7 +347,7 @@ int window_right) {
 #line 19 "mla_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 19 "mla_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
 #line 19 "mla_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 19 "mla_fwd.tl"
@@ -353,10 +356,10 @@ int window_right) {
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 19 "mla_fwd.tl"
   Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 357 "mla_fwd.cu"
+#line 360 "mla_fwd.cu"
   // TL:24  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 24 "mla_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(sK(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
 #line 24 "mla_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 24 "mla_fwd.tl"
@@ -365,7 +368,7 @@ int window_right) {
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 24 "mla_fwd.tl"
   Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 369 "mla_fwd.cu"
+#line 372 "mla_fwd.cu"
   // TL:30  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 30 "mla_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
@@ -381,18 +384,18 @@ int window_right) {
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 30 "mla_fwd.tl"
   Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 385 "mla_fwd.cu"
+#line 388 "mla_fwd.cu"
 
   // TL:21  Allocate acc_o in register (BM, d_v)  — fp32 accumulator fragment
 #line 21 "mla_fwd.tl"
   Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
 #line 21 "mla_fwd.tl"
   clear(acc_o);
-#line 392 "mla_fwd.cu"
+#line 395 "mla_fwd.cu"
   // TL:26  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 26 "mla_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 396 "mla_fwd.cu"
+#line 399 "mla_fwd.cu"
   // TL:27  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 27 "mla_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -402,7 +405,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 27 "mla_fwd.tl"
   clear(row_sum);
-#line 406 "mla_fwd.cu"
+#line 409 "mla_fwd.cu"
   // TL:11  (row, col) of each score, and which key blocks need the mask
 #line 11 "mla_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -412,7 +415,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k || (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q;
 #line 11 "mla_fwd.tl"
   };
-#line 416 "mla_fwd.cu"
+#line 419 "mla_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 22 "mla_fwd.tl"
@@ -421,25 +424,25 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 22 "mla_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 425 "mla_fwd.cu"
+#line 428 "mla_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mla_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mla_fwd.tl"
     clear(acc_s);
-#line 431 "mla_fwd.cu"
+#line 434 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed; every warp is done with sV
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 437 "mla_fwd.cu"
+#line 440 "mla_fwd.cu"
     // TL:29  Copy V (BN, d_v) in coordinate [L = j] from global to shared  — issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)
 #line 29 "mla_fwd.tl"
     load_V(n_block, 0, cute::true_type{});  // may be the partial last block
 #line 29 "mla_fwd.tl"
     cute::cp_async_fence();
-#line 443 "mla_fwd.cu"
+#line 446 "mla_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -461,7 +464,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mla_fwd.tl"
     }
-#line 465 "mla_fwd.cu"
+#line 468 "mla_fwd.cu"
     // TL:11  bottom-right causal mask and the seqlen_k tail
 #line 11 "mla_fwd.tl"
     CUTE_UNROLL
@@ -475,13 +478,13 @@ int window_right) {
       if (col >= seqlen_k || col > row + seqlen_k - seqlen_q) acc_s(i) = -__int_as_float(0x7f800000);
 #line 11 "mla_fwd.tl"
     }
-#line 479 "mla_fwd.cu"
+#line 482 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 485 "mla_fwd.cu"
+#line 488 "mla_fwd.cu"
     // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — prefetch the next key block; it overlaps softmax and P·V (a full block: only the highest can be partial)
 #line 23 "mla_fwd.tl"
     if (n_block > n_block_min) {
@@ -491,7 +494,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mla_fwd.tl"
     }
-#line 495 "mla_fwd.cu"
+#line 498 "mla_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mla_fwd.tl"
@@ -520,7 +523,7 @@ int window_right) {
     CUTE_UNROLL
 #line 27 "mla_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 524 "mla_fwd.cu"
+#line 527 "mla_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 27 "mla_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -544,13 +547,13 @@ int window_right) {
       }
 #line 27 "mla_fwd.tl"
     }
-#line 548 "mla_fwd.cu"
+#line 551 "mla_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mla_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mla_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 554 "mla_fwd.cu"
+#line 557 "mla_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, 0), tOrVt_view(_, _, 0));
@@ -568,35 +571,35 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mla_fwd.tl"
     }
-#line 572 "mla_fwd.cu"
+#line 575 "mla_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mla_fwd.tl"
   }
-#line 576 "mla_fwd.cu"
+#line 579 "mla_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 22 "mla_fwd.tl"
   CUTE_NO_UNROLL
 #line 22 "mla_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 582 "mla_fwd.cu"
+#line 585 "mla_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mla_fwd.tl"
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mla_fwd.tl"
     clear(acc_s);
-#line 588 "mla_fwd.cu"
+#line 591 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed; every warp is done with sV
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 594 "mla_fwd.cu"
+#line 597 "mla_fwd.cu"
     // TL:29  Copy V (BN, d_v) in coordinate [L = j] from global to shared  — issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)
 #line 29 "mla_fwd.tl"
     load_V(n_block, 0, cute::false_type{});
 #line 29 "mla_fwd.tl"
     cute::cp_async_fence();
-#line 600 "mla_fwd.cu"
+#line 603 "mla_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -618,13 +621,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mla_fwd.tl"
     }
-#line 622 "mla_fwd.cu"
+#line 625 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 628 "mla_fwd.cu"
+#line 631 "mla_fwd.cu"
     // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — prefetch the next key block; it overlaps softmax and P·V (a full block: only the highest can be partial)
 #line 23 "mla_fwd.tl"
     if (n_block > n_block_min) {
@@ -634,7 +637,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mla_fwd.tl"
     }
-#line 638 "mla_fwd.cu"
+#line 641 "mla_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mla_fwd.tl"
@@ -685,13 +688,13 @@ int window_right) {
       }
 #line 27 "mla_fwd.tl"
     }
-#line 689 "mla_fwd.cu"
+#line 692 "mla_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mla_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mla_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 695 "mla_fwd.cu"
+#line 698 "mla_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, 0), tOrVt_view(_, _, 0));
@@ -709,11 +712,11 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mla_fwd.tl"
     }
-#line 713 "mla_fwd.cu"
+#line 716 "mla_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mla_fwd.tl"
   }
-#line 717 "mla_fwd.cu"
+#line 720 "mla_fwd.cu"
 
   // TL:33  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 33 "mla_fwd.tl"
@@ -738,7 +741,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 33 "mla_fwd.tl"
   }
-#line 742 "mla_fwd.cu"
+#line 745 "mla_fwd.cu"
 
   // TL:34  Copy acc_o (BM, d_v) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 34 "mla_fwd.tl"
@@ -751,7 +754,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 34 "mla_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 755 "mla_fwd.cu"
+#line 758 "mla_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 34 "mla_fwd.tl"
@@ -776,7 +779,7 @@ int window_right) {
   }
 #line 34 "mla_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 780 "mla_fwd.cu"
+#line 783 "mla_fwd.cu"
 
 #line 34 "mla_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -806,5 +809,5 @@ int window_right) {
     }
 #line 34 "mla_fwd.tl"
   }
-#line 810 "mla_fwd.cu"
+#line 813 "mla_fwd.cu"
 }
