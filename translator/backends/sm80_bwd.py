@@ -40,16 +40,21 @@ from runner.abi import (
 from translator.backends.arch import ELEMENT, arch_facts
 from translator.backends.regions import Regions, emit_region_helpers
 from translator.backends.row_helpers import emit_row_helpers
-from translator.backends.sm80_bwd_rows import emit_row_grads, emit_row_sums, row_corrected, row_sums_per_row
+from translator.backends.sm80_bwd_rows import (
+    LOG2E,
+    POS_INF,
+    emit_row_grads,
+    emit_row_sums,
+    row_corrected,
+    row_sums_per_row,
+)
 from translator.errors import TranslateError, unsupported
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
-LOG2E = "1.44269504088896340736f"
 # elements of one dq_accum slice: (batch, heads, m_blocks · kBlockM, kHeadDim), each query tile in the dQ
 # MMA's fragment order
 DQ_SLICE = "static_cast<long long>(batch) * heads * m_blocks * (kBlockM * kHeadDim)"
-POS_INF = "__int_as_float(0x7f800000)"
 PREPROCESS_ROWS = 32  # query rows per block of the D kernel: 8 warps, 4 rows each
 THREADS = 256
 
@@ -537,9 +542,11 @@ def _emit_key_block(
         w.line("int m_block_min = 0, m_block_max = m_blocks;")
         w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
         w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
-        for i, (ld, _) in enumerate(partials):
-            if passes.level(ld) == "uniform":
-                w.line(f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{ld.tensor}[…] over this thread's scores")
+        summed = _thread_summed(reg.ir, partials)
+        for i in summed:
+            w.line(
+                f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{partials[i][0].tensor}[…] over this thread's scores"
+            )
         w.line(
             "Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + "
             "bidh * q_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(q_row_stride, _1{}));"
@@ -637,10 +644,10 @@ def _emit_key_block(
             w.line("__syncthreads();  // the next block overwrites P and dS, and prefetches into this stage")
             w.line("stage ^= 1;")
             w.line("m_block = next;")
-        for i, (ld, _) in enumerate(partials):
-            if passes.level(ld) == "uniform":
-                w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
-                w.line(f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
+        for i in summed:
+            ld = partials[i][0]
+            w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
+            w.line(f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
         for n in [n for n, t in reg.temps.items() if t.startswith("tl_u")]:
             del reg.temps[n]
     w.line()
@@ -678,6 +685,13 @@ def _score(ir: Forward) -> Expr:
     reciprocals (`kernel_ir.passes.reassociate`, as in the forward), and its derivative is taken of this
     form, so both agree to the ulp."""
     return passes.reassociate(ir.score)
+
+
+def _thread_summed(ir: Forward, partials: list[tuple[Load, Expr]]) -> list[int]:
+    """Uniform reads whose gradient each thread sums and adds once per head: those without a softmax
+    (with one, `sm80_bwd_rows` sums them per row)."""
+    corrected = row_corrected(ir, partials)
+    return [i for i, (ld, _) in enumerate(partials) if passes.level(ld) == "uniform" and i not in corrected]
 
 
 def _emit_uniforms(w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]]) -> None:
@@ -730,11 +744,10 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
         reg.hoist(w, roots, "row", prefix="tl_r")
         corrected = row_corrected(ir, partials)
         if corrected:
-            w.line(
-                "float tl_pdp = 0.f;  // Σ P·dP over this thread's keys of the row: its share of the exact D"
-            )
+            w.comment("this thread's keys of the row: Σ P, Σ P·dP and, per read, Σ P·g and Σ P·dP·g")
+            w.line("float tl_ps = 0.f, tl_pdp = 0.f;")
             for i in corrected:
-                w.line(f"float tl_pg{i} = 0.f;  // Σ P · ∂X/∂{partials[i][0].tensor}[…] over them")
+                w.line(f"float tl_pg{i} = 0.f, tl_pdpg{i} = 0.f;  // g = ∂X/∂{partials[i][0].tensor}[…]")
         if ir.output_scale is not None and not softmax:
             w.line(f"const float o_scale = {reg.c(ir.output_scale)};")
         w.line("CUTE_UNROLL")
@@ -750,7 +763,9 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
                 w.line(f"const float p = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
                 w.line("const float dx = p * (dscores(r, c) - d_row);")
                 if corrected:
-                    w.line("tl_pdp += p * dscores(r, c);")
+                    w.line("const float pdp = p * dscores(r, c);")
+                    w.line("tl_ps += p;")
+                    w.line("tl_pdp += pdp;")
                 w.line("scores(r, c) = p;")
             else:
                 scale = " * o_scale" if ir.output_scale is not None else ""
@@ -758,14 +773,16 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
                 w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
             w.line("dscores(r, c) = keep ? dx * dx_ds : 0.f;")
             for i, (ld, g) in enumerate(partials):
-                if passes.level(ld) == "uniform":
+                if i in corrected:
+                    w.line(f"const float g{i} = keep ? {reg.c(g)} : 0.f;")
+                    w.line(f"tl_pg{i} += p * g{i};")
+                    w.line(f"tl_pdpg{i} += pdp * g{i};")
+                elif passes.level(ld) == "uniform":
                     w.line(f"tl_g{i} += keep ? dx * ({reg.c(g)}) : 0.f;")
                 else:
                     w.line(
                         f"if (keep) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], dx * ({reg.c(g)}));"
                     )
-                if i in corrected:
-                    w.line(f"tl_pg{i} += keep ? p * ({reg.c(g)}) : 0.f;")
         if corrected:
             emit_row_sums(w, corrected)
     for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:

@@ -1,14 +1,18 @@
-"""The row correction of learnable gradients that sum whole rows of scores (ALiBi's slopes, a per-head
-bias): their per-row sums in the dQ/dK/dV kernel and the `<name>_bwd_row_grads` kernel that applies them.
+"""Gradients of learnable reads that are uniform over a (batch, head) (ALiBi's slopes, a per-head bias),
+summed per query row in the dQ/dK/dV kernel and finished by the `<name>_bwd_row_grads` kernel.
 
-A read uniform over a (batch, head) gets the gradient Σ_q Σ_k dX·g with dX = P ∘ (dP − D), g = ∂X/∂read.
-Exactly, Σ_k P·dP = D, so each row's share is a covariance of dP and g under P, small where g varies
-little over the keys P weighs. The kernels' D = rowsum(dO ∘ O) comes from O rounded to the input dtype;
-its error δD enters each row's share as −δD · Σ_k P·g, and for ALiBi (g the distance, hundreds of keys)
-that swamps the gradient: in a float64 emulation a bf16 O alone moves ALiBi's slopes gradient by 17–240 %
-(`tests/translator/test_backward_row_sums.py`). So the main kernel also sums, per row, C = Σ_k P·dP (the
-exact D's value, accumulated in fp32) and B = Σ_k P·g into `row_sums`, and `row_grads` adds
-Σ_q (D − C) · B, which turns every row's share into Σ_k P (dP − C) g.
+Such a read's gradient is Σ_q Σ_k dX·g, g = ∂X/∂read, dX = P ∘ (dP − D). Σ_k P·dP = D exactly, so each
+row's share is a covariance of dP and g under P: small where g varies little over the keys P weighs,
+while g itself can be large (ALiBi's g is the distance, thousands of keys). Summing dX·g therefore
+amplifies every inconsistency between P, D and the row's normalisation: D = rowsum(dO ∘ O) from O rounded
+to the input dtype (17–240 % on ALiBi's slopes in a float64 emulation), and P = exp(X − LSE) with an
+fp32 LSE and fp32 scores in the thousands, whose rows do not sum to 1 to 1e-4 (still 14–25 %).
+
+So the kernel sums, per row and over the row's keys, S = Σ P, C = Σ P·dP and, per read, B = Σ P·g and
+A = Σ P·dP·g into `row_sums` (fp32, atomics across key blocks), and `row_grads` forms each row's share
+from the kernel's own P alone, normalised: (A − C·B / S) / S, S counting a sink's exp(sink − LSE) too.
+That is exact for any constant factor in P (the LSE's error) and needs no D; a float32 emulation
+matches the float64 gradient to 1e-4 (`tests/translator/test_backward_row_sums.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from kernel_ir.program import Forward
 from translator.backends.regions import Regions
 from translator.writer import CodeWriter
 
+LOG2E = "1.44269504088896340736f"  # shared with translator.backends.sm80_bwd
+POS_INF = "__int_as_float(0x7f800000)"
+
 
 def row_corrected(ir: Forward, partials: list[tuple[Load, Expr]]) -> list[int]:
     """Which of `partials` (learnable reads, ∂X/∂read) get the correction: those uniform over a (batch,
@@ -31,15 +38,15 @@ def row_corrected(ir: Forward, partials: list[tuple[Load, Expr]]) -> list[int]:
 
 
 def row_sums_per_row(corrected: list[int]) -> int:
-    """fp32 values per query row in `row_sums`: C, then one B per corrected read (0: no buffer)."""
-    return 1 + len(corrected) if corrected else 0
+    """fp32 values per query row in `row_sums`: S, C, then (B, A) per corrected read (0: no buffer)."""
+    return 2 + 2 * len(corrected) if corrected else 0
 
 
 def emit_row_sums(w: CodeWriter, corrected: list[int]) -> None:
     """Inside the dQ/dK/dV kernel's row loop, after the columns: the row's sums over this thread's keys,
     reduced over its quad (the four threads that hold one row of an m16n8 tile) and added into row_sums
     by the quad's first thread (rows past seqlen_q add nothing)."""
-    names = ["tl_pdp", *(f"tl_pg{i}" for i in corrected)]
+    names = ["tl_ps", "tl_pdp", *(n for i in corrected for n in (f"tl_pg{i}", f"tl_pdpg{i}"))]
     for n in names:
         w.line(f"{n} += __shfl_xor_sync(0xffffffff, {n}, 1);")
         w.line(f"{n} += __shfl_xor_sync(0xffffffff, {n}, 2);")
@@ -60,29 +67,42 @@ def emit_row_grads(
     open_kernel: Callable[[str], None],
 ) -> None:
     """`kernel`: one thread per query row of one (batch, head), grid (ceil(seqlen_q / threads), batch,
-    heads), after the dQ/dK/dV kernel; adds Σ_rows (D − C) · B to each corrected read's gradient."""
+    heads), after the dQ/dK/dV kernel; adds Σ_rows (A − C·B / S) / S to each corrected read's gradient."""
     reg = Regions(ir)
     n = row_sums_per_row(corrected)
     warps = threads // 32
+    offsets = [reg._offset(partials[i][0]) for i in corrected]
+    sink = reg.c(ir.sink) if ir.sink is not None else None
     open_kernel(kernel)
     with w.indent():
         w.line("const int bidb = blockIdx.y, bidh = blockIdx.z;")
-        w.line("const int bidh_kv = bidh / (heads / heads_kv);")
+        if "bidh_kv" in " ".join([*offsets, sink or ""]):
+            w.line("const int bidh_kv = bidh / (heads / heads_kv);")
         w.line(f"const int row = blockIdx.x * {threads} + threadIdx.x;")
         w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
         w.line(f"__shared__ float warp_part[{warps}][{len(corrected)}];")
         w.line("const bool row_in = row < seqlen_q;")
         w.line(f"const float* sums = row_sums + (row_base + (row_in ? row : 0)) * {n};")
-        w.line("const float d_err = row_in ? dpsum[row_base + row] - sums[0] : 0.f;  // D − Σ_k P·dP")
+        total = "sums[0]"
+        if sink is not None:
+            w.line("const float l = row_in ? lse[row_base + row] : 0.f;")
+            w.line(
+                f"const float p_sink = row_in && l != {POS_INF} ? "
+                f"tl::exp2_approx(({sink} - l) * {LOG2E}) : 0.f;"
+            )
+            total = "sums[0] + p_sink"
+        w.comment("the row's probabilities sum to s_all (1 up to the LSE's rounding): divide it out")
+        w.line(f"const float s_all = {total};")
+        w.line("const float inv_s = row_in && s_all > 0.f ? 1.f / s_all : 0.f;")
         for j in range(len(corrected)):
-            w.line(f"const float part{j} = tl::warp_sum(d_err * sums[{1 + j}]);")
+            b, a = 2 + 2 * j, 3 + 2 * j
+            w.line(f"const float part{j} = tl::warp_sum((sums[{a}] - sums[1] * sums[{b}] * inv_s) * inv_s);")
             w.line(f"if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32][{j}] = part{j};")
         w.line("__syncthreads();")
         with w.block("if (threadIdx.x == 0)"):
-            for j, i in enumerate(corrected):
-                ld = partials[i][0]
+            for j, (i, offset) in enumerate(zip(corrected, offsets, strict=True)):
                 w.line(f"float total{j} = 0.f;")
                 w.line(f"for (int k = 0; k < {warps}; ++k) total{j} += warp_part[k][{j}];")
-                w.line(f"atomicAdd(&{ld.tensor}_grad[{reg._offset(ld)}], total{j});")
+                w.line(f"atomicAdd(&{partials[i][0].tensor}_grad[{offset}], total{j});")
     w.line("}")
     w.line()
