@@ -1,0 +1,40 @@
+"""benchmarks/lens_latency.py end to end over stdio with the fake worker (no NVRTC, no GPU): every save gets
+its own `tl/result`, each edit changes the score line, and the table reads the lens text."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("lens_latency", ROOT / "benchmarks" / "lens_latency.py")
+assert _spec is not None and _spec.loader is not None
+ll = importlib.util.module_from_spec(_spec)
+sys.modules["lens_latency"] = ll
+_spec.loader.exec_module(ll)
+
+
+def test_each_edit_is_a_different_score_line() -> None:
+    text = ll.DEFAULT_FILE.read_text()
+    versions = [ll.edited(text, k) for k in range(len(ll.EDITS))]
+    assert versions[0] == text
+    assert len(set(versions)) == len(ll.EDITS)
+    with pytest.raises(SystemExit, match="no line"):
+        ll.edited("Kernel k\n", 1)
+
+
+def test_saves_are_timed_to_their_own_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TL_WORKER_FAKE", "delay=0.2,rel-l2=1e-3,tflops=100")
+    args = argparse.Namespace(file=ll.DEFAULT_FILE, target="sm_90", saves=2, json=None)
+    result = asyncio.run(asyncio.wait_for(ll.run(args), 60))
+    saves = result["saves"]
+    assert [s["save"] for s in saves] == [1, 2]
+    assert all(s["seconds"] >= 0.2 and s["kind"] == "verify" for s in saves)
+    assert all("rel-L2" in s["summary"] for s in saves), saves
+    out = ll.table(result)
+    assert "| 1 (cold) |" in out and "warm saves: at most" in out
