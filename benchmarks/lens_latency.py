@@ -31,7 +31,10 @@ from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # a checkout on the GPU host is used without being installed
+    sys.path.insert(0, str(ROOT))  # run as a script, from a checkout that is not installed
+
+from benchmarks.lsp_stdio import start_server, stop_server  # noqa: E402
+
 DEFAULT_FILE = ROOT / "examples" / "variants" / "alibi.tl"
 # The edit: the ALiBi bias's scale alternates, so every save is a new kernel (and a new reference).
 SCORE = "Compute Add S, slopes[head_idx] * (kv_idx - (q_idx + seqlen_k - seqlen_q)) and get new S"
@@ -96,21 +99,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     path = args.file.resolve()
     text = variant(path.read_text(), target=args.target)
     client = Client(args.target)
-    await client.lsp.start_io(sys.executable, "-m", "server", "--log-level", "WARNING")
-    server = client.lsp._server  # the asyncio subprocess pygls started
-    assert server is not None and server.stderr is not None
-
-    async def drain() -> None:  # keep the server's stderr pipe from filling up
-        while await server.stderr.readline():  # type: ignore[union-attr]
-            pass
-
-    drainer = asyncio.create_task(drain())
-    await client.lsp.initialize_async(
-        lsp.InitializeParams(
-            capabilities=lsp.ClientCapabilities(workspace=lsp.WorkspaceClientCapabilities(configuration=True))
-        )
-    )
-    client.lsp.initialized(lsp.InitializedParams())
+    _, drainer = await start_server(client.lsp)
     uri = path.as_uri()
     client.lsp.text_document_did_open(
         lsp.DidOpenTextDocumentParams(
@@ -121,10 +110,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for k in range(args.saves):
         seconds, payload = await client.save(uri, k + 2, edited(text, k))
         saves.append({"save": k + 1, "seconds": round(seconds, 2), **payload})
-    await client.lsp.shutdown_async(None)
-    client.lsp.exit(None)
-    await client.lsp.stop()
-    drainer.cancel()
+    await stop_server(client.lsp, drainer)
     return {
         "file": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
         "target": args.target,

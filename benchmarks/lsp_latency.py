@@ -24,6 +24,11 @@ from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script, from a checkout that is not installed
+
+from benchmarks.lsp_stdio import start_server, stop_server  # noqa: E402
+
 DIAG_TARGET_MS = 50.0
 COMPLETION_P95_TARGET_MS = 30.0
 
@@ -92,21 +97,7 @@ class Bench:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     load_at_start = os.getloadavg()[0]
     b = Bench(args.debounce_ms)
-    await b.client.start_io(sys.executable, "-m", "server", "--log-level", "WARNING")
-    server = b.client._server  # the asyncio subprocess pygls started
-    assert server is not None and server.stderr is not None
-
-    async def drain() -> None:  # keep the server's stderr pipe from filling up
-        while await server.stderr.readline():  # type: ignore[union-attr]
-            pass
-
-    drainer = asyncio.create_task(drain())
-    await b.client.initialize_async(
-        lsp.InitializeParams(
-            capabilities=lsp.ClientCapabilities(workspace=lsp.WorkspaceClientCapabilities(configuration=True))
-        )
-    )
-    b.client.initialized(lsp.InitializedParams())
+    server, drainer = await start_server(b.client)
     rss_start = rss_kib(server.pid)
 
     text = make_document(args.lines)
@@ -169,10 +160,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await b.wait_published(uri, v)
 
     rss_end = rss_kib(server.pid)
-    await b.client.shutdown_async(None)
-    b.client.exit(None)
-    await b.client.stop()
-    drainer.cancel()
+    await stop_server(b.client, drainer)
     return {
         "cpus": os.cpu_count(),
         "load": load_at_start,
