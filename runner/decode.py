@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec, program_params
@@ -213,6 +214,7 @@ class _Plan:
     empty: bool  # nothing to compute (no sequence, row or head): the outputs come back unwritten
     used: tuple[bool, bool, bool, bool]  # the kernel reads block_table, cache_seqlens, cu_seqlens_q/_k
     tail: Any = None  # (extras) -> program values, when the program has runtime scalars or side tensors
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run(
         self, q: Any, k: Any, v: Any, index: tuple[Any, ...], extras: dict[str, Any] | None, out: Any
@@ -241,14 +243,15 @@ class _Plan:
             values["lse_accum"] = values["o_accum"] + 4 * n_o
         if self.tail is not None:
             values.update(self.tail(extras))
-        self.main.set(values)
         stream = _stream_handle(self.device)
         spec = self.loaded.spec
-        self.main.fire(self.grid, spec.threads, spec.shared_bytes, stream)
-        if self.combine is not None:
-            self.combine.set({"o_accum": values["o_accum"], "lse_accum": values["lse_accum"], "o": ptrs[3],
-                              "lse": values["lse"]})  # fmt: skip
-            self.combine.fire(self.combine_grid, COMBINE_THREADS, 0, stream)
+        with self.lock:  # the argument structs are shared by every thread calling this signature
+            self.main.set(values)
+            self.main.fire(self.grid, spec.threads, spec.shared_bytes, stream)
+            if self.combine is not None:
+                self.combine.set({"o_accum": values["o_accum"], "lse_accum": values["lse_accum"],
+                                  "o": ptrs[3], "lse": values["lse"]})  # fmt: skip
+                self.combine.fire(self.combine_grid, COMBINE_THREADS, 0, stream)
         del accum  # freed in stream order: the caching allocator reuses it only after these launches
         return o, lse
 
