@@ -100,26 +100,33 @@ def main(argv: list[str] | None = None) -> int:
     factors = [float(f) for f in args.split_factors.split(",") if f]
     fa4 = None if args.no_fa4 else fa4_functions()
 
-    rows = []
+    gpu = torch.cuda.get_device_name()
+    meta = {"gpu": gpu, "date": time.strftime("%Y-%m-%d"), "launch": args.launch, "argv": sys.argv[1:]}
+    rows: list[dict] = []
     for shape in args.shapes.split(","):
         batch, seqlen = (int(x) for x in shape.split("x"))
-        rows += bench_shape(
+        shape_rows = bench_shape(
             batch, seqlen, kernels, factors=factors, fa4=fa4, flex=args.flex, launch=args.launch,
             target_s=args.target_s, only=only,
         )  # fmt: skip
+        for r in shape_rows:  # as soon as a shape is done: a step cut short by its time limit keeps them
+            print(f"  {table_line(r)}", flush=True)
+        rows += shape_rows
+        if args.json:
+            Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
         torch.cuda.empty_cache()
 
-    gpu = torch.cuda.get_device_name()
     print(f"\nDecode, GQA {HEADS}/{HEADS_KV}, d {D}, bf16, seqlen_q 1, {gpu}, {time.strftime('%Y-%m-%d')}, "
           f"{args.launch} launches")  # fmt: skip
     print(f"{'shape':14s} {'candidate':28s} {'us':>9s} {'GB/s (K+V)':>11s} {'x cuDNN':>8s} {'spread':>7s}")
     for r in rows:
-        print(f"{r['shape']:14s} {r['candidate']:28s} {r['us']:9.1f} {r['GB/s']:11.0f} {r['vs_cudnn']:8.3f} "
-              f"{r['spread']:7.3f}")  # fmt: skip
-    if args.json:
-        meta = {"gpu": gpu, "date": time.strftime("%Y-%m-%d"), "launch": args.launch, "argv": sys.argv[1:]}
-        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+        print(table_line(r))
     return 0
+
+
+def table_line(r: dict) -> str:
+    return (f"{r['shape']:14s} {r['candidate']:28s} {r['us']:9.1f} {r['GB/s']:11.0f} {r['vs_cudnn']:8.3f} "
+            f"{r['spread']:7.3f}")  # fmt: skip
 
 
 def fa4_functions() -> tuple[Callable[..., Any], Callable[..., Any] | None] | None:

@@ -35,6 +35,10 @@ step() {  # name limit command...: runs when at least 20 s are left, within min(
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     echo "$name rc $? ($(($(date +%s) - START)) s)"
 }
+table() {  # a decode log's table, or the rows of the shapes it finished before its time limit
+    [ -f "$OUT/$1.log" ] || return
+    if grep -q '^Decode,' "$OUT/$1.log"; then sed -n '/^Decode,/,$p' "$OUT/$1.log"; else grep '^  B[0-9]' "$OUT/$1.log"; fi
+}
 AB=""
 for ab in $DECODE_AB; do AB="$AB --ab $ab"; done
 step verify 70 python3 benchmarks/verify_decode.py --only paged_decode,spec_decode,varlen_prefill \
@@ -43,12 +47,12 @@ grep -v '^ ' "$OUT/verify.log" | tail -8
 # shellcheck disable=SC2086  # $AB is a list of arguments
 step decode 110 python3 benchmarks/decode.py $AB --split-factors "$SPLIT_FACTORS" --target-s 0.25 \
     --json "$OUT/decode.json"
-sed -n '/^Decode,/,$p' "$OUT/decode.log"; grep -E '^  |FAIL|fa4' "$OUT/decode.log" | head -12
+table decode; grep -E '^  [a-z]|FAIL|fa4' "$OUT/decode.log" | head -12
 step decode_eager 40 python3 benchmarks/decode.py --launch eager --shapes 1x131072 --target-s 0.25 \
     --candidates tl-paged,tl-contig,cudnn,sdpa-fa2,fa4,fa4-paged --json "$OUT/decode_eager.json"
-sed -n '/^Decode,/,$p' "$OUT/decode_eager.log"
+table decode_eager
 step varlen 55 python3 benchmarks/varlen.py --flex --target-s 0.5 --json "$OUT/varlen.json"
 tail -6 "$OUT/varlen.log"
 step decode_flex 60 python3 benchmarks/decode.py --flex --no-fa4 --candidates flex,cudnn,tl-paged \
     --target-s 0.2 --json "$OUT/decode_flex.json"
-sed -n '/^Decode,/,$p' "$OUT/decode_flex.log"
+table decode_flex
