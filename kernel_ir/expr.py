@@ -34,7 +34,8 @@ INDEX_VARS: dict[str, tuple[str, str]] = {
 }
 
 # name → (result type or None: the operands' type, operand types or None: any numeric, arity)
-UNARY_MATH = ("tanh", "sigmoid", "exp", "exp2", "log", "abs", "relu", "neg")
+UNARY_MATH = ("tanh", "sigmoid", "exp", "exp2", "log", "abs", "relu", "neg", "rcp")
+# `rcp` (1 / x on the SFU) is not TL: `kernel_ir.passes.lower_transcendentals` writes it into rendered scores
 BINARY_ARITH = ("add", "sub", "mul", "div", "mod", "min", "max")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 BOOLEAN = ("and", "or", "not")
@@ -213,7 +214,7 @@ def op(name: str, *args: Expr) -> Expr:
     want = 1 if name in (*UNARY_MATH, "not", "float") else 3 if name == "where" else 2
     if len(args) != want:
         raise ValueError(f"`{name}` takes {want} operand{'s' if want != 1 else ''}, found {len(args)}")
-    if name in ("tanh", "sigmoid", "exp", "exp2", "log"):
+    if name in ("tanh", "sigmoid", "exp", "exp2", "log", "rcp"):
         (a,) = args
         args, ty = (to_float(a),), F32
     elif name in ("abs", "relu", "neg"):

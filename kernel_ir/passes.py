@@ -119,6 +119,24 @@ def reassociate(e: Expr) -> Expr:
 
 
 @functools.lru_cache(maxsize=65536)
+def lower_transcendentals(e: Expr) -> Expr:
+    """tanh and sigmoid as the exp2 and the fast reciprocal the kernels compute them with, so that the
+    passes after see their arithmetic: the exp2's argument gathers its constant with the score's scale
+    (one FMUL), and a factor outside (softcap's `cap · log2 e`) folds into the `1 − 2r` (one FFMA)."""
+    if not isinstance(e, Op):
+        return e
+    args = tuple(lower_transcendentals(a) for a in e.args)
+    if e.op == "tanh":  # 1 − 2 / (2^(2x·log2 e) + 1)
+        (x,) = args
+        r = op("rcp", op("add", op("exp2", op("mul", x, const(2 * LOG2E))), const(1.0)))
+        return op("sub", const(1.0), op("mul", r, const(2.0)))
+    if e.op == "sigmoid":  # 1 / (1 + 2^(−x·log2 e))
+        (x,) = args
+        return op("rcp", op("add", op("exp2", op("mul", x, const(-LOG2E))), const(1.0)))
+    return op(e.op, *args)
+
+
+@functools.lru_cache(maxsize=65536)
 def _times(e: Expr, k: float) -> Expr:
     if isinstance(e, Const):
         return const(float(e.value) * k)
@@ -176,10 +194,10 @@ def rendered_score(score: Expr, *, softmax: bool) -> Expr | None:
     scores."""
     score = reassociate(score)
     if not softmax:
-        return separate(score)
+        return reassociate(separate(reassociate(lower_transcendentals(score))))
     if scale_of(score) is not None:
         return None
-    return separate(reassociate(log2_score(score)))
+    return reassociate(separate(reassociate(log2_score(lower_transcendentals(score)))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +222,7 @@ _OP_COST = {
     "exp2": (1, 1, 0),
     "log": (1, 0, 1),
     "div": (1, 0, 1),
+    "rcp": (1, 0, 0),
     "float": (1, 0, 0),  # I2F issues to the XU pipe, with the SFU's functions
 }
 

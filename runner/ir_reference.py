@@ -57,6 +57,7 @@ from kernel_ir.program import SIZE_NAMES, Forward, SideTensor
 _ROW_VARS = ("s", "q_idx")  # what varies with the query row; a node without them is evaluated once
 _UNARY: dict[str, Callable[..., torch.Tensor]] = {
     "tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
+    "rcp": torch.reciprocal,
 }  # fmt: skip
 _BINARY: dict[str, Callable[..., torch.Tensor]] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "min": torch.minimum, "max": torch.maximum,
@@ -547,7 +548,7 @@ class _Evaluator:
                 bad = _union([v.bad for v in args])
         f = self.fdtype
         ty = self._dt(n.type)
-        if name in ("tanh", "sigmoid", "exp", "exp2", "log"):
+        if name in _UNARY:
             return _Val(_UNARY[name](a[0].to(f)), bad)
         if name == "float":
             return _Val(a[0].to(f), bad)

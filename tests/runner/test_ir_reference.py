@@ -637,6 +637,7 @@ def _exp2(x: float) -> float:
 _SCALAR = {
     "tanh": math.tanh, "sigmoid": _sigmoid, "exp": _exp, "exp2": _exp2, "log": _log, "abs": abs,
     "relu": lambda x: max(x, 0), "neg": lambda x: -x, "float": float, "not": lambda x: not x,
+    "rcp": lambda x: _div(1.0, x),
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": _div,
     "min": min, "max": max, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
     "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
@@ -741,6 +742,7 @@ def test_every_operation_matches_the_scalar_interpreter():
         op("relu", op("sub", a, const(0.2))),
         op("div", fl, op("add", op("float", HEAD), const(1.5))),
         op("mod", a, const(0.7)),
+        op("rcp", op("add", op("abs", a), const(0.5))),
         op("float", op("max", op("min", op("neg", KV), const(-3)), op("abs", op("sub", Q, const(20))))),
     ]
     total = parts[0]

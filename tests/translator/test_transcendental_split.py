@@ -81,8 +81,9 @@ def test_separation_keeps_the_values():
 
 def test_score_cost_counts_what_one_score_costs():
     softcap = passes.score_cost(passes.rendered_score(SOFTCAP, softmax=True))
-    # tanh: an exp2 (movable) and a reciprocal; FP32: s · u, tanh's three, · cap·log2(e)
-    assert softcap == passes.ScoreCost(mufu=2, exps=1, fp32=5)
+    # tanh, lowered: an exp2 (movable) and a reciprocal; FP32: s · u, + 1, and C − r · 2C (an FFMA, counted
+    # as its multiply and its subtract), with cap · log2(e) folded into C
+    assert softcap == passes.ScoreCost(mufu=2, exps=1, fp32=4)
     sigmoid = passes.score_cost(passes.rendered_score(op("sigmoid", op("mul", S, SCALE)), softmax=False))
     assert (sigmoid.mufu, sigmoid.exps) == (2, 1)
     # uniform and per-row work is hoisted out of the score loop, so it costs nothing per score
@@ -151,7 +152,7 @@ def test_softcap_renders_its_exps_split_and_a_param_overrides_the_share():
     assert share is not None
     n = share.group(1)
     assert f"tl::exp2_on(scores(r, c), (c & 7) < {n})" in src  # the softmax's exps, same columns
-    assert "tl::tanh_exp2(" in src and ", tl_fma)" in src
+    assert "tl::exp2_on(" in src and ", tl_fma)" in src  # tanh's, lowered to an exp2 and a reciprocal
     assert "(1.0f / scalar_cap)" in src  # the reciprocal, once per tile
     assert not re.search(r"const float tl_e\d+ = [^;]*/ scalar_cap", src)  # no division per score
     off = _sm90_source(tl.replace("Mask none", "Param fma_exps = 0\nMask none"))

@@ -201,12 +201,19 @@ def _op(name: str, a: list[str], e: Op, fma: str = "false") -> str:
     if name == "sigmoid":
         return f"tl::sigmoid_exp2({a[0]}, {fma})"
     if name == "exp":
-        return f"tl::exp2_on({a[0]} * 1.44269504088896340736f, {fma})"
+        return _exp2(f"{a[0]} * 1.44269504088896340736f", fma)
     if name == "exp2":
-        return f"tl::exp2_on({a[0]}, {fma})"
+        return _exp2(a[0], fma)
+    if name == "rcp":
+        return f"__fdividef(1.f, {a[0]})"
     if name == "log":
         return f"logf({a[0]})"
     raise ValueError(f"no CUDA for IR op {name!r}")
+
+
+def _exp2(x: str, fma: str) -> str:
+    """2^x on the SFU, or where `fma` (a C predicate) says so on the FP32 pipe."""
+    return f"tl::exp2_approx({x})" if fma == "false" else f"tl::exp2_on({x}, {fma})"
 
 
 def emit_region_helpers(w: CodeWriter) -> None:
