@@ -17,6 +17,7 @@ bf16, d 64 and 128) and the forwards `--build-forwards DIR` writes; without it e
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -81,15 +82,19 @@ def _prebuilt_backward(prebuilt: Path, tag: str) -> Any:
     return load_backward(_compiled(prebuilt / f"{tag}.cubin", spec.arch), spec)
 
 
-def _ours(prebuilt: Path | None, causal: bool, d: int) -> tuple[Any, Any, Any]:
-    """(loaded backward, loaded forward or None, loaded deterministic backward or None)."""
+def _ours(
+    prebuilt: Path | None, causal: bool, d: int, suffixes: tuple[str, ...] = ()
+) -> tuple[Any, Any, dict[str, Any]]:
+    """(loaded backward, loaded forward or None, {"tl" + suffix: loaded backward} for the prebuilt
+    `<tag><suffix>` builds there are, e.g. `_det`)."""
     from runner.abi import LaunchSpec
     from runner.launch import load
 
     tag = _tag(causal, d)
-    det = None
-    if prebuilt is not None and (prebuilt / f"{tag}_det.cubin").exists():
-        det = _prebuilt_backward(prebuilt, f"{tag}_det")
+    others = {}
+    for suffix in suffixes:
+        if prebuilt is not None and (prebuilt / f"{tag}{suffix}.cubin").exists():
+            others[f"tl{suffix}"] = _prebuilt_backward(prebuilt, f"{tag}{suffix}")
     if prebuilt is not None and (prebuilt / f"{tag}.cubin").exists():
         bwd = _prebuilt_backward(prebuilt, tag)
     else:
@@ -101,7 +106,7 @@ def _ours(prebuilt: Path | None, causal: bool, d: int) -> tuple[Any, Any, Any]:
     if prebuilt is not None and (prebuilt / f"{tag}.fwd.cubin").exists():
         fspec = LaunchSpec.from_json((prebuilt / f"{tag}.fwd.json").read_text())
         fwd = load(_compiled(prebuilt / f"{tag}.fwd.cubin", fspec.arch), fspec)
-    return bwd, fwd, det
+    return bwd, fwd, others
 
 
 def _sdpa_lse(q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
@@ -160,7 +165,13 @@ def _autograd(kind: str, q: Any, k: Any, v: Any, do: Any, causal: bool, scale: f
 
 
 def run(
-    prebuilt: Path | None, seqlens: list[int], dims: list[int], flex: bool, json_path: Path | None
+    prebuilt: Path | None,
+    seqlens: list[int],
+    dims: list[int],
+    flex: bool,
+    json_path: Path | None,
+    target_s: float = 1.5,
+    suffixes: tuple[str, ...] = ("_det",),
 ) -> None:
     import torch
 
@@ -168,11 +179,11 @@ def run(
     gpu = torch.cuda.get_device_name()
     for d in dims:
         for causal in (False, True):
-            bwd, fwd, det = _ours(prebuilt, causal, d)
+            bwd, fwd, others = _ours(prebuilt, causal, d, suffixes)
             for s in seqlens:
-                rows += _one_config(bwd, fwd, det, d, causal, s, flex)
+                rows += _one_config(bwd, fwd, others, d, causal, s, flex, target_s)
                 torch.cuda.empty_cache()
-    names = ["tl", "tl-det", "sdpa-flash", "sdpa-cudnn", "flex"]
+    names = ["tl", *(f"tl{x}" for x in suffixes), "sdpa-flash", "sdpa-cudnn", "flex"]
     print(
         f"\nbackward TFLOPS (bwd 2.5x, fwd+bwd 3.5x forward FLOPs), bf16, {HEADS} heads, {TOKENS} tokens, "
         f"{gpu}"
@@ -194,10 +205,10 @@ def run(
 
 
 def _one_config(
-    bwd: Any, fwd: Any, det: Any, d: int, causal: bool, s: int, flex: bool
+    bwd: Any, fwd: Any, others: dict[str, Any], d: int, causal: bool, s: int, flex: bool, target_s: float
 ) -> list[dict[str, Any]]:
-    """Our backward (and forward + backward; the deterministic backward where built) beside the
-    baselines' at one shape, balanced order."""
+    """Our backward (and forward + backward; the other builds' backward, e.g. the deterministic one)
+    beside the baselines' at one shape, balanced order."""
     import torch
 
     from runner.backward import backward
@@ -213,8 +224,8 @@ def _one_config(
     scale = 1.0 / math.sqrt(d)
     o, lse = _sdpa_lse(q, k, v, causal, scale)
     cand_b: dict[str, Any] = {"tl": lambda i: backward(bwd, q, k, v, o, lse, do, softmax_scale=scale)}
-    if det is not None:
-        cand_b["tl-det"] = lambda i: backward(det, q, k, v, o, lse, do, softmax_scale=scale)
+    for name, other in others.items():
+        cand_b[name] = functools.partial(_backward_run, other, q, k, v, o, lse, do, scale)
     cand_fb: dict[str, Any] = {}
     if fwd is not None:
 
@@ -234,7 +245,7 @@ def _one_config(
     for what, cands, factor in (("bwd", cand_b, 2.5), ("fwd+bwd", cand_fb, 3.5)):
         if "tl" not in cands:  # without our forward there is nothing to compare
             continue
-        timings = time_interleaved(cands, target_s=1.5, warmup_s=0.2)
+        timings = time_interleaved(cands, target_s=target_s, warmup_s=0.2)
         row: dict[str, Any] = {"d": d, "causal": causal, "seqlen": s, "batch": b, "pass": what}
         for name, t in timings.items():
             ok = not isinstance(t, Exception)
@@ -243,6 +254,14 @@ def _one_config(
         rows.append(row)
         _print_row(row)
     return rows
+
+
+def _backward_run(
+    loaded: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, scale: float, i: int
+) -> Any:
+    from runner.backward import backward
+
+    return backward(loaded, q, k, v, o, lse, do, softmax_scale=scale)
 
 
 def _print_row(r: dict[str, Any]) -> None:
@@ -258,12 +277,16 @@ def main() -> int:
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--flex", action="store_true", help="also FlexAttention (torch.compile per shape: slow)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--target-s", type=float, default=1.5, help="timing seconds per candidate and shape")
+    ap.add_argument(
+        "--also", default="_det", help="comma-separated tag suffixes of other prebuilt builds to time beside"
+    )
     args = ap.parse_args()
     if args.build_forwards:
         build_forwards(args.build_forwards)
         return 0
     run(args.prebuilt, [int(s) for s in args.seqlens.split(",")], [int(x) for x in args.dims.split(",")],
-        args.flex, args.json)  # fmt: skip
+        args.flex, args.json, args.target_s, tuple(x for x in args.also.split(",") if x))  # fmt: skip
     return 0
 
 

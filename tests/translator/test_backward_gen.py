@@ -124,3 +124,11 @@ def test_dq_is_added_in_the_dq_mma_fragment_order_and_read_back_in_it():
     conv = b.source.split("_bwd_convert_dq(")[1]
     assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
     assert "src[s * slice + i * Traits::kNThreads]" in conv
+
+
+def test_blocks_with_every_score_kept_take_the_loop_without_mask_selects():
+    b = translate_backward(VARIANTS / "sliding_window.tl")
+    main = b.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
+    fast, slow = main.split("if (!masked && (m_block + 1) * kBlockM <= seqlen_q) {")[1].split("else {")[:2]
+    assert "const bool keep = true;" in fast and "const bool row_in = true;" in fast
+    assert "const bool keep = row_in && (!masked ||" in slow and "const bool row_in = row < seqlen_q;" in slow

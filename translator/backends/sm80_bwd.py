@@ -725,19 +725,30 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
 
 
 def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]) -> None:
-    """P and dS on every score of the block: P = exp(X − LSE) (or X), dS = dX · dX/ds."""
-    ir = reg.ir
-    score = _score(ir)
-    deriv = grad.derivative(score)
-    roots = _roots(reg, partials)
+    """P and dS on every score of the block: P = exp(X − LSE) (or X), dS = dX · dX/ds. A block whose
+    scores are all kept and whose rows are all inside seqlen_q takes a copy of the loop without the
+    per-score mask and bounds selects (FA2's unmasked path)."""
     w.comment("X, dX/ds and the masks per score; P overwrites S and dS overwrites dP in place")
     w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));")
     w.line("Tensor dscores = make_tensor(acc_dp.data(), tl::acc_rowcol(acc_dp.layout()));")
     w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));")
+    with w.block("if (!masked && (m_block + 1) * kBlockM <= seqlen_q)"):
+        _emit_score_rows(w, reg, softmax, partials, every_score_kept=True)
+    with w.block("else"):
+        _emit_score_rows(w, reg, softmax, partials, every_score_kept=False)
+
+
+def _emit_score_rows(
+    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]], *, every_score_kept: bool
+) -> None:
+    ir = reg.ir
+    score = _score(ir)
+    deriv = grad.derivative(score)
+    roots = _roots(reg, partials)
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
         w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
-        w.line("const bool row_in = row < seqlen_q;")
+        w.line(f"const bool row_in = {'true' if every_score_kept else 'row < seqlen_q'};")
         if softmax:
             w.line(f"const float lse_log2 = row_in ? lse[row_base + row] * {LOG2E} : {POS_INF};")
             w.line("const float d_row = row_in ? dpsum[row_base + row] : 0.f;  // rowsum(dO ∘ O)")
@@ -758,7 +769,9 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
             w.line(f"const float x = {reg.c(score)};")
             w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative")
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
-            w.line(f"const bool keep = row_in && (!masked || (true{mask}));")
+            w.line(
+                f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
+            )
             if softmax:
                 w.line(f"const float p = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
                 w.line("const float dx = p * (dscores(r, c) - d_row);")
