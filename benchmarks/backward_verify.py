@@ -105,8 +105,10 @@ def build(out: Path, full: bool, only: str = "", nvcc: bool = False) -> None:
 
 
 def _nvcc_many(out: Path, tags: list[str]) -> list[Any]:
-    """sm_90 cubins from the toolkit's nvcc, two at a time: where it is the device driver's CUDA version
+    """sm_90 cubins from the toolkit's nvcc, one per core: where it is the device driver's CUDA version
     and the NVRTC here is newer (its PTX does not load there), these run on the device without a build."""
+    import os
+    import shutil
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
@@ -114,12 +116,13 @@ def _nvcc_many(out: Path, tags: list[str]) -> list[Any]:
     import cutlass_library
 
     include = Path(cutlass_library.__file__).parent / "source" / "include"
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 
     def one(tag: str) -> Any:
         start = time.perf_counter()
         cubin = out / f"{tag}.cubin"
         cmd = [
-            "nvcc",
+            nvcc,
             "-cubin",
             "-arch=sm_90",
             "-std=c++17",
@@ -134,7 +137,7 @@ def _nvcc_many(out: Path, tags: list[str]) -> list[Any]:
         return SimpleNamespace(code=cubin.read_bytes(), kind="cubin", sass_arch="sm_90", target="sm_90",
                                seconds=time.perf_counter() - start)  # fmt: skip
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return list(pool.map(one, tags))
 
 
