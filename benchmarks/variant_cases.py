@@ -114,6 +114,21 @@ def fa4_native(name: str, scalars: dict[str, Any], side: dict[str, Any]) -> dict
     return None
 
 
+def allow_recompiles(limit: int = 1024) -> None:
+    """Every variant (and shape) is a new score_mod / mask_mod for the one `flex_attention` code object:
+    past dynamo's recompile limit (8) it runs FlexAttention eagerly, at a few TFLOPS, and a baseline
+    measured so is no baseline. Raise the limits (their names moved between torch releases)."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, limit)
+    for name in ("accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, 8 * limit)
+
+
 def fa4_available() -> bool:
     try:
         import flash_attn.cute  # noqa: F401

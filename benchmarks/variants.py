@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.variant_cases import (  # noqa: E402  (after the path insert)
+    allow_recompiles,
     catalogue,
     fa4_available,
     fa4_native,
@@ -233,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipeline.build import translate_text
     from runner.compile import CompileError, CompileJob, compile_many
+
+    allow_recompiles()
     from runner.launch import cuda_device_arch, load
     from runner.verify import Shape, verify
 
