@@ -80,7 +80,8 @@ def generate_backward(
     _check(plan, learnable)
     block_m, block_n = tiles(plan.head_dim_qk)
     d = plan.head_dim_qk
-    smem = 2 * (2 * 2 * block_m * d + 2 * block_n * d + 2 * block_m * block_n)  # Q and dO in two stages
+    # K, V, P, dS, and two stages of Q, dO (16-bit) and of the rows' LSE and D (fp32)
+    smem = 2 * (2 * 2 * block_m * d + 2 * block_n * d + 2 * block_m * block_n) + 2 * 2 * block_m * 4
     name = plan.kernel_name
     w = CodeWriter()
     src = tl_file or f"{name}.tl"
@@ -253,6 +254,13 @@ def _emit_helpers(w: CodeWriter) -> None:
                     w.line("cute::copy(copy_b, tCsB(_, _, k + 1), tCrB_view(_, _, k + 1));")
                 w.line("cute::gemm(mma, tCrA(_, _, k), tCrB(_, _, k), acc);")
         w.line()
+        w.comment("One float global → shared through cp.async (4 bytes, in the caller's commit group).")
+        with w.block("CUTE_DEVICE void cp_async_f32(float* dst, float const* src)"):
+            w.line(
+                'asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\\n" :: "r"(cute::cast_smem_ptr_to_uint(dst)), '
+                '"l"(src));'
+            )
+        w.line()
         w.comment("A warp's sum, for the gradients of side tensors read once per (batch, head).")
         with w.block("CUTE_DEVICE float warp_sum(float x)"):
             w.line("CUTE_UNROLL")
@@ -400,6 +408,9 @@ def _emit_main(
         w.line("Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});")
         w.line("Element* smem_qdo = (sdS.data() + size(sdS)).get();")
         w.line("constexpr int kQdOElems = 2 * kBlockM * kHeadDim;  // one stage: Q then dO")
+        w.line(
+            "float* smem_rows = reinterpret_cast<float*>(smem_qdo + 2 * kQdOElems);  // per stage: LSE, then D"
+        )
         _emit_qdo_views(w, "smem_qdo")
         for t, base, lay in (("sKt", "sK", "Kt"), ("sPt", "sP", "PdSt"), ("sdSt", "sdS", "PdSt")):
             w.line(f"Tensor {t} = make_tensor({base}.data(), typename Traits::SmemLayout{lay}{{}});")
@@ -574,6 +585,15 @@ def _emit_key_block(
             w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
             w.line("load_rows(tQgQ, tQsQ, tQcQ, seqlen_q - m * kBlockM);")
             w.line("load_rows(tdOgdO, tdOsdO, tQcQ, seqlen_q - m * kBlockM);")
+            if softmax:
+                w.comment(
+                    "the rows' LSE and D ride in the same commit group, so the score loop reads them from"
+                )
+                w.comment("shared memory (read from global right after the GEMMs, they stalled every exp2)")
+                with w.block("if (tidx < kBlockM && m * kBlockM + tidx < seqlen_q)"):
+                    w.line("float* rows = smem_rows + stage * 2 * kBlockM;")
+                    w.line("tl::cp_async_f32(rows + tidx, lse + row_base + m * kBlockM + tidx);")
+                    w.line("tl::cp_async_f32(rows + kBlockM + tidx, dpsum + row_base + m * kBlockM + tidx);")
         w.line(
             "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
         )
@@ -732,6 +752,8 @@ def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tupl
     w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));")
     w.line("Tensor dscores = make_tensor(acc_dp.data(), tl::acc_rowcol(acc_dp.layout()));")
     w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));")
+    if softmax:
+        w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
     with w.block("if (!masked && (m_block + 1) * kBlockM <= seqlen_q)"):
         _emit_score_rows(w, reg, softmax, partials, every_score_kept=True)
     with w.block("else"):
@@ -750,8 +772,9 @@ def _emit_score_rows(
         w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
         w.line(f"const bool row_in = {'true' if every_score_kept else 'row < seqlen_q'};")
         if softmax:
-            w.line(f"const float lse_log2 = row_in ? lse[row_base + row] * {LOG2E} : {POS_INF};")
-            w.line("const float d_row = row_in ? dpsum[row_base + row] : 0.f;  // rowsum(dO ∘ O)")
+            w.line("const int r_local = get<0>(coords(r, 0));")
+            w.line(f"const float lse_log2 = row_in ? rows_s[r_local] * {LOG2E} : {POS_INF};")
+            w.line("const float d_row = row_in ? rows_s[kBlockM + r_local] : 0.f;  // rowsum(dO ∘ O)")
         reg.hoist(w, roots, "row", prefix="tl_r")
         corrected = row_corrected(ir, partials)
         if corrected:
