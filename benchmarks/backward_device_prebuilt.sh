@@ -10,7 +10,7 @@ python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/nvidia_cu
 export PYTHONPATH=$PWD:/tmp/site TL_CACHE_DIR=/tmp/tlcache PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/bwd-out}
 DIR=${DIR:-.cache/bwd_call2}
-ALSO=${ALSO:-_det,_prev}
+ALSO=${ALSO:-_det,_fast,_prev}
 mkdir -p "$OUT"
 SECONDS=0
 python3 benchmarks/backward_verify.py --run "$DIR" > "$OUT/verify.log" 2>&1
