@@ -3,18 +3,8 @@ helpers, an uncalled device copy of each kernel) and a kernel source whose inclu
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+from benchmarks import pch_prelude as pp
 from runner.compile import header_prefix
-
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("pch_prelude", ROOT / "benchmarks" / "pch_prelude.py")
-assert _spec is not None and _spec.loader is not None
-pp = importlib.util.module_from_spec(_spec)
-sys.modules["pch_prelude"] = pp
-_spec.loader.exec_module(pp)
 
 
 def test_the_prelude_holds_everything_but_the_kernels_and_a_copy_of_them() -> None:

@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("lens_latency", ROOT / "benchmarks" / "lens_latency.py")
-assert _spec is not None and _spec.loader is not None
-ll = importlib.util.module_from_spec(_spec)
-sys.modules["lens_latency"] = ll
-_spec.loader.exec_module(ll)
+from benchmarks import lens_latency as ll
 
 
 def test_each_edit_is_a_different_score_line() -> None:
