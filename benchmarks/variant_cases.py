@@ -36,23 +36,21 @@ def plain_texts() -> dict[str, str]:
     return {"plain_none": base, "plain_causal": causal}
 
 
-def hopper_block_n(text: str) -> int:
-    """The key tile the Hopper plain kernel of the same mask class runs at d 128: 160 without a mask, 128
-    with one (the wgmma N; `plain_texts`)."""
-    masked = re.search(r"(?m)^Mask causal|^\s*Compute Mask ", text) is not None
-    return 128 if masked else 160
-
-
 def for_shape(text: str, dtype: str, hdim: int) -> str:
     """A TL text retargeted to the sm_90 path at `dtype` and head dim `hdim`. A file written for another
-    target keeps its tiles except the key tile, which its Target chose for mma.sync (BN 64): it takes the
-    Hopper plain kernel's (`hopper_block_n`; ALiBi 516 → 582 and relative bias 539 → 620 TFLOPS at 16k on
-    the H200, docs/results/2026-12-01-h200-variants-fa4-16k.json)."""
-    if re.search(r"(?m)^Target sm_90", text) is None:
-        text = with_param(text, "BN", str(hopper_block_n(text)))
+    target keeps its tiles except the key tile, which its Target chose for mma.sync (BN 64): the planner
+    picks it for sm_90 (`translator.planner.fill` on `Param BN = ?`; its picks, ALiBi 128 and relative
+    bias 160, are the measured winners of the A/B against 64, 516 → 582 and 539 → 620 TFLOPS at 16k on the
+    H200, docs/results/2026-12-01-h200-variants-fa4-16k.json)."""
+    retile = re.search(r"(?m)^Target sm_90", text) is None
     text = re.sub(r"(?m)^Target .*$", "Target sm_90", text)
     text = re.sub(r"(?m)^Dtype .*$", f"Dtype {dtype}", text)
-    return with_param(text, "d", str(hdim))
+    text = with_param(text, "d", str(hdim))
+    if retile:
+        from translator.planner.fill import fill
+
+        text = fill(with_param(text, "BN", "?")).text
+    return text
 
 
 def side_tensors(

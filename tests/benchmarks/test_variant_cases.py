@@ -47,3 +47,16 @@ def test_flex_mods_match_the_reference(name: str) -> None:
     got = _eager_flex(q, k, v, mods, 1 / math.sqrt(D))
     # float32 side tensors (slopes, tables) bound the agreement; an off-by-one mask moves it by ~1e-2
     assert torch.allclose(got, want, atol=1e-5), float((got - want).abs().max())
+
+
+@pytest.mark.parametrize(("name", "block_n"), [("alibi", 128), ("relative_bias", 160)])
+def test_a_file_for_sm80_gets_the_planners_hopper_key_tile(name: str, block_n: int) -> None:
+    """The planner's pick is the measured winner on the H200 (16k, bf16, d 128: ALiBi BN 128 582 against
+    BN 64 516 TFLOPS, relative bias BN 160 620 against 539; docs/results/2026-12-01-h200-variants-fa4-16k
+    .json)."""
+    from pipeline.build import translate_text
+
+    text = for_shape((VARIANTS_DIR / f"{name}.tl").read_text(), "bf16", 128)
+    assert translate_text(text, Path(f"{name}.tl")).spec.block_n == block_n
+    sliding = for_shape((VARIANTS_DIR / "sliding_window.tl").read_text(), "bf16", 128)
+    assert "Param BN = 96" in sliding  # a file written for sm_90 keeps its own tiles
