@@ -22,7 +22,8 @@ path does there.
 
 Run: `python benchmarks/compile_latency.py [--examples mha_fwd,hopper_mha_fwd] [--targets sm_80,sm_90]
 [--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N] [--repeat N]
-[--json OUT]`.
+[--prelude] [--json OUT]`. `--prelude`: the headers of first/warm also hold the kernel's template
+instantiations, as in the language server's worker (`runner.compile_prelude`).
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def child(spec_path: Path, out_path: Path) -> int:
                 source = prefix + ANCHOR
             results[mode] = _compile_timed(source, spec, csv_path)
     else:
-        use_precompiled_headers(True)
+        use_precompiled_headers(True, prelude=spec.get("prelude", False))
         results["first"] = _compile_timed(spec["source"], spec, csv_path)
         if "warm" in spec["modes"]:
             # An edit, as on a save: the source differs, the include block does not.
@@ -195,7 +196,9 @@ def child(spec_path: Path, out_path: Path) -> int:
     return 0
 
 
-def run_child(kernel: Kernel, modes: list[str], process: str, device_arch: str | None) -> dict[str, Any]:
+def run_child(
+    kernel: Kernel, modes: list[str], process: str, device_arch: str | None, prelude: bool = False
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tl-compile-latency-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec = {
@@ -204,6 +207,7 @@ def run_child(kernel: Kernel, modes: list[str], process: str, device_arch: str |
             "process": process,
             "device_arch": device_arch,
             "nvrtc_options": NVRTC_OPTIONS,
+            "prelude": prelude,
         }
         spec_path.write_text(json.dumps(spec))
         env = {**os.environ, "TL_CACHE_DIR": str(Path(tmp) / "cache")}
@@ -219,7 +223,9 @@ def run_child(kernel: Kernel, modes: list[str], process: str, device_arch: str |
         return json.loads(out_path.read_text())
 
 
-def measure(kernel: Kernel, modes: list[str], device_arch: str | None, repeat: int = 1) -> list[Measure]:
+def measure(
+    kernel: Kernel, modes: list[str], device_arch: str | None, repeat: int = 1, prelude: bool = False
+) -> list[Measure]:
     """Each mode `repeat` times, the two kinds of process taking turns; the median of each (all samples in
     `samples`): on a shared machine one compile's time moves by more than a header's parse."""
     samples: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
@@ -228,7 +234,7 @@ def measure(kernel: Kernel, modes: list[str], device_arch: str | None, repeat: i
     for _ in range(max(1, repeat)):
         for group, process in ((plain, "plain"), (pch, "pch")):
             if group:
-                for mode, r in run_child(kernel, group, process, device_arch).items():
+                for mode, r in run_child(kernel, group, process, device_arch, prelude).items():
                     if mode in samples:  # "warm" alone still has its process write the header ("first")
                         samples[mode].append(r)
     out = []
@@ -387,6 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="samples per mode; the table shows medians")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--keep-nvrtc-cache", action="store_true", help="leave NVRTC's own cache at its default")
+    ap.add_argument(
+        "--prelude",
+        action="store_true",
+        help="first/warm: headers that hold the kernel's instantiations too (runner.compile_prelude)",
+    )
     ap.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -414,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     measures: list[Measure] = []
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        runs = pool.map(lambda k: measure(k, modes, args.device_arch, args.repeat), kernels)
+        runs = pool.map(lambda k: measure(k, modes, args.device_arch, args.repeat, args.prelude), kernels)
         for k, got in zip(kernels, runs, strict=True):
             measures += got
             done = ", ".join(f"{m.mode} {_cell(m)}" for m in got)
@@ -448,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": info,
             "device_arch": args.device_arch,
             "parallel": args.parallel,
+            "prelude": args.prelude,
             "repeat": args.repeat,
             "nvrtc_options": NVRTC_OPTIONS,
             "modes": modes,

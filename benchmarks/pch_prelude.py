@@ -1,14 +1,12 @@
-"""A probe of the warm save with the kernel's CuTe instantiations in the precompiled header.
+"""The warm save with the kernel's CuTe instantiations in the precompiled header, and its SASS.
 
-The runner's precompiled header holds the include block only, and for an sm_80 kernel the block is 7–9 %
-of a compile: the rest is the template instantiations of the kernel body (docs/performance.md, "Compile
-latency"). This probe moves everything but the kernel into a header the include block includes — the
-traits struct, the `tl::` helpers and an unused `static __device__` copy of the kernel body, so the header
-holds the body's instantiations (`instantiate_templates_in_pch`) — and then, in one process:
+An include block's header saves 7–9 % of an sm_80 compile: the rest is the kernel body's template
+instantiations (docs/performance.md, "Compile latency"). With preludes (`runner.compile_prelude`, what the
+language server's worker uses) the header also holds those. In one process:
 
-  cold     the edited kernel as generated, no header: the reference binary and time;
-  first    the kernel with the prelude header, which this compile writes;
-  warm     the kernel with an edit in its body (its `scale_log2`), reading the header.
+  cold     the kernel with an edit in its body (its `scale_log2`), no header: the reference;
+  first    the kernel as generated, with preludes: this compile writes the header;
+  warm     the edited kernel, reading it.
 
 It prints CPU seconds and NVRTC's phases for each, and whether the warm kernel's SASS equals the cold
 one's. No GPU is needed. Run: `python benchmarks/pch_prelude.py [--example mha_fwd] [--target sm_80]
@@ -34,23 +32,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.compile_latency import NVRTC_OPTIONS, _phases, examples, translate  # noqa: E402
 
-KERNEL = re.compile(r'extern "C" __global__ void __launch_bounds__\(\d+, \d+\) (\w+)\(')
 # The edit of the body: the softmax scale's factor (every forward kernel computes it once).
 SCALE = "const float scale_log2 = softmax_scale * 1.44269504088896340736f;"
 EDITED = "const float scale_log2 = softmax_scale * 0.5f * 1.44269504088896340736f;"
-
-
-def split(source: str, name: str) -> tuple[str, str]:
-    """(the prelude header, the kernel source that includes it) of a generated source."""
-    at = source.index('extern "C" __global__')
-    head, kernels = source[:at], source[at:]
-    body = head.index("using namespace cute;")
-    includes, definitions = head[:body], head[body:]
-    # The body again, as device functions nothing calls: its templates are instantiated in the header.
-    copy = KERNEL.sub(lambda m: f"static __device__ void {m.group(1)}_prelude(", kernels)
-    copy = copy.replace("__grid_constant__ ", "")  # a kernel parameter's attribute only
-    header = f"#pragma once\n{includes}{definitions}\n{copy}"
-    return header, f'{includes}#include "{name}"\n\n{kernels}'
 
 
 def _cpu() -> float:
@@ -58,7 +42,7 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _compile(source: str, spec: dict[str, Any], csv_path: Path, extra: dict[str, Any]) -> dict[str, Any]:
+def _compile(source: str, spec: dict[str, Any], csv_path: Path) -> dict[str, Any]:
     from runner.compile import compile_source
 
     cpu0, t0 = _cpu(), time.perf_counter()
@@ -67,7 +51,7 @@ def _compile(source: str, spec: dict[str, Any], csv_path: Path, extra: dict[str,
         arch=spec["arch"],
         device_arch=spec["device_arch"],
         name=spec["name"],
-        options={"time": str(csv_path), **NVRTC_OPTIONS, **extra},
+        options={"time": str(csv_path), **NVRTC_OPTIONS},
         use_cache=False,
     )
     return {
@@ -92,28 +76,21 @@ def _sass(code: bytes) -> str | None:
 
 def probe(example: str, target: str | None, device_arch: str | None) -> dict[str, Any]:
     from runner.compile import _PCH, use_precompiled_headers
-    from runner.toolchain import toolchain
 
     kernel = translate(next(p for p in examples([example])), target)
     if SCALE not in kernel.source:
         raise SystemExit(f"pch_prelude: {kernel.name} has no `{SCALE}` to edit")
     spec = {"arch": kernel.arch, "device_arch": device_arch, "name": kernel.name}
-    name = f"{Path(kernel.name).stem}_prelude.cuh"
-    header, with_prelude = split(kernel.source, name)
+    edited = kernel.source.replace(SCALE, EDITED)
     out: dict[str, Any] = {"example": example, "arch": kernel.arch, "device_arch": device_arch}
     with tempfile.TemporaryDirectory(prefix="tl-pch-prelude-") as tmp:
         os.environ["TL_CACHE_DIR"] = str(Path(tmp) / "cache")  # the headers and their verdicts: fresh
-        (Path(tmp) / name).write_text(header)
         csv_path = Path(tmp) / "time.csv"
         use_precompiled_headers(False)
-        out["cold"] = _compile(kernel.source.replace(SCALE, EDITED), spec, csv_path, {})
-        use_precompiled_headers(True)
-        extra = {
-            "include_path": [*toolchain().include_paths, tmp],
-            "instantiate_templates_in_pch": True,
-        }
-        out["first"] = _compile(with_prelude, spec, csv_path, extra)
-        out["warm"] = _compile(with_prelude.replace(SCALE, EDITED), spec, csv_path, extra)
+        out["cold"] = _compile(edited, spec, csv_path)
+        use_precompiled_headers(True, prelude=True)
+        out["first"] = _compile(kernel.source, spec, csv_path)
+        out["warm"] = _compile(edited, spec, csv_path)
         # The PCH heap the header needed (the runner grows it, and writes the header again, past 1 GiB)
         out["pch_heap_bytes"] = _PCH.heap_bytes
     cold, warm = _sass(out["cold"]["code"]), _sass(out["warm"]["code"])

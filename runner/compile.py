@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from runner import finalize
 from runner.cache import KernelCache, PchStore, cache_key, pch_key
+from runner.compile_prelude import INSTANTIATE_FLAG, Preludes
 from runner.nvrtc_log import LogRecord, map_records, parse_log
 from runner.toolchain import compile_target, toolchain
 
@@ -139,9 +140,13 @@ _INCLUDE = re.compile(r'^#\s*include\s*(<[^<>"]+>|"[^<>"]+")\s*(//.*)?$')
 _SIMPLE_DIRECTIVE = re.compile(r"^#\s*(define|undef|pragma)\b")
 
 
-def use_precompiled_headers(enabled: bool = True, *, keep: int | None = None) -> None:
+def use_precompiled_headers(
+    enabled: bool = True, *, keep: int | None = None, prelude: bool | None = None
+) -> None:
     """Let this process write and read precompiled headers (unless `$TL_PCH` is "0"), at most `keep`
-    of them at once (default 2: a session may switch between two targets).
+    of them at once (default 2: a session may switch between two targets). With `prelude`, a header also
+    holds the kernel's template instantiations (`runner.compile_prelude`): a later compile of the same
+    skeleton is 3–4× faster, the one that writes the header about twice as slow as a cold one.
 
     Worth it only in a process that compiles again: writing one costs the headers' parse and 450–750 MB
     of disk; reading it back skips the parse for the price of faulting the image in (see `_Pch`).
@@ -150,6 +155,8 @@ def use_precompiled_headers(enabled: bool = True, *, keep: int | None = None) ->
     _pch_default = enabled
     if keep is not None:
         _PCH.keep = keep
+    if prelude is not None:
+        _PCH.prelude = prelude
 
 
 def pch_enabled() -> bool:
@@ -217,6 +224,8 @@ class _Pch:
         self.store: PchStore | None = None
         self.keep = 2
         self.heap_bytes = PCH_HEAP_BYTES
+        self.prelude = False  # headers with the kernels' instantiations (`runner.compile_prelude`)
+        self.preludes = Preludes()
         self._creating: set[str] = set()
         self._failed: set[str] = set()  # NVRTC could not write these: not tried again in this process
         # Reading a header costs page faults on its image (449 MiB for sm_80's block): 7 s of system time
@@ -230,7 +239,13 @@ class _Pch:
         self._lock = threading.Lock()
 
     def plan(
-        self, source: str, opts: Mapping[str, Any], flags: list[bytes], *, create: bool = True
+        self,
+        source: str,
+        opts: Mapping[str, Any],
+        flags: list[bytes],
+        *,
+        create: bool = True,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> _PchPlan | None:
         """The header to read for `source`, written now if need be (and `create`); None: compile
         without one."""
@@ -255,12 +270,21 @@ class _Pch:
                 return None
             self._creating.add(key)
         try:
-            return self._create(key, prefix, flags)
+            return self._create(key, prefix, flags, headers)
         finally:
             with self._lock:
                 self._creating.discard(key)
 
-    def _create(self, key: str, prefix: str, flags: list[bytes]) -> _PchPlan | None:
+    def failed(self, source: str, opts: Mapping[str, Any]) -> bool:
+        """Whether NVRTC could not write the header of `source`'s include block in this process."""
+        prefix = header_prefix(source)
+        key = pch_key(prefix, dict(opts), toolchain().fingerprint(), opts["arch"]) if prefix else None
+        with self._lock:
+            return key in self._failed
+
+    def _create(
+        self, key: str, prefix: str, flags: list[bytes], headers: tuple[tuple[str, str], ...] = ()
+    ) -> _PchPlan | None:
         from cuda.bindings import nvrtc
 
         assert self.store is not None  # plan() made it
@@ -269,7 +293,9 @@ class _Pch:
             _ensure_heap(self.heap_bytes)
             anchor = prefix + _ANCHOR
             before = _thread_cpu()
-            prog, _log, _code = _nvrtc_once(anchor, "tl_pch.cu", flags + _pch_flags("create", path), None)
+            prog, _log, _code = _nvrtc_once(
+                anchor, "tl_pch.cu", flags + _pch_flags("create", path), None, headers
+            )
             self._parse_s[key] = sum(_thread_cpu()) - sum(before)
             try:
                 (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog.prog)
@@ -499,9 +525,21 @@ def _nvrtc(
 
     flags = ProgramOptions(**opts).as_bytes("nvrtc")
     start = time.perf_counter()
-    plan = _PCH.plan(source, opts, flags, create=new_header)
+    # With preludes, the source NVRTC sees includes its prelude header; without a header it compiles as is.
+    pre = _PCH.preludes.for_source(source, opts["name"]) if _PCH.prelude and pch_enabled() else None
+    pre_flags = [*flags, INSTANTIATE_FLAG] if pre else flags
+    headers = ((pre.name, pre.text),) if pre else ()
+    plan = _PCH.plan(pre.source if pre else source, opts, pre_flags, create=new_header, headers=headers)
+    if pre and plan is None:
+        if _PCH.failed(pre.source, opts):  # the prelude's kernel copy did not compile: take the next one's
+            _PCH.preludes.forget(source)
+        pre, headers = None, ()
     system_before = _thread_cpu()[1]
-    result, log, code = _nvrtc_once(source, opts["name"], flags + (plan.flags() if plan else []), kind)
+    result, log, code = (
+        _nvrtc_once(pre.source, opts["name"], pre_flags + plan.flags(), kind, headers)
+        if pre and plan
+        else _nvrtc_once(source, opts["name"], flags + (plan.flags() if plan else []), kind)
+    )
     result.destroy()
     pch = _PCH.finish(plan, log, _thread_cpu()[1] - system_before) if plan is not None else None
     if plan is not None and pch is None and _PCH_MISSING in log:
@@ -537,13 +575,20 @@ class _Program:
 
 
 def _nvrtc_once(
-    source: str, name: str, flags: list[bytes], kind: str | None
+    source: str,
+    name: str,
+    flags: list[bytes],
+    kind: str | None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> tuple[_Program, str, bytes | None]:
     """Compile once: (the program, alive until `destroy` for its PCH status, its log, the code or None on
-    failure). `kind` None: no code is wanted (b"" on success)."""
+    failure). `kind` None: no code is wanted (b"" on success). `headers`: (name, text) NVRTC includes
+    from memory."""
     from cuda.bindings import nvrtc
 
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    texts = [t.encode() for _, t in headers]
+    names = [n.encode() for n, _ in headers]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), len(headers), texts, names)
     _check(err, "nvrtcCreateProgram")
     handle = _Program(prog, "")
     try:

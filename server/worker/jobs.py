@@ -114,9 +114,10 @@ def _compile(translated: Any, text: str, device_arch: str | None) -> Any:
         from runner.toolchain import ToolchainError
     except ImportError as exc:
         return _reply("unavailable", f"unavailable: runner.compile ({exc})")
-    # This process outlives the job: the first compile of an include block writes its precompiled header,
-    # so every later save of the session skips parsing CuTe.
-    use_precompiled_headers(True)
+    # This process outlives the job: the first compile of a kernel's skeleton writes a precompiled header
+    # with its CuTe instantiations (`runner.compile_prelude`), so a later save that edits the kernel's
+    # body (a score, a mask) skips parsing CuTe and most of the instantiation.
+    use_precompiled_headers(True, prelude=True)
     tl_file = str(translated.path)
     source = translated.source
     if os.environ.get(APPEND_ENV):  # tests: a real NVRTC error at a real TL line (see APPEND_ENV)

@@ -1,0 +1,96 @@
+"""The kernel's prelude as part of a precompiled header, so that a later compile of the same skeleton reads
+the body's template instantiations instead of redoing them.
+
+A generated source is: its include block, then definitions (the traits struct, the `tl::` helpers), then
+the `extern "C"` kernels. An edit of a score expression changes the kernels only. The prelude is an
+in-memory header holding the definitions and an uncalled `static __device__` copy of each kernel; the
+source to compile includes it at the end of its include block, so NVRTC's precompiled header (written with
+`--instantiate-templates-in-pch`) holds every CuTe instantiation the kernels make. The header is named
+after the includes and definitions only: the body copy is the first one this process saw, and a stale
+copy still instantiates the skeleton's calls (docs/performance.md, "Compile latency": `mha_fwd`'s warm
+compile 17.7 s of CPU instead of ~62 on the 2-core VM, the same SASS).
+
+Writing such a header costs more than a cold compile, so only a process that compiles the same skeleton
+again asks for it (the language server's worker). CUDA text only: nothing here knows TL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from dataclasses import dataclass
+
+KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(')
+# NVRTC's flag for it; on both sides of a header (NVRTC refuses a header made under other flags, 629)
+INSTANTIATE_FLAG = b"--instantiate-templates-in-pch=true"
+
+
+@dataclass(frozen=True)
+class Prelude:
+    name: str  # the in-memory header, `tl_prelude_<hash>.cuh`
+    text: str
+    source: str  # the source to compile: the include block, then `#include "<name>"`, then the kernels
+
+
+def split(source: str) -> tuple[str, str, str] | None:
+    """(include block, definitions, kernels) of a generated source; None without both."""
+    lines = source.splitlines(keepends=True)
+    at = 0
+    for i, raw in enumerate(lines):
+        line = raw.strip()
+        if line and not line.startswith("//") and not line.startswith("#"):
+            at = i
+            break
+    else:
+        return None
+    includes, rest = "".join(lines[:at]), "".join(lines[at:])
+    first = rest.find('extern "C" __global__')
+    if first <= 0 or "#include" not in includes:
+        return None
+    return includes, rest[:first], rest[first:]
+
+
+class Preludes:
+    """This process's preludes, one per includes and definitions: the first kernels seen give the body
+    copy, and the header is named after its whole text (so a new copy is a new header)."""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def for_source(self, source: str, source_name: str) -> Prelude | None:
+        """The prelude of `source` (named `source_name` in NVRTC's messages), or None if it has none."""
+        parts = split(source)
+        if parts is None:
+            return None
+        includes, definitions, kernels = parts
+        with self._lock:
+            text = self._texts.setdefault(
+                _skeleton(includes, definitions), _header(includes, definitions, kernels)
+            )
+        name = f"tl_prelude_{hashlib.sha256(text.encode()).hexdigest()[:16]}.cuh"
+        # The kernels keep their line numbers (NVRTC's messages and the source map count the whole source)
+        # through a `#line` after the header's stop point, the first token: a directive before it would
+        # be part of the header's key.
+        first = (includes + definitions).count("\n") + 1
+        resume = f'namespace tl_prelude {{}}\n#line {first} "{source_name}"\n'
+        return Prelude(name, text, f'{includes}#include "{name}"\n{resume}{kernels}')
+
+    def forget(self, source: str) -> None:
+        """Drop the body copy of `source`'s skeleton (it did not compile): the next source gives its own."""
+        parts = split(source)
+        if parts is not None:
+            with self._lock:
+                self._texts.pop(_skeleton(parts[0], parts[1]), None)
+
+
+def _skeleton(includes: str, definitions: str) -> str:
+    return hashlib.sha256((includes + definitions).encode()).hexdigest()
+
+
+def _header(includes: str, definitions: str, kernels: str) -> str:
+    copy = KERNEL.sub(lambda m: f"static __device__ void {m.group(1)}_prelude(", kernels)
+    copy = copy.replace("__grid_constant__ ", "")  # an attribute of kernel parameters only
+    note = "// Never called: instantiates the kernels' templates.\n"
+    return f"#pragma once\n{includes}{definitions}\n{note}{copy}"
