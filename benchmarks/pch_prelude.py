@@ -5,7 +5,8 @@ instantiations (docs/performance.md, "Compile latency"). With preludes (`runner.
 language server's worker uses) the header also holds those. In one process:
 
   cold     the kernel with an edit in its body (its `scale_log2`), no header: the reference;
-  first    the kernel as generated, with preludes: this compile writes the header;
+  first    the kernel as generated, with preludes: a skeleton's first compile only remembers its body;
+  writes   the same again: this compile writes the prelude header;
   warm     the edited kernel, reading it.
 
 It prints CPU seconds and NVRTC's phases for each, and whether the warm kernel's SASS equals the cold
@@ -35,6 +36,7 @@ from benchmarks.compile_latency import NVRTC_OPTIONS, _phases, examples, transla
 # The edit of the body: the softmax scale's factor (every forward kernel computes it once).
 SCALE = "const float scale_log2 = softmax_scale * 1.44269504088896340736f;"
 EDITED = "const float scale_log2 = softmax_scale * 0.5f * 1.44269504088896340736f;"
+MODES = ("cold", "first", "writes", "warm")
 
 
 def _cpu() -> float:
@@ -90,13 +92,14 @@ def probe(example: str, target: str | None, device_arch: str | None) -> dict[str
         out["cold"] = _compile(edited, spec, csv_path)
         use_precompiled_headers(True, prelude=True)
         out["first"] = _compile(kernel.source, spec, csv_path)
+        out["writes"] = _compile(kernel.source, spec, csv_path)
         out["warm"] = _compile(edited, spec, csv_path)
         # The PCH heap the header needed (the runner grows it, and writes the header again, past 1 GiB)
         out["pch_heap_bytes"] = _PCH.heap_bytes
     cold, warm = _sass(out["cold"]["code"]), _sass(out["warm"]["code"])
     out["same_sass"] = None if cold is None or warm is None else cold == warm
     out["same_binary"] = out["cold"]["code"] == out["warm"]["code"]
-    for mode in ("cold", "first", "warm"):
+    for mode in MODES:
         out[mode].pop("code")
     return out
 
@@ -107,7 +110,7 @@ def table(r: dict[str, Any]) -> str:
         "| compile | wall s | CPU s | front / opt / ptx s | header |",
         "|---|---|---|---|---|",
     ]
-    for mode in ("cold", "first", "warm"):
+    for mode in MODES:
         m = r[mode]
         ph = " / ".join(str(m["phases_s"].get(k, "—")) for k in ("front", "opt", "ptx"))
         rows.append(f"| {mode} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} | {ph} | {m['pch'] or '—'} |")

@@ -145,8 +145,8 @@ def use_precompiled_headers(
 ) -> None:
     """Let this process write and read precompiled headers (unless `$TL_PCH` is "0"), at most `keep`
     of them at once (default 2: a session may switch between two targets). With `prelude`, a header also
-    holds the kernel's template instantiations (`runner.compile_prelude`): a later compile of the same
-    skeleton is 3–4× faster, the one that writes the header about twice as slow as a cold one.
+    holds the kernel's template instantiations (`runner.compile_prelude`): the second compile of a
+    skeleton writes it (about twice as slow as a cold compile), the later ones are 3–4× faster.
 
     Worth it only in a process that compiles again: writing one costs the headers' parse and 450–750 MB
     of disk; reading it back skips the parse for the price of faulting the image in (see `_Pch`).
@@ -531,7 +531,7 @@ def _nvrtc(
     headers = ((pre.name, pre.text),) if pre else ()
     plan = _PCH.plan(pre.source if pre else source, opts, pre_flags, create=new_header, headers=headers)
     if pre and plan is None:
-        if _PCH.failed(pre.source, opts):  # the prelude's kernel copy did not compile: take the next one's
+        if _PCH.failed(pre.source, opts):  # NVRTC could not write it: the next good source's copy
             _PCH.preludes.forget(source)
         pre, headers = None, ()
     system_before = _thread_cpu()[1]
@@ -547,6 +547,8 @@ def _nvrtc(
         result, log, code = _nvrtc_once(source, opts["name"], flags, kind)
         result.destroy()
     log = _clean_pch_log(log) if plan is not None else log
+    if code is not None and _PCH.prelude and pre is None:
+        _PCH.preludes.remember(source)  # the next compile of this skeleton writes its prelude header
     if code is None:
         records = map_records(parse_log(log), opts["name"], source_map, tl_file)
         first = next((r for r in records if r.is_error), None)

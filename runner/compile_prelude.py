@@ -5,13 +5,14 @@ A generated source is: its include block, then definitions (the traits struct, t
 the `extern "C"` kernels. An edit of a score expression changes the kernels only. The prelude is an
 in-memory header holding the definitions and an uncalled `static __device__` copy of each kernel; the
 source to compile includes it at the end of its include block, so NVRTC's precompiled header (written with
-`--instantiate-templates-in-pch`) holds every CuTe instantiation the kernels make. The header is named
-after the includes and definitions only: the body copy is the first one this process saw, and a stale
-copy still instantiates the skeleton's calls (docs/performance.md, "Compile latency": `mha_fwd`'s warm
+`--instantiate-templates-in-pch`) holds every CuTe instantiation the kernels make. One header serves
+every edit of the kernels: its body copy is that of the first source of the skeleton that compiled, and a
+stale copy still instantiates the skeleton's calls (docs/performance.md, "Compile latency": `mha_fwd`'s warm
 compile 17.7 s of CPU instead of ~62 on the 2-core VM, the same SASS).
 
 Writing such a header costs more than a cold compile, so only a process that compiles the same skeleton
-again asks for it (the language server's worker). CUDA text only: nothing here knows TL.
+again asks for it (the language server's worker: its second save of a skeleton writes the header, the
+third and later read it). CUDA text only: nothing here knows TL.
 """
 
 from __future__ import annotations
@@ -52,23 +53,26 @@ def split(source: str) -> tuple[str, str, str] | None:
 
 
 class Preludes:
-    """This process's preludes, one per includes and definitions: the first kernels seen give the body
-    copy, and the header is named after its whole text (so a new copy is a new header)."""
+    """This process's preludes, one per includes and definitions. The body copy is that of the first
+    source of the skeleton that compiled (`remember`): a copy that does not compile would make writing the
+    header fail, at the price of a whole front end, on every save of a kernel being fixed. The header is
+    named after its whole text, so a new copy is a new header."""
 
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def for_source(self, source: str, source_name: str) -> Prelude | None:
-        """The prelude of `source` (named `source_name` in NVRTC's messages), or None if it has none."""
+        """The prelude of `source` (named `source_name` in NVRTC's messages); None before a source of its
+        skeleton compiled."""
         parts = split(source)
         if parts is None:
             return None
         includes, definitions, kernels = parts
         with self._lock:
-            text = self._texts.setdefault(
-                _skeleton(includes, definitions), _header(includes, definitions, kernels)
-            )
+            text = self._texts.get(_skeleton(includes, definitions))
+        if text is None:
+            return None
         name = f"tl_prelude_{hashlib.sha256(text.encode()).hexdigest()[:16]}.cuh"
         # The kernels keep their line numbers (NVRTC's messages and the source map count the whole source)
         # through a `#line` after the header's stop point, the first token: a directive before it would
@@ -77,8 +81,15 @@ class Preludes:
         resume = f'namespace tl_prelude {{}}\n#line {first} "{source_name}"\n'
         return Prelude(name, text, f'{includes}#include "{name}"\n{resume}{kernels}')
 
+    def remember(self, source: str) -> None:
+        """`source` compiled: its kernels become its skeleton's body copy, unless it has one."""
+        parts = split(source)
+        if parts is not None:
+            with self._lock:
+                self._texts.setdefault(_skeleton(parts[0], parts[1]), _header(*parts))
+
     def forget(self, source: str) -> None:
-        """Drop the body copy of `source`'s skeleton (it did not compile): the next source gives its own."""
+        """Drop the body copy of `source`'s skeleton (its header could not be written)."""
         parts = split(source)
         if parts is not None:
             with self._lock:

@@ -34,6 +34,9 @@ def test_split_finds_the_include_block_the_definitions_and_the_kernels() -> None
 
 def test_the_header_keeps_its_first_body_copy_and_the_kernels_their_lines() -> None:
     preludes = Preludes()
+    assert preludes.for_source(SOURCE, "k.cu") is None  # no source of the skeleton compiled yet
+    preludes.remember(SOURCE)
+    preludes.remember(SOURCE.replace("twice(1)", "twice(4)"))  # the first copy stays
     first = preludes.for_source(SOURCE, "k.cu")
     edited = preludes.for_source(SOURCE.replace("twice(1)", "twice(2)"), "k.cu")
     assert first is not None and edited is not None
@@ -43,10 +46,11 @@ def test_the_header_keeps_its_first_body_copy_and_the_kernels_their_lines() -> N
     lines = edited.source.splitlines()
     at = lines.index('extern "C" __global__ void __launch_bounds__(32, 1) k(int* x) {')
     assert lines[at - 1] == '#line 6 "k.cu"' and "twice(2)" in edited.source
-    other = preludes.for_source(SOURCE.replace("x + x", "2 * x"), "k.cu")
-    assert other is not None and other.name != first.name  # other definitions: another header
+    assert preludes.for_source(SOURCE.replace("x + x", "2 * x"), "k.cu") is None  # another skeleton
     preludes.forget(SOURCE)
-    again = preludes.for_source(SOURCE.replace("twice(1)", "twice(3)"), "k.cu")
+    assert preludes.for_source(SOURCE, "k.cu") is None
+    preludes.remember(SOURCE.replace("twice(1)", "twice(3)"))
+    again = preludes.for_source(SOURCE, "k.cu")
     assert again is not None and "twice(3)" in again.text and again.name != first.name
 
 
@@ -67,9 +71,11 @@ def prelude_pch(tmp_path, monkeypatch):
 @pytest.mark.nvrtc
 def test_an_edited_kernel_reads_the_prelude_header_and_compiles_the_same(prelude_pch) -> None:
     edited = SOURCE.replace("twice(1)", "twice(2)")
-    first = rc.compile_source(SOURCE, arch="sm_80", name="k.cu", use_cache=False)
+    outcomes = [rc.compile_source(SOURCE, arch="sm_80", name="k.cu", use_cache=False).pch for _ in range(2)]
     warm = rc.compile_source(edited, arch="sm_80", name="k.cu", use_cache=False)
-    assert (first.pch, warm.pch) == ("created", "used")
+    # the include block's header, then the prelude's (the first source compiled), then a read of it
+    assert [*outcomes, warm.pch] == ["created", "created", "used"]
+    assert len({p.name for p in prelude_pch.store._entries.values()}) == 2
     prelude_pch.prelude = False  # the same source with the include block's header only
     plain = rc.compile_source(edited, arch="sm_80", name="k.cu", use_cache=False)
     assert plain.code == warm.code
@@ -85,7 +91,9 @@ def test_generated_kernels_split_into_a_prelude_that_compiles_as_device_code() -
     for example in ("mha_fwd", "hopper_mha_fwd"):
         kernel = pch_prelude.translate(next(iter(pch_prelude.examples([example]))), None)
         assert pch_prelude.SCALE in kernel.source  # the probe's edit
-        pre = Preludes().for_source(kernel.source, kernel.name)
+        preludes = Preludes()
+        preludes.remember(kernel.source)
+        pre = preludes.for_source(kernel.source, kernel.name)
         assert pre is not None and f"struct {example}_traits" in pre.text
         assert f"static __device__ void {example}_prelude(" in pre.text
         assert "__global__" not in pre.text and "__grid_constant__" not in pre.text
