@@ -36,18 +36,17 @@ if str(ROOT) not in sys.path:
 from benchmarks.lsp_stdio import start_server, stop_server  # noqa: E402
 
 DEFAULT_FILE = ROOT / "examples" / "variants" / "alibi.tl"
-# The edit: the ALiBi bias's scale alternates, so every save is a new kernel (and a new reference).
+# The edit: the ALiBi bias gets a new factor on every save, so each is a new kernel (and reference).
 SCORE = "Compute Add S, slopes[head_idx] * (kv_idx - (q_idx + seqlen_k - seqlen_q)) and get new S"
-EDITS = ("", "0.5 * ", "0.25 * ")
 TARGET_S = 10.0
 JOB_TIMEOUT_S = 300.0
 
 
 def edited(text: str, k: int) -> str:
-    """The file's text with its score line's `k`-th scale (k = 0: as written)."""
+    """The file's text with its score line's `k`-th factor (k = 0: as written, then 1/2, 1/3, ...)."""
     if SCORE not in text:
         raise SystemExit(f"lens_latency: the file has no line `{SCORE}` to edit")
-    factor = EDITS[k % len(EDITS)]
+    factor = f"{1 / (k + 1):.6g} * " if k else ""
     return text.replace(SCORE, SCORE.replace("slopes[", f"{factor}slopes[", 1))
 
 

@@ -13,9 +13,9 @@ from benchmarks import lens_latency as ll
 
 def test_each_edit_is_a_different_score_line() -> None:
     text = ll.DEFAULT_FILE.read_text()
-    versions = [ll.edited(text, k) for k in range(len(ll.EDITS))]
+    versions = [ll.edited(text, k) for k in range(6)]
     assert versions[0] == text
-    assert len(set(versions)) == len(ll.EDITS)
+    assert len(set(versions)) == 6
     with pytest.raises(SystemExit, match="no line"):
         ll.edited("Kernel k\n", 1)
 
