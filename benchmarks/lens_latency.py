@@ -62,6 +62,10 @@ class Client:
             self.results.append((time.perf_counter(), _as_dict(params)))
             self.arrived.set()
 
+        @self.lsp.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def on_diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
+            pass  # not measured here (benchmarks/lsp_latency.py times them)
+
         @self.lsp.feature(lsp.WORKSPACE_CONFIGURATION)
         def on_config(params: lsp.ConfigurationParams) -> list[Any]:
             return [settings for _ in params.items]
