@@ -55,17 +55,9 @@ def test_the_header_keeps_its_first_body_copy_and_the_kernels_their_lines() -> N
 
 
 @pytest.fixture
-def prelude_pch(tmp_path, monkeypatch):
-    pytest.importorskip("cuda.bindings")
-    pytest.importorskip("cutlass_library")
-    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv(rc.PCH_ENV, "1")
-    state = rc._Pch()
-    state.prelude = True
-    monkeypatch.setattr(rc, "_PCH", state)
-    yield state
-    if state.store is not None:
-        state.store.close()
+def prelude_pch(fresh_pch):  # type: ignore[no-untyped-def]
+    fresh_pch.prelude = True
+    return fresh_pch
 
 
 @pytest.mark.nvrtc

@@ -173,19 +173,6 @@ def test_verdicts_outlive_the_process_and_a_negative_one_stops_writing(tmp_path,
 SMALL = "// generated\n#include <cuda/std/cstdint>  // a small header: about a second per compile\n"
 
 
-@pytest.fixture
-def fresh_pch(tmp_path, monkeypatch):
-    pytest.importorskip("cuda.bindings")
-    pytest.importorskip("cutlass_library")
-    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv(rc.PCH_ENV, "1")
-    state = rc._Pch()
-    monkeypatch.setattr(rc, "_PCH", state)
-    yield state
-    if state.store is not None:
-        state.store.close()
-
-
 @pytest.mark.nvrtc
 def test_header_written_then_read_and_errors_still_map_to_tl(fresh_pch, monkeypatch) -> None:
     outcomes: list[str | None] = []

@@ -22,10 +22,10 @@ def test_each_edit_is_a_different_score_line() -> None:
 
 def test_saves_are_timed_to_their_own_result(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TL_WORKER_FAKE", "delay=0.2,rel-l2=1e-3,tflops=100")
-    args = argparse.Namespace(file=ll.DEFAULT_FILE, target="sm_90", saves=2, json=None)
+    args = argparse.Namespace(file=ll.DEFAULT_FILE, target="sm_90", saves=3, json=None)
     result = asyncio.run(asyncio.wait_for(ll.run(args), 60))
     saves = result["saves"]
-    assert [s["save"] for s in saves] == [1, 2]
+    assert [s["save"] for s in saves] == [1, 2, 3]
     assert all(s["seconds"] >= 0.2 and s["kind"] == "verify" for s in saves)
     assert all("rel-L2" in s["summary"] for s in saves), saves
     out = ll.table(result)
