@@ -181,7 +181,7 @@ def test_fma_exps_out_of_range_is_tl307_and_hover_documents_it():
 def test_the_key_block_range_is_found_by_bisection_or_eight_classes_a_step():
     window = _sm90_source((ROOT / "examples/variants/sliding_window.tl").read_text())
     assert "auto blocks_empty = [&](int n_first, int n_end) -> bool" in window
-    assert "n_block_max = next_block(n_block_max) + 1;" in window  # the empty suffix: next_block's run
+    assert "if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;" in window
     assert "if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;" in window
     # the gap between a window and its sink tokens: crossed by bisection over the run's union too
     assert "if (blocks_empty(mid, n + 1)) hi = mid; else lo = mid + 1;" in window

@@ -422,10 +422,13 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
         else:
             w.comment("the range: the longest empty runs of key blocks at both ends by bisection (one")
             w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
-            w.comment("passes it passes it shortened), then the blocks only a test of their own proves")
-            w.comment("empty; the empty suffix is the run next_block crosses from n_block_max")
-            w.line("n_block_max = next_block(n_block_max) + 1;")
-            w.line("int n_lo = n_block_min, n_hi = n_block_max;  // the empty prefix's end, in [n_lo, n_hi]")
+            w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
+            w.line("int n_lo = n_block_min, n_hi = n_block_max;  // the empty suffix starts in [n_lo, n_hi]")
+            with w.block("while (n_lo < n_hi)"):
+                w.line("const int mid = (n_lo + n_hi) / 2;")
+                w.line("if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;")
+            w.line("n_block_max = n_lo;")
+            w.line("n_lo = n_block_min;  // the empty prefix's end, in [n_lo, n_hi]")
             with w.block("while (n_lo < n_hi)"):
                 w.line("const int mid = (n_lo + n_hi + 1) / 2;")
                 w.line("if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;")
