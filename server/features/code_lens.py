@@ -20,7 +20,8 @@ def _num(x: Any, fmt: str) -> str:
 
 
 def result_text(result: dict[str, Any] | None) -> str:
-    """`✓ rel-L2 2.1e-3 · 583 TFLOPS · 0.97× cuDNN · 1.7× FA2 (H200)`, a failure, or "not verified yet"."""
+    """`✓ rel-L2 2.1e-3 · 583 TFLOPS · 0.97× cuDNN · 1.7× FA2 · NVRTC 8.7 s (H200)`, a failure, or "not
+    verified yet"."""
     if not result:
         return "not verified yet"
     status = result.get("status")
@@ -34,6 +35,9 @@ def result_text(result: dict[str, Any] | None) -> str:
             for key, label in (("vs_cudnn", "cuDNN"), ("vs_fa2", "FA2")):
                 if isinstance(result.get(key), int | float):
                     parts.append(f"{result[key]:.2g}× {label}")
+            secs = result.get("compile_seconds")
+            if isinstance(secs, int | float):  # the save's wait, beside what it bought (issue 21)
+                parts.append(f"NVRTC {secs:.1f} s")
             return " · ".join(parts) + where
         if result.get("compiled"):
             secs = result.get("compile_seconds")

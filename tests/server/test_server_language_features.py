@@ -245,6 +245,8 @@ def test_code_lens_text_for_results() -> None:
         "device": "H200",
     }
     assert result_text(ok) == "✓ rel-L2 2.1e-03 · 583 TFLOPS · 0.97× cuDNN · 1.7× FA2 (H200)"
+    timed = {**ok, "compile_seconds": 8.74}  # a verified save keeps showing what its compile took
+    assert result_text(timed) == "✓ rel-L2 2.1e-03 · 583 TFLOPS · 0.97× cuDNN · 1.7× FA2 · NVRTC 8.7 s (H200)"
     compiled = {"status": "ok", "compiled": True, "compile_seconds": 31.2, "gpu": "no CUDA device"}
     assert result_text(compiled) == "✓ compiles (NVRTC in 31.2 s) · not verified: no CUDA device"
     failed = {
