@@ -267,6 +267,15 @@ def fma_predicate(fma_exps: int, col: str = "c") -> str:
     return f"(({col}) & 7) < {fma_exps}" if " " in col else f"({col} & 7) < {fma_exps}"
 
 
+def emit_block_rectangle(w: CodeWriter, first: str = "n_block", end: str = "(n_block + 1)") -> None:
+    """`q_lo`…`q_hi` × `kv_lo`…`kv_hi`: the tile's rows and key blocks [first, end), inclusive and clipped
+    to the lengths, as `kernel_ir.passes`' interval arithmetic names them (Q_LO … KV_HI)."""
+    w.line("const int q_lo = m_block * kBlockM;")
+    w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+    w.line(f"const int kv_lo = {first} * kBlockN;")
+    w.line(f"const int kv_hi = min(seqlen_k, {end} * kBlockN) - 1;")
+
+
 def emit_score_lambda(
     w: CodeWriter,
     reg: Regions,
@@ -295,10 +304,7 @@ def emit_score_lambda(
             return
         w.comment("the block's rectangle of rows and keys: where a clamp of the score saturates on all of")
         w.comment("it, the clamp's bound stands in (a table read at the clamped index: once a block)")
-        w.line("const int q_lo = m_block * kBlockM;")
-        w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-        w.line("const int kv_lo = n_block * kBlockN;")
-        w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+        emit_block_rectangle(w)
         for i, sat in enumerate(sats):
             head = "if" if i == 0 else "} else if"
             w.line(f"{head} ({reg.c(sat.when)}) {{  // {_note(sat.node)} = {_note(sat.bound)}")
@@ -440,20 +446,14 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
 def _interval_class(w: CodeWriter, reg: Regions, bc: passes.BlockClass, tag_line: int | None) -> None:
     note = "which key blocks the masks empty, cut or keep whole (interval arithmetic)"
 
-    def rectangle(first: str, end: str) -> None:
-        w.line("const int q_lo = m_block * kBlockM;")
-        w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-        w.line(f"const int kv_lo = {first} * kBlockN;")
-        w.line(f"const int kv_hi = min(seqlen_k, {end} * kBlockN) - 1;")
-
     with w.tl(tag_line, note), w.block("auto block_class = [&](int n_block) -> int", "};"):
-        rectangle("n_block", "(n_block + 1)")
+        emit_block_rectangle(w)
         w.line(f"if ({reg.c(bc.never)}) return 0;")
         w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
     with w.tl(tag_line), w.block("auto blocks_empty = [&](int n_first, int n_end) -> bool", "};"):
         w.comment("key blocks [n_first, n_end) keep no score: the same test over their union")
         w.line("if (n_first >= n_end) return true;")
-        rectangle("n_first", "n_end")
+        emit_block_rectangle(w, "n_first", "n_end")
         w.line(f"return {reg.c(bc.never)};")
 
 
@@ -505,10 +505,7 @@ def emit_block_mask_kernel(
                 "(static_cast<long long>(blockIdx.z) * gridDim.y + m_block) * gridDim.x + n_block;"
             )
             reg.hoist(w, masks, "uniform", prefix="tl_u")
-            w.line("const int q_lo = m_block * kBlockM;")
-            w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-            w.line("const int kv_lo = n_block * kBlockN;")
-            w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+            emit_block_rectangle(w)
             with w.block(f"if ({reg.c(bc.never)})"):
                 w.line("if (threadIdx.x == 0) *out = 0;")
                 w.line("return;  // uniform: every thread takes it")

@@ -38,7 +38,7 @@ from runner.abi import (
     backward_program_params,
 )
 from translator.backends.arch import ELEMENT, arch_facts
-from translator.backends.regions import Regions, emit_region_helpers
+from translator.backends.regions import Regions, emit_block_rectangle, emit_region_helpers
 from translator.backends.row_helpers import emit_row_helpers
 from translator.backends.sm80_bwd_rows import (
     LOG2E,
@@ -736,10 +736,7 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
             w.comment("masks over per-token side tensors: every block is evaluated per score")
             w.line("return 1;")
             return
-        w.line("const int q_lo = m_block * kBlockM;")
-        w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-        w.line("const int kv_lo = n_block * kBlockN;")
-        w.line("const int kv_hi = min(seqlen_k, (n_block + 1) * kBlockN) - 1;")
+        emit_block_rectangle(w)
         w.line(f"if ({reg.c(bc.never)}) return 0;")
         w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
 
