@@ -192,12 +192,12 @@ def rendered_score(score: Expr, *, softmax: bool) -> Expr | None:
     """The per-score value the backends render, reassociated and separated: in log2 units under a softmax,
     or None when the score is `s · m` with m uniform and the softmax folds m · log2(e) into its FFMA on raw
     scores."""
-    score = reassociate(score)
-    if not softmax:
-        return reassociate(separate(reassociate(lower_transcendentals(score))))
-    if scale_of(score) is not None:
-        return None
-    return reassociate(separate(reassociate(log2_score(lower_transcendentals(score)))))
+    score = lower_transcendentals(reassociate(score))
+    if softmax:
+        if scale_of(score) is not None:
+            return None
+        score = log2_score(score)
+    return reassociate(separate(reassociate(score)))
 
 
 @dataclass(frozen=True, slots=True)
