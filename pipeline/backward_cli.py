@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
-import math
-from typing import Any
 
 from pipeline.backward import BackwardBuild, BackwardBuildError, translate_backward
 from pipeline.cli import EXIT_FAILED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, _err, _out
@@ -86,10 +83,8 @@ def cmd_bench_backward(args: argparse.Namespace) -> int:
     program (the plain forward, no mask or causal), same process, balanced order."""
     import torch
 
-    from runner.backward import backward
+    from pipeline.backward_bench import CANDIDATES, backward_tflops
     from runner.backward_verify import verify_backward
-    from runner.bench import time_interleaved
-    from runner.flops import attention_flops, tflops
     from runner.verify import Shape
 
     build = _load(args)
@@ -103,101 +98,16 @@ def cmd_bench_backward(args: argparse.Namespace) -> int:
     except ValueError:
         _err(f"--seqlens: expected comma-separated integers, got {args.seqlens!r}")
         return EXIT_USAGE
-    plain = spec.program is None and spec.mask in ("none", "causal")
-    d = spec.head_dim
-    _out(f"{'seqlen':>7} {'batch':>5} " + " ".join(f"{n:>12}" for n in ("tl", "sdpa-flash", "sdpa-cudnn")))
+    _out(f"{'seqlen':>7} {'batch':>5} " + " ".join(f"{n:>12}" for n in CANDIDATES))
     for s in seqlens:
         b, h = max(1, 16384 // s), 16
         res = verify_backward(loaded, Shape(b, h, h, s, s))
         _out(res.line())
         if not res.passed:
             status = EXIT_FAILED
-        q, k, v, do = (torch.randn(b, s, h, d, device="cuda").to(q_dtype(spec.dtype)) for _ in range(4))
-        scale = 1.0 / math.sqrt(d)
-        causal = spec.mask == "causal"
-        extras = _side(spec, b, h, s)
-        o, lse = _forward_reference_outputs(spec, q, k, v, scale, extras)
-        cands: dict[str, Any] = {
-            "tl": functools.partial(
-                _drop_index, backward, loaded, q, k, v, o, lse, do, softmax_scale=scale, extras=extras
-            )
-        }
-        if plain:
-            cands.update(_sdpa_backward(q, k, v, do, causal, scale))
-        timings = time_interleaved(cands, target_s=1.0)
-        flops = 2.5 * attention_flops(b, h, s, s, d, mask=spec.mask if spec.mask != "window" else "none")
-        cells = []
-        for name in ("tl", "sdpa-flash", "sdpa-cudnn"):
-            t = timings.get(name)
-            cells.append(
-                f"{tflops(flops, t.median_ms / 1e3):9.1f} TF"
-                if t is not None and not isinstance(t, Exception)
-                else f"{'n/a':>12}"
-            )
+        rates = backward_tflops(loaded, b, h, s, s)
+        cells = [f"{r:9.1f} TF" if (r := rates[n]) is not None else f"{'n/a':>12}" for n in CANDIDATES]
         _out(f"{s:>7} {b:>5} " + " ".join(cells))
-    _out(f"backward TFLOPS (2.5x forward FLOPs), {spec.dtype}, d {d}, {torch.cuda.get_device_name()}")
+    gpu = torch.cuda.get_device_name()
+    _out(f"backward TFLOPS (2.5x forward FLOPs), {spec.dtype}, d {spec.head_dim}, {gpu}")
     return status
-
-
-def _drop_index(fn: Any, *args: Any, **kw: Any) -> Any:
-    """`fn(*args, **kw)` as a timing callable `run(i)` (the run index comes last and is ignored)."""
-    return fn(*args[:-1], **kw)
-
-
-def q_dtype(name: str) -> Any:
-    from runner.launch import torch_dtype
-
-    return torch_dtype(name)
-
-
-def _side(spec: Any, b: int, h: int, s: int) -> dict[str, Any]:
-    if not spec.program:
-        return {}
-    from kernel_ir.program import Forward
-    from runner.ir_reference import make_side_tensors
-
-    return make_side_tensors(
-        Forward.from_dict(spec.program), batch=b, heads=h, heads_kv=h, seqlen_q=s, seqlen_k=s, device="cuda"
-    )
-
-
-def _forward_reference_outputs(
-    spec: Any, q: Any, k: Any, v: Any, scale: float, extras: dict[str, Any]
-) -> tuple[Any, Any]:
-    import torch
-
-    from kernel_ir.program import CAUSAL_MASK, PLAIN_SCORE, Forward
-    from runner.ir_reference import forward_reference
-
-    masks = (CAUSAL_MASK,) if spec.mask == "causal" else ()
-    prog = (
-        Forward.from_dict(spec.program)
-        if spec.program
-        else Forward(PLAIN_SCORE, masks, header_mask=spec.mask)
-    )
-    o, lse = forward_reference(prog, q, k, v, softmax_scale=scale, tensors=extras)
-    return o.to(q.dtype), (lse.float().contiguous() if lse is not None else torch.zeros(1, device=q.device))
-
-
-def _sdpa_backward(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float) -> dict[str, Any]:
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention
-
-    out: dict[str, Any] = {}
-    for name, backend in (
-        ("sdpa-flash", SDPBackend.FLASH_ATTENTION),
-        ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
-    ):
-        leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
-        try:
-            with sdpa_kernel([backend]):
-                o = scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
-        except RuntimeError:
-            continue
-
-        def run(i: int, o: Any = o, leaves: Any = leaves) -> Any:
-            return torch.autograd.grad(o, leaves, do.transpose(1, 2), retain_graph=True)
-
-        out[name] = run
-    return out
