@@ -6,14 +6,18 @@ mask on the packed batch, in one process and in the balanced order of `runner.be
 
 Causal within each sequence, GQA 32/8, head dim 128, bf16; lengths log-uniform in [64, 8192] until about
 `--tokens` tokens. Candidates:
-- tl-varlen: examples/inference/varlen_prefill.tl built for sm_90 (the cp.async + mma.sync kernel);
+- tl-varlen: examples/inference/varlen_prefill.tl built for sm_90 (the TMA + wgmma skeleton with the
+  inference ABI) with BN 128; `tl-varlen BN=n` the same with the key tile of `--block-n` (an A/B);
+- tl-varlen-sm80: the file as written (Target sm_80: the inference backend's cp.async + mma.sync kernel,
+  run through PTX);
 - tl-padded: examples/causal_mha_fwd.tl (the same BM 128, BN 64, 4 warps, 2 stages) on the batch padded
   to its longest sequence, built for sm_80 (the same mma.sync code, run through PTX);
 - tl-padded-sm90: the same file built for sm_90 (TMA + wgmma), for scale;
 - flex (--flex): FlexAttention with a causal document mask over the packed batch (block mask built once,
   outside the timing).
 Useful FLOPs: 4 · d · heads · Σ s (s + 1) / 2. Each candidate's output on the sequences is compared with
-tl-varlen's before it is timed.
+tl-varlen's before it is timed (the kernels themselves are verified against the TL reference by
+benchmarks/verify_decode.py).
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--flex", action="store_true")
     ap.add_argument("--target-s", type=float, default=1.0)
+    ap.add_argument("--block-n", default="64,160", help="key tiles of the sm_90 varlen A/B, comma-separated")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
 
     import torch
 
+    from benchmarks.variant_cases import with_param
     from pipeline.build import translate_text
     from runner.bench import time_interleaved
     from runner.compile import CompileError, CompileJob, compile_many
@@ -63,10 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     batch, total, longest = len(lens), sum(lens), max(lens)
     useful = 4 * D * HEADS * sum(s * (s + 1) / 2 for s in lens)
     causal = (ROOT / "examples" / "causal_mha_fwd.tl").read_text()
-    texts = {
-        "tl-varlen": re.sub(
-            r"(?m)^Target .*$", "Target sm_90", (ROOT / "examples/inference/varlen_prefill.tl").read_text()
-        ),
+    packed = (ROOT / "examples/inference/varlen_prefill.tl").read_text()
+    packed_sm90 = re.sub(r"(?m)^Target .*$", "Target sm_90", packed)
+    texts = {"tl-varlen": with_param(packed_sm90, "BN", "128")}
+    for bn in filter(None, args.block_n.split(",")):
+        texts[f"tl-varlen BN={bn}"] = with_param(packed_sm90, "BN", bn)
+    texts |= {
+        "tl-varlen-sm80": packed,
         "tl-padded": causal,
         "tl-padded-sm90": re.sub(r"(?m)^Target .*$", "Target sm_90", causal),
     }
@@ -99,17 +108,11 @@ def main(argv: list[str] | None = None) -> int:
 
     qp, kp, vp = padded(q), padded(k), padded(v)
     fns = {}
-    if "tl-varlen" in loaded:
-        fns["tl-varlen"] = lambda i: decode_attention(
-            loaded["tl-varlen"],
-            q,
-            k,
-            v,
-            cu_seqlens_q=cu,
-            cu_seqlens_k=cu,
-            max_seqlen_q=longest,
-            max_seqlen_k=longest,
-        )[0]
+    for name, kernel in loaded.items():
+        if name.startswith("tl-varlen"):
+            fns[name] = lambda i, L=kernel: decode_attention(
+                L, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest
+            )[0]
     for name in ("tl-padded", "tl-padded-sm90"):
         if name in loaded:
             fns[name] = lambda i, L=loaded[name]: attention(L, qp, kp, vp)[0]
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
           f"GQA {HEADS}/{HEADS_KV}, d {D}, bf16, {gpu}, {time.strftime('%Y-%m-%d')}")  # fmt: skip
     rows = []
     base = times.get("tl-padded")
+    flex_t = times.get("flex")
     for name, t in times.items():
         if isinstance(t, Exception):
             print(f"  {name}: {type(t).__name__}: {t}")
@@ -156,10 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         ratio = (
             base.median_ms / t.median_ms if base is not None and not isinstance(base, Exception) else math.nan
         )
+        vs_flex = (
+            flex_t.median_ms / t.median_ms
+            if flex_t is not None and not isinstance(flex_t, Exception)
+            else math.nan
+        )
         rows.append({"candidate": name, "ms": t.median_ms, "useful_TFLOPS": useful / t.median_ms / 1e9,
-                     "vs_tl_padded": ratio, "spread": t.spread})  # fmt: skip
-        print(f"{name:16s} {t.median_ms:8.3f} ms {useful / t.median_ms / 1e9:7.1f} TFLOPS (useful) "
-              f"{ratio:6.3f}x tl-padded  spread {t.spread:.3f}")  # fmt: skip
+                     "vs_tl_padded": ratio, "vs_flex": vs_flex, "spread": t.spread})  # fmt: skip
+        print(f"{name:18s} {t.median_ms:8.3f} ms {useful / t.median_ms / 1e9:7.1f} TFLOPS (useful) "
+              f"{ratio:6.3f}x tl-padded {vs_flex:6.3f}x flex  spread {t.spread:.3f}")  # fmt: skip
     if args.json:
         result = {"gpu": gpu, "date": time.strftime("%Y-%m-%d"), "lengths": lens, "rows": rows}
         Path(args.json).write_text(json.dumps(result, indent=1))

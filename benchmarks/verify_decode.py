@@ -6,10 +6,11 @@ reference evaluated from their own kernel IR; print a table, write JSON.
 Each kernel is rebuilt with its Target set to sm_80 (run through PTX) and sm_90, and its Dtype to each
 dtype; everything compiles in parallel first. Beside the three examples: the paged decode with 16- and
 256-token pages, with ALiBi (one query head per tile, `pack_gqa = 0`, a per-head side tensor) and the
-varlen prefill with an extra sliding-window mask expression, so the variants' regions run in the
-inference skeleton. Cases: ragged batches with empty sequences, lengths around the page and block
-sizes, pages in random order, NaN everywhere the kernel must not read, NaN-poisoned outputs, GQA groups 4
-and 7, automatic and forced split counts, normal and ×8 inputs, every element.
+varlen prefill with BN 128 (the tile benchmarks/varlen.py times on sm_90) and with an extra
+sliding-window mask expression, so the variants' regions run in the inference skeletons (on sm_90 the
+packed prefill is the TMA + wgmma kernel). Cases: ragged batches with empty sequences, lengths around
+the page and block sizes, pages in random order, NaN everywhere the kernel must not read, NaN-poisoned
+outputs, GQA groups 4 and 7, automatic and forced split counts, normal and ×8 inputs, every element.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def derived(name: str, text: str) -> str:
         text = re.sub(r"(?m)^Param pack_gqa = 1", "Param pack_gqa = 0", text)
         text = text.replace("\nCopy Q (BM, d)", "\n" + ALIBI[0] + "\nCopy Q (BM, d)", 1)
         return text.replace("    Compute Softmax S", ALIBI[1] + "    Compute Softmax S", 1)
+    if name == "varlen_prefill_bn128":  # the tile benchmarks/varlen.py times on sm_90
+        return re.sub(r"(?m)^Param BN = \d+", "Param BN = 128", text)
     if name == "varlen_prefill_window":
         return text.replace(
             "    Compute Softmax S", "    Compute Mask S, kv_idx >= q_idx - 200\n    Compute Softmax S", 1
@@ -51,6 +54,7 @@ KERNELS = {  # name → the example it derives from
     "paged_decode_alibi": "paged_decode",
     "spec_decode": "spec_decode",
     "varlen_prefill": "varlen_prefill",
+    "varlen_prefill_bn128": "varlen_prefill",
     "varlen_prefill_window": "varlen_prefill",
 }
 
@@ -77,7 +81,11 @@ def cases(name: str) -> list:
             C(14, 2, (40, 4097), seqlen_q=(24,)),
         ]
     lens = (1, 0, 17, 300, 1000, 129)
-    return [C(4, 2, lens, seqlen_q=lens), C(7, 1, (129, 64, 4097), seqlen_q=(129, 64, 4097))]
+    return [
+        C(4, 2, lens, seqlen_q=lens),
+        C(7, 1, (129, 64, 4097), seqlen_q=(129, 64, 4097)),
+        C(8, 2, (300, 5, 1000, 77), seqlen_q=(100, 5, 999, 0)),  # fewer queries than keys (bottom-right)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

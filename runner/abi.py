@@ -50,6 +50,9 @@ ATTENTION_PARAMS: tuple[tuple[str, str, str], ...] = (
 # After ATTENTION_PARAMS, a TMA kernel (sm_90) takes one `CUtensorMap` per tensor, 128 bytes by value
 # (`const __grid_constant__ cute::TmaDescriptor`), describing Q, K, V and O to the Tensor Memory Accelerator.
 TMA_PARAMS: tuple[str, ...] = ("tma_q", "tma_k", "tma_v", "tma_o")
+TMA_ABI: tuple[tuple[str, str, str], ...] = tuple(
+    (n, "const __grid_constant__ cute::TmaDescriptor", "tensormap") for n in TMA_PARAMS
+)
 
 
 def program_params(program: dict | None) -> tuple[tuple[str, str, str], ...]:
@@ -163,8 +166,9 @@ class LaunchSpec:
 
     @property
     def uses_tma(self) -> bool:
-        """The kernel takes TMA descriptors after the attention ABI's parameters."""
-        n = len(ATTENTION_PARAMS)
+        """The kernel takes TMA descriptors after its ABI's parameters (the attention ABI's, or the inference
+        ABI's for a packed prefill on sm_90)."""
+        n = len(INFERENCE_PARAMS if self.inference else ATTENTION_PARAMS)
         return self.params[n : n + len(TMA_PARAMS)] == TMA_PARAMS
 
     @property

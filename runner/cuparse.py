@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec
+from runner.abi import ATTENTION_PARAMS, INFERENCE_PARAMS, TMA_ABI, LaunchSpec
 
 # ABI classes of the C types the kernel ABI uses, with the spellings a hand edit may use for each.
 _INT32 = {"int", "int32_t", "signed int", "signed"}
@@ -93,8 +93,8 @@ _ABI_CLASS_OF_NUMPY = {
 def expected_params(spec: LaunchSpec | None = None) -> tuple[tuple[str, str, str], ...]:
     """(name, C type, class) of the entry point's parameters: the attention ABI, then the TMA descriptors
     when `spec` lists them."""
-    tma = tuple((n, "const __grid_constant__ cute::TmaDescriptor", "tensormap") for n in TMA_PARAMS)
-    return ATTENTION_PARAMS + (tma if spec is not None and spec.uses_tma else ())
+    base = INFERENCE_PARAMS if spec is not None and spec.inference else ATTENTION_PARAMS
+    return base + (TMA_ABI if spec is not None and spec.uses_tma else ())
 
 
 def find_entry_points(source: str) -> list[EntryPoint]:

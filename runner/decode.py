@@ -22,7 +22,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec, program_params
+from runner.abi import (
+    COMBINE_PARAMS,
+    COMBINE_THREADS,
+    INFERENCE_PARAMS,
+    TMA_ABI,
+    TMA_PARAMS,
+    LaunchSpec,
+    program_params,
+)
 from runner.launch import LaunchError, LoadedKernel, program_args, sm_count, torch_dtype
 from runner.struct_launch import StructLauncher
 
@@ -245,8 +253,11 @@ class _Plan:
             values.update(self.tail(extras))
         stream = _stream_handle(self.device)
         spec = self.loaded.spec
+        maps = _tensor_maps(spec, q, k, v, o) if spec.uses_tma else ()
         with self.lock:  # the argument structs are shared by every thread calling this signature
             self.main.set(values)
+            for name, tensor_map in zip(TMA_PARAMS, maps, strict=False):
+                self.main.set_tensor_map(name, tensor_map)
             self.main.fire(self.grid, spec.threads, spec.shared_bytes, stream)
             if self.combine is not None:
                 self.combine.set({"o_accum": values["o_accum"], "lse_accum": values["lse_accum"],
@@ -386,7 +397,9 @@ def _plan(
             return {n: value.item() for n, (_, value) in zip(names, args, strict=True)}
 
         tail(extras)  # the side tensors and scalars are checked before anything is cached
-    main = StructLauncher(loaded.kernel, INFERENCE_PARAMS + program_params(spec.program))
+    main = StructLauncher(
+        loaded.kernel, INFERENCE_PARAMS + (TMA_ABI if spec.uses_tma else ()) + program_params(spec.program)
+    )
     main.set(values)
     combine = None
     if splits > 1:
@@ -404,6 +417,19 @@ def _plan(
         accum_numel=accum, dtype=dtype, device=device, empty=batch == 0 or total_q == 0 or heads == 0,
         used=(bool(page), not varlen and cache_seqlens is not None, varlen, varlen), tail=tail,
     )  # fmt: skip
+
+
+def _tensor_maps(spec: LaunchSpec, q: Any, k: Any, v: Any, o: Any) -> list[Any]:
+    """TMA descriptors of a packed prefill's (total, heads, d) tensors, each seen as one (1, total, heads,
+    d) batch (the kernel offsets rows by cu_seqlens itself); cached by address and layout."""
+    from runner import tma
+
+    try:
+        return tma.cached_tensor_maps(
+            *(t.unsqueeze(0) for t in (q, k, v, o)), block_m=spec.block_m, block_n=spec.block_n
+        )
+    except tma.TmaError as exc:
+        raise LaunchError(f"{spec.kernel_name}: {exc}") from None
 
 
 def _strides(t: Any) -> tuple[int, int, int]:

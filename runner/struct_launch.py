@@ -13,11 +13,13 @@ import ctypes
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+TENSOR_MAP_BYTES = 128  # a CUtensorMap, passed by value (`const __grid_constant__ cute::TmaDescriptor`)
 _CTYPES: dict[str, Any] = {
     "uintp": ctypes.c_uint64,
     "int32": ctypes.c_int32,
     "int64": ctypes.c_int64,
     "float32": ctypes.c_float,
+    "tensormap": ctypes.c_ubyte * TENSOR_MAP_BYTES,
 }
 
 
@@ -46,6 +48,11 @@ class StructLauncher:
         args = self.args
         for name, value in values.items():
             setattr(args, name, value)
+
+    def set_tensor_map(self, name: str, tensor_map: Any) -> None:
+        """Copy a cuda.bindings `CUtensorMap` into the field `name` (a "tensormap" parameter)."""
+        offset = getattr(type(self.args), name).offset
+        ctypes.memmove(ctypes.addressof(self.args) + offset, int(tensor_map.getPtr()), TENSOR_MAP_BYTES)
 
     def fire(self, grid: tuple[int, int, int], block: int, shared_bytes: int, stream_handle: int) -> None:
         """Launch with the fields as they are now."""

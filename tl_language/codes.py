@@ -139,10 +139,12 @@ _TABLE: list[Code] = [
     Code("TL131", "inference-target", E, "An inference Param on a target without `cp.async` (sm_75).",
          "Split-KV decode, paged KV and packed batches read K and V row by row with `cp.async` (each row "
          "may come from another page or sequence): use Target sm_80 or newer."),
-    Code("TL132", "varlen-combination", E, "`Param varlen = 1` together with `splits` or `page_size`.",
+    Code("TL132", "varlen-combination", E,
+         "`Param varlen = 1` together with `splits`, `page_size` or `persistent = 1`.",
          "A packed prefill batch reads contiguous K and V and already fills the GPU with query tiles; "
-         "split-KV and paged KV are decode features. Write a decode kernel without `varlen`, or a "
-         "prefill without `splits` and `page_size`."),
+         "split-KV and paged KV are decode features, and the persistent tile walk knows one sequence "
+         "length. Write a decode kernel without `varlen`, or a prefill without `splits`, `page_size` and "
+         "`persistent`."),
     Code("TL133", "packed-gqa-head-index", E,
          "A score expression reads `head_idx` while `pack_gqa` packs several query heads into one tile.",
          "With packed GQA the rows of one tile belong to different query heads, so the score region "

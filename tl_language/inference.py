@@ -56,6 +56,12 @@ class Inference:
     pack_gqa: bool
     varlen: bool
 
+    @property
+    def packed_prefill(self) -> bool:
+        """A packed batch with one block per query tile and contiguous K/V: prefill, bound by the tensor
+        cores rather than by memory, so sm_90 builds it on the wgmma skeleton."""
+        return self.varlen and self.splits == 1 and not self.page_size and not self.pack_gqa
+
 
 def inference_of(model: Model) -> Inference | None:
     """The file's inference settings, or None when it sets none of the inference Params (a holed or

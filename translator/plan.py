@@ -79,6 +79,16 @@ class KernelPlan:
     def threads(self) -> int:
         return 32 * self.warps
 
+    @property
+    def inference_kernel(self) -> bool:
+        """Built by the inference backend (cp.async + mma.sync on every target): decode, paged KV and
+        packed GQA. A packed prefill on sm_90 is the Hopper skeleton's, with the inference ABI, unless its
+        masks need a launch-time block mask (which a packed batch does not build; the mma.sync kernel
+        masks per score)."""
+        inf = self.inference
+        hopper = self.compute_capability >= (9, 0) and not self.ir.block_mask
+        return inf is not None and not (hopper and inf.packed_prefill)
+
     def step(self, kind: str) -> Step | None:
         return next((s for s in self.steps if s.kind == kind), None)
 
@@ -155,7 +165,7 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         ir=ir,
         inference=inference_of(model),
     )
-    if target.wgmma and plan.inference is None:
+    if target.wgmma and not plan.inference_kernel:
         _check_hopper(plan, model, m)
     else:
         _check_supported(plan, model, m)

@@ -179,3 +179,17 @@ def test_generated_sm90_kernel_and_its_spec_load(tmp_path: Path) -> None:
     _, loaded_spec, entry = load_cuda_file(tmp_path / "mha_fwd.cu")
     assert loaded_spec == spec and loaded_spec.uses_tma
     assert len(entry.params) == len(ATTENTION_PARAMS) + 4
+
+
+def test_generated_sm90_packed_prefill_and_its_spec_load(tmp_path: Path) -> None:
+    """The wgmma packed prefill takes the inference ABI, then the four TMA descriptors."""
+    from pipeline.build import translate_text
+    from runner.abi import INFERENCE_PARAMS
+
+    path = Path(__file__).parents[2] / "examples" / "inference" / "varlen_prefill.tl"
+    t = translate_text(path.read_text().replace("Target sm_80", "Target sm_90"), Path("varlen_prefill.tl"))
+    (tmp_path / "varlen_prefill.cu").write_text(t.source)
+    (tmp_path / "varlen_prefill.launch.json").write_text(t.spec.to_json())
+    _, loaded_spec, entry = load_cuda_file(tmp_path / "varlen_prefill.cu")
+    assert loaded_spec == t.spec and loaded_spec.uses_tma
+    assert [p.name for p in entry.params] == [p[0] for p in INFERENCE_PARAMS] + [f"tma_{x}" for x in "qkvo"]

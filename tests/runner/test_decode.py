@@ -109,7 +109,8 @@ class _FakeDriver:
 
         types = self.types[handle]
         pointers = (ctypes.c_void_p * len(types)).from_address(params)
-        values = [t.from_address(p).value for t, p in zip(types, pointers, strict=True)]
+        fields = [t.from_address(p) for t, p in zip(types, pointers, strict=True)]
+        values = [getattr(f, "value", None) if hasattr(f, "value") else bytes(f) for f in fields]
         self.launches.append((handle, (gx, gy, gz), bx, values))
         return (0,)
 
@@ -123,8 +124,8 @@ def _loaded(inference: dict, **spec_kw: Any) -> Any:
 
     spec = LaunchSpec(
         kernel_name="k", block_m=16, threads=32, shared_bytes=69632, dtype="bf16", head_dim_qk=64,
-        head_dim_v=64, mask="none", arch="sm_80", params=tuple(p[0] for p in INFERENCE_PARAMS),
-        inference=inference, **{"block_n": 64, **spec_kw},
+        head_dim_v=64, mask="none", inference=inference,
+        **{"block_n": 64, "arch": "sm_80", "params": tuple(p[0] for p in INFERENCE_PARAMS), **spec_kw},
     )  # fmt: skip
     compiled: Any = None  # never compiled: the launch is recorded, not run
     return LoadedKernel(spec=spec, compiled=compiled, kernel="main", device_id=0, load_seconds=0.0,
@@ -275,3 +276,51 @@ def test_the_key_block_rule_leaves_other_tiles_alone() -> None:
     assert preferred_block_n(varlen.spec, 64, 1, 32, 8, 132) == 64
     wide = _loaded(PAGED | {"splits": 0}, block_n=128)
     assert preferred_block_n(wide.spec, 64, 1, 32, 8, 132) == 128
+
+
+def test_a_packed_prefill_on_sm90_passes_its_tensor_maps_after_the_abi(
+    fake_driver: _FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wgmma packed prefill (`LaunchSpec.uses_tma` with the inference ABI): the launch struct carries
+    one 128-byte descriptor per tensor after INFERENCE_PARAMS, copied from the encoded maps."""
+    import ctypes
+
+    import runner.decode as decode
+    from runner.abi import INFERENCE_PARAMS, TMA_PARAMS
+    from runner.struct_launch import TENSOR_MAP_BYTES
+
+    blobs = [(ctypes.c_ubyte * TENSOR_MAP_BYTES)(*([i + 1] * TENSOR_MAP_BYTES)) for i in range(4)]
+
+    class _Map:
+        def __init__(self, blob: Any) -> None:
+            self.blob = blob
+
+        def getPtr(self) -> int:
+            return ctypes.addressof(self.blob)
+
+    seen: list[tuple] = []
+
+    def fake_maps(spec: Any, q: Any, k: Any, v: Any, o: Any) -> list[Any]:
+        seen.append(tuple(t.shape for t in (q, k, v, o)))
+        return [_Map(b) for b in blobs]
+
+    monkeypatch.setattr(decode, "_tensor_maps", fake_maps)
+    tensormap = ctypes.c_ubyte * TENSOR_MAP_BYTES
+    fake_driver.types["main"] += [tensormap] * len(TMA_PARAMS)
+    packed = {"splits": 1, "page_size": 0, "pack_gqa": False, "varlen": True, "combine": None}
+    loaded = _loaded(packed, params=tuple(p[0] for p in INFERENCE_PARAMS) + TMA_PARAMS, arch="sm_90a")
+    assert loaded.spec.uses_tma
+    total, heads, heads_kv = 300, 8, 2
+    q = torch.randn(total, heads, 64).to(torch.bfloat16)
+    k = torch.randn(total, heads_kv, 64).to(torch.bfloat16)
+    cu = torch.tensor([0, 17, 17, 300], dtype=torch.int32)
+    o, lse = decode.decode_attention(loaded, q, k, k, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    assert o.shape == (total, heads, 64) and lse.shape == (heads, total)
+    (launch,) = fake_driver.launches
+    _, grid, _, args = launch
+    assert grid == (math.ceil(283 / 16), 3, heads)  # the longest sequence's query blocks, batch, heads
+    n = len(INFERENCE_PARAMS)
+    named = dict(zip((p[0] for p in INFERENCE_PARAMS), args[:n], strict=True))
+    assert named["cu_seqlens_q"] == cu.data_ptr() and named["max_seqlen_q"] == 283
+    assert args[n:] == [bytes([i + 1] * TENSOR_MAP_BYTES) for i in range(4)]
+    assert seen == [((total, heads, 64), (total, heads_kv, 64), (total, heads_kv, 64), (total, heads, 64))]

@@ -1,6 +1,7 @@
 """The inference examples (examples/inference/*.tl) build for sm_80 and sm_90 through the inference
 backend: the mma.sync kernel with the inference ABI, paged/packed addressing as the TL asks, and a
-combine kernel where the key range may be split. (On the GPU: benchmarks/verify_decode.py.)"""
+combine kernel where the key range may be split. A packed prefill on sm_90 is the Hopper kernel with the
+inference ABI and TMA descriptors. (On the GPU: benchmarks/verify_decode.py.)"""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build import translate_text
-from runner.abi import INFERENCE_PARAMS
+from pipeline.build import BuildError, translate_text
+from runner.abi import INFERENCE_PARAMS, TMA_PARAMS
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "inference").glob("*.tl"))
 TARGETS = ("sm_80", "sm_90")
@@ -31,7 +32,9 @@ def test_example_builds_the_inference_kernel(path: Path, target: str) -> None:
     t = _translate(path, target)
     inf = t.spec.inference
     assert inf is not None
-    assert t.spec.arch == target  # sm_90 too: the cp.async + mma.sync kernel, not sm_90a's wgmma one
+    if target == "sm_90" and path.stem == "varlen_prefill":
+        pytest.skip("a packed prefill on sm_90 is the wgmma kernel's: test_packed_prefill_on_sm90_…")
+    assert t.spec.arch == target  # decode on sm_90 too: the cp.async + mma.sync kernel, not sm_90a's wgmma
     assert "wgmma" not in t.source and "SM80_16x8x16_F32BF16BF16F32_TN" in t.source
     assert t.spec.params[: len(INFERENCE_PARAMS)] == tuple(p[0] for p in INFERENCE_PARAMS)
     assert "tl::cp_async_16(" in t.source
@@ -79,3 +82,40 @@ def test_every_inference_example_compiles_for_both_targets() -> None:
         if isinstance(r, CompileError)
     ]
     assert not failed, "\n".join(failed)
+
+
+def test_packed_prefill_on_sm90_is_the_wgmma_kernel_with_the_inference_abi() -> None:
+    t = _translate(next(p for p in EXAMPLES if p.stem == "varlen_prefill"), "sm_90")
+    spec = t.spec
+    assert spec.arch == "sm_90a" and "wgmma" in t.source and "SM80_16x8x16" not in t.source
+    n = len(INFERENCE_PARAMS)
+    assert spec.params[:n] == tuple(p[0] for p in INFERENCE_PARAMS) and spec.params[n:] == TMA_PARAMS
+    assert spec.uses_tma and spec.combine_name is None
+    assert spec.inference == {"splits": 1, "page_size": 0, "pack_gqa": False, "varlen": True, "combine": None}
+    src = t.source
+    # the sequence's rows: TMA coordinates count from cu_seqlens, the batch coordinate is the one packed batch
+    assert "const int seqlen_q = cu_seqlens_q[bidb + 1] - q_start;" in src
+    assert "if (m_block * kBlockM >= seqlen_q) return;" in src
+    assert "q_start + m_block * kBlockM, bidh, 0);" in src
+    assert "k_start + n_block * kBlockN, bidh_kv, 0);" in src
+    # O: no TMA store (it would write the next sequence's rows); LSE (heads, total_q)
+    assert "SM90_TMA_STORE_4D" not in src and "if (row < rows_left)" in src
+    assert "lse + static_cast<long long>(bidh) * cu_seqlens_q[batch] + q_start;" in src
+    # the L2 sections are sized by the longest sequence (per-sequence lengths come later)
+    assert "1ll * max_seqlen_k * (kHeadDimQK + kHeadDimV)" in src
+
+
+def test_paged_decode_on_sm90_stays_on_the_mma_sync_kernel() -> None:
+    t = _translate(next(p for p in EXAMPLES if p.stem == "paged_decode"), "sm_90")
+    assert t.spec.arch == "sm_90" and not t.spec.uses_tma and "wgmma" not in t.source
+
+
+def test_packed_prefill_cannot_be_persistent_on_sm90() -> None:
+    path = next(p for p in EXAMPLES if p.stem == "varlen_prefill")
+    text = re.sub(r"(?m)^Target .*$", "Target sm_90", path.read_text())
+    text = text.replace("Param varlen = 1", "Param varlen = 1\nParam persistent = 1", 1)
+    with pytest.raises(BuildError) as info:  # the checker's TL132, before the Hopper config's TL501
+        translate_text(text, Path("varlen_persistent.tl"))
+    (diag,) = info.value.diagnostics
+    assert diag.code == "TL132" and "persistent = 1" in diag.message
+    assert text.splitlines()[diag.range.start.line].startswith("Param persistent = 1")

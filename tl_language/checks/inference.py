@@ -50,6 +50,14 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
                     f"`{name}` with `varlen = 1`: packed prefill batches "
                     "read contiguous K and V in one pass over the keys",
                 )
+        p = params.get("persistent")
+        if p is not None and p.value == 1:
+            yield make(
+                "TL132",
+                p.stmt.range,
+                "`persistent = 1` with `varlen = 1`: a packed batch runs one block per query tile "
+                "(the persistent tile walk knows one sequence length)",
+            )
     if inf.pack_gqa:
         for s in model.statements:
             if not isinstance(s, ast.ComputeStmt):

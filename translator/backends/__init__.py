@@ -2,8 +2,9 @@
 
 sm_7x/sm_8x targets use the mma.sync + cp.async backend (`sm80`); `Target sm_90` uses the Hopper backend
 (`sm90`: TMA, wgmma, warp specialisation, compiled for `sm_90a`). Both read the same `KernelPlan`.
-Inference kernels (split-KV decode, paged KV, packed batches) use `inference` on every target: a
-cp.async + mma.sync kernel, since decode is bound by memory bandwidth rather than by the tensor cores.
+Inference kernels (split-KV decode, paged KV, packed GQA) use `inference` on every target: a cp.async +
+mma.sync kernel, since decode is bound by memory bandwidth rather than by the tensor cores. A packed
+prefill (`Param varlen`, one block per tile) is compute-bound: on sm_90 it is the Hopper kernel's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ Generate = Callable[..., tuple[str, dict[int, int], LaunchSpec]]
 
 
 def backend_for(plan: KernelPlan) -> Generate:
-    if plan.inference is not None:
+    if plan.inference_kernel:
         from translator.backends import inference
 
         return inference.generate

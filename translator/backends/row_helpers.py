@@ -61,16 +61,21 @@ def emit_normalize_rows(w: CodeWriter, lse_factor: str = "softmax_scale", declar
         w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
 
 
-def emit_store_lse(w: CodeWriter, thr_mma: str) -> None:
+def emit_store_lse(w: CodeWriter, thr_mma: str, *, packed: bool = False) -> None:
     """The row LSE to global memory from registers: `thr_mma` is the thread slice of the GEMM whose
-    accumulator holds O (its C partition tells each thread which rows it owns)."""
-    w.comment("LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.")
+    accumulator holds O (its C partition tells each thread which rows it owns). `packed`: a packed batch's
+    LSE, (heads, total_q) with the sequence starting at q_start (`runner.abi.INFERENCE_PARAMS`)."""
+    layout = "(heads, total_q)" if packed else "(batch, heads, seqlen_q)"
+    w.comment(f"LSE {layout}, fp32: the thread holding column 0 of a row writes it.")
     w.line(
         f"Tensor tOcO = {thr_mma}.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{{}}));"
     )
     w.line("Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));")
     with w.block("if (get<1>(tOcO_rowcol(0, 0)) == 0)"):
-        w.line("float* lse_row = lse + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
+        if packed:
+            w.line("float* lse_row = lse + static_cast<long long>(bidh) * cu_seqlens_q[batch] + q_start;")
+        else:
+            w.line("float* lse_row = lse + (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(tOcO_rowcol); ++r)"):
             w.line("const int row = m_block * kBlockM + get<0>(tOcO_rowcol(r, 0));")

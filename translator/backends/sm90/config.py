@@ -82,6 +82,12 @@ class HopperConfig:
         return fma_exp_share(cost, softmax=softmax, d_qk=p.head_dim_qk, d_v=p.head_dim_v, target=target)
 
     @property
+    def varlen(self) -> bool:
+        """A packed prefill (`Param varlen = 1`, one block per tile): the inference ABI, per-sequence rows."""
+        inf = self.plan.inference
+        return inf is not None and inf.varlen
+
+    @property
     def threads(self) -> int:
         return 128 * (self.consumers + 1)
 
@@ -247,6 +253,13 @@ def _check(cfg: HopperConfig) -> list[Diagnostic]:
             "d_v > d_qk: O is staged in Q's shared buffer for its TMA store, so d_v must not exceed d_qk",
             "d_v",
             "store_o",
+        )
+    if cfg.varlen and cfg.persistent:
+        bad(
+            "persistent = 1 with varlen = 1: the persistent tile walk knows one sequence length; a packed "
+            "batch runs one block per tile",
+            "persistent",
+            "varlen",
         )
     total = cfg.smem()["total"]
     if not out and total + STATIC_SMEM > SMEM_LIMIT:

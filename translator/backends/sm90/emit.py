@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec, program_params
+from runner.abi import ATTENTION_PARAMS, INFERENCE_PARAMS, TMA_PARAMS, LaunchSpec, program_params
 from translator.backends.finish import launch_spec, render
 from translator.backends.regions import (
     Regions,
@@ -56,7 +56,11 @@ class _Emit:
         # The variant's regions; None for the plain forward, whose tuned code stays as measured.
         # A plain forward with `Param fma_exps` takes the regions' path for its exp2 helpers.
         fma = cfg.fma_exps
-        self.reg = None if cfg.plan.ir.plain and not fma else Regions(cfg.plan.ir, fma_exps=fma)
+        # A packed batch (`Param varlen`): per-sequence lengths and offsets from cu_seqlens; side tensors
+        # stay laid out by the batch's longest sequence.
+        self.varlen = cfg.varlen
+        dims = {"seqlen_q": "max_seqlen_q", "seqlen_k": "max_seqlen_k"} if self.varlen else {}
+        self.reg = None if cfg.plan.ir.plain and not fma else Regions(cfg.plan.ir, fma_exps=fma, dims=dims)
 
     def exp2(self, arg: str, col: str = "c") -> str:
         """C of the softmax's exp2 of `arg` in column `col`: on the SFU, or for `fma_exps` of every eight
@@ -117,10 +121,21 @@ def emit_sm90(
         threads=cfg.threads,
         shared_bytes=cfg.smem()["total"],
         arch=NVRTC_ARCH,
-        params=tuple(p[0] for p in ATTENTION_PARAMS) + TMA_PARAMS,  # then the program's (finish.py)
+        params=tuple(p[0] for p in _base_params(cfg)) + TMA_PARAMS,  # then the program's (finish.py)
         persistent=cfg.persistent,
+        inference=_packed_batch() if cfg.varlen else None,
     )
     return source, launch, smap
+
+
+def _base_params(cfg: HopperConfig) -> tuple[tuple[str, str, str], ...]:
+    """The attention ABI, or the inference ABI for a packed batch (its cu_seqlens and the maxima)."""
+    return INFERENCE_PARAMS if cfg.varlen else ATTENTION_PARAMS
+
+
+def _packed_batch() -> dict[str, object]:
+    """`LaunchSpec.inference` of a packed prefill: one block per tile, no combine kernel."""
+    return {"splits": 1, "page_size": 0, "pack_gqa": False, "varlen": True, "combine": None}
 
 
 def generate(
@@ -279,7 +294,7 @@ def _traits(e: _Emit) -> None:
 
 def _kernel(e: _Emit) -> None:
     w, p = e.w, e.plan
-    params = [f"{ctype} {name}" for name, ctype, _ in ATTENTION_PARAMS]
+    params = [f"{ctype} {name}" for name, ctype, _ in _base_params(e.cfg)]
     params += [f"const __grid_constant__ cute::TmaDescriptor {n}" for n in TMA_PARAMS]
     params += [f"{ctype} {name}" for name, ctype, _ in program_params(None if p.ir.plain else p.ir.to_dict())]
     w.line(f'extern "C" __global__ void __launch_bounds__({e.cfg.threads}, 1) {p.kernel_name}(')
@@ -357,7 +372,22 @@ def _tile_coords(e: _Emit) -> None:
         w.line("const int bidh = blockIdx.z;     // query head")
         w.line("const int m_block = blockIdx.x;  // TL block_m: this tile of query rows")
     _kv_head(e)
+    if e.varlen:
+        _sequence(e)
     _key_range(e)
+
+
+def _sequence(e: _Emit) -> None:
+    """A packed batch: this tile's sequence, its rows in the packed tensors and its lengths; a query block
+    past the sequence's end has nothing to do (the grid covers the longest sequence)."""
+    w = e.w
+    with e.tag("alloc_q", "packed batch: sequence bidb owns rows cu_seqlens_q[bidb] … of Q and O"):
+        w.line("const int q_start = cu_seqlens_q[bidb];")
+        w.line("const int seqlen_q = cu_seqlens_q[bidb + 1] - q_start;")
+    with e.tag("alloc_k", "and rows cu_seqlens_k[bidb] … of K and V"):
+        w.line("const int k_start = cu_seqlens_k[bidb];")
+        w.line("const int seqlen_k = cu_seqlens_k[bidb + 1] - k_start;")
+    w.line("if (m_block * kBlockM >= seqlen_q) return;  // the whole block leaves, before any barrier")
 
 
 def _l2_sections(e: _Emit) -> None:
@@ -368,7 +398,8 @@ def _l2_sections(e: _Emit) -> None:
     w.comment("within a section the longest query tiles of all its heads come first, so the tail is the")
     w.comment("shortest tiles of all (H200, one block per tile: d256 causal +2-9 %, d64 and d128 +0-1 %).")
     w.line("const int num_hb = batch * heads;")
-    w.line("const long long kv_head_bytes = 1ll * seqlen_k * (kHeadDimQK + kHeadDimV) * sizeof(Element);")
+    seqlen_k = "max_seqlen_k" if e.varlen else "seqlen_k"
+    w.line(f"const long long kv_head_bytes = 1ll * {seqlen_k} * (kHeadDimQK + kHeadDimV) * sizeof(Element);")
     w.line("int swizzle = 1;")
     w.line("while (swizzle < num_hb && 2 * swizzle * kv_head_bytes <= (50ll << 20)) swizzle *= 2;")
 
@@ -420,11 +451,17 @@ def _kv_head(e: _Emit) -> None:
 
 
 def _globals(e: _Emit) -> None:
+    rows_q, rows_k, batch = ("total_q", "total_k", "1") if e.varlen else ("seqlen_q", "seqlen_k", "batch")
+    o_note = (
+        "; O leaves through the raw pointer (rows end per sequence)"
+        if e.varlen
+        else ("; the raw pointers stay unused")
+    )
     for kind, what in (
-        ("alloc_q", "tma_q: (d_qk, seqlen_q, heads, batch) with the launch's strides"),
-        ("alloc_k", "tma_k: (d_qk, seqlen_k, heads_kv, batch)"),
-        ("alloc_v", "tma_v: (d_v, seqlen_k, heads_kv, batch)"),
-        ("alloc_o", "tma_o: (d_v, seqlen_q, heads, batch); the raw pointers stay unused"),
+        ("alloc_q", f"tma_q: (d_qk, {rows_q}, heads, {batch}) with the launch's strides"),
+        ("alloc_k", f"tma_k: (d_qk, {rows_k}, heads_kv, {batch})"),
+        ("alloc_v", f"tma_v: (d_v, {rows_k}, heads_kv, {batch})"),
+        ("alloc_o", f"tma_o: (d_v, {rows_q}, heads, {batch}){o_note}"),
     ):
         with e.tag(kind, f"in global memory through its TMA descriptor {what}"):
             pass
@@ -493,13 +530,14 @@ def _barrier_init(e: _Emit) -> None:
 
 
 def _tma_tile(e: _Emit, desc: str, bar: str, dst: str, rows: str, boxes: int, row0: str, head: str) -> None:
-    """One tile = `boxes` TMA loads of (64 columns × rows), each into its own swizzled column block."""
+    """One tile = `boxes` TMA loads of (64 columns × rows), each into its own swizzled column block. A packed
+    batch is one (d, total, heads, 1) tensor: `row0` then counts from the sequence's first row."""
     w = e.w
     w.line("CUTE_UNROLL")
     with w.block(f"for (int c = 0; c < {boxes}; ++c)"):
         w.line(
             f"SM90_TMA_LOAD_4D::copy(&{desc}, {bar}, 0, {dst} + c * {rows} * kBoxCols, c * kBoxCols, {row0}, "
-            f"{head}, bidb);"
+            f"{head}, {'0' if e.varlen else 'bidb'});"
         )
 
 
@@ -518,13 +556,15 @@ def _producer(e: _Emit) -> None:
 
 def _producer_tile(e: _Emit) -> None:
     w, c = e.w, e.cfg
-    q_note = "TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros"
+    past = "are the next sequence's (their O is not stored)" if e.varlen else "arrive as zeros"
+    q_note = f"TMA, once per tile, after the first K; rows past seqlen_q {past}"
     with e.tag("load_q", q_note), w.block("auto load_q = [&]()", "};"):
         if c.persistent:
             what = "stored this tile's O from" if c.reuse_q_for_o else "read"
             w.line(f"EmptyBarrier::wait(empty_q, ({_q_phase(e)}) ^ 1);  // the last tile {what} Q's")
         w.line("FullBarrier::arrive_and_expect_tx(bar_q, Traits::kTxQ);")
-        _tma_tile(e, "tma_q", "bar_q", "smem_q", "kBlockM", c.boxes_qk, "m_block * kBlockM", "bidh")
+        q_row0 = "q_start + m_block * kBlockM" if e.varlen else "m_block * kBlockM"
+        _tma_tile(e, "tma_q", "bar_q", "smem_q", "kBlockM", c.boxes_qk, q_row0, "bidh")
     for name, note, tx, boxes, d in (
         (
             "k",
@@ -545,7 +585,7 @@ def _producer_tile(e: _Emit) -> None:
                 f"smem_{name} + {name}_stage * kBlockN * {d}",
                 "kBlockN",
                 boxes,
-                "n_block * kBlockN",
+                "k_start + n_block * kBlockN" if e.varlen else "n_block * kBlockN",
                 "bidh_kv",
             )
             _advance_ring(e, f"{name}_stage", f"{name}_phase")
@@ -1126,13 +1166,14 @@ def _normalize(e: _Emit) -> None:
 def _store_o(e: _Emit) -> None:
     w, c = e.w, e.cfg
     w.line()
-    with e.tag(
-        "store_o",
-        "LSE from registers; O registers → shared (stmatrix) → TMA store (rows past "
-        "seqlen_q are clipped by TMA)",
-    ):
+    last = (
+        "the sequence's rows to global memory"
+        if e.varlen
+        else "TMA store (rows past seqlen_q are clipped by TMA)"
+    )
+    with e.tag("store_o", f"LSE from registers; O registers → shared (stmatrix) → {last}"):
         if e.reg is None or e.reg.softmax:
-            emit_store_lse(w, "thr_mma_pv")
+            emit_store_lse(w, "thr_mma_pv", packed=e.varlen)
         w.line()
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if c.reuse_q_for_o:
@@ -1151,6 +1192,9 @@ def _store_o(e: _Emit) -> None:
         w.line(
             "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));"
         )
+        if e.varlen:
+            _store_o_rows(e)
+            return
         w.line("cutlass::arch::fence_view_async_shared();  // stmatrix writes → visible to the TMA engine")
         w.line("tl::consumer_sync(2, kConsumerThreads);")
         with w.block("if (ctid == 0)"):
@@ -1166,3 +1210,24 @@ def _store_o(e: _Emit) -> None:
             elif c.reuse_q_for_o:
                 w.line("tma_store_wait<0>();  // the store has read O out of Q's buffer:")
                 w.line("EmptyBarrier::arrive(empty_q);  // the next tile's Q may land there")
+
+
+def _store_o_rows(e: _Emit) -> None:
+    """A packed batch's O: the rows past seqlen_q belong to the next sequence, and a TMA store writes the
+    whole box, so the consumers copy the tile's own rows out of shared memory in 16-byte pieces."""
+    w = e.w
+    w.line("tl::consumer_sync(2, kConsumerThreads);  // every warp's stmatrix has landed")
+    w.line("const int rows_left = seqlen_q - m_block * kBlockM;  // this tile's rows of the sequence")
+    w.line(
+        "Element* o_tile = static_cast<Element*>(o) + static_cast<long long>(q_start + m_block * kBlockM) * "
+        "o_row_stride + bidh * o_head_stride;"
+    )
+    w.line("constexpr int kChunks = kHeadDimV / 8;  // 16-byte pieces of a row")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int i = ctid; i < kBlockM * kChunks; i += kConsumerThreads)"):
+        w.line("const int row = i / kChunks, col = i % kChunks * 8;  // contiguous under the swizzle")
+        with w.block("if (row < rows_left)"):
+            w.line(
+                "*reinterpret_cast<uint4*>(o_tile + row * o_row_stride + col) = "
+                "*reinterpret_cast<uint4 const*>(&sO(row, col));"
+            )
