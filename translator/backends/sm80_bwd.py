@@ -254,19 +254,25 @@ def _emit_helpers(w: CodeWriter) -> None:
                     w.line("cute::copy(copy_b, tCsB(_, _, k + 1), tCrB_view(_, _, k + 1));")
                 w.line("cute::gemm(mma, tCrA(_, _, k), tCrB(_, _, k), acc);")
         w.line()
-        w.comment("One float global → shared through cp.async (4 bytes, in the caller's commit group).")
-        with w.block("CUTE_DEVICE void cp_async_f32(float* dst, float const* src)"):
-            w.line(
-                'asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\\n" :: "r"(cute::cast_smem_ptr_to_uint(dst)), '
-                '"l"(src));'
-            )
-        w.line()
-        w.comment("A warp's sum, for the gradients of side tensors read once per (batch, head).")
-        with w.block("CUTE_DEVICE float warp_sum(float x)"):
-            w.line("CUTE_UNROLL")
-            w.line("for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);")
-            w.line("return x;")
+        emit_row_copy_helpers(w)
     w.line()
+
+
+def emit_row_copy_helpers(w: CodeWriter) -> None:
+    """`tl::cp_async_f32` (the rows' LSE and D into shared memory) and `tl::warp_sum`, inside `namespace tl`
+    (the sm_90 backward emits them too)."""
+    w.comment("One float global → shared through cp.async (4 bytes, in the caller's commit group).")
+    with w.block("CUTE_DEVICE void cp_async_f32(float* dst, float const* src)"):
+        w.line(
+            'asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\\n" :: "r"(cute::cast_smem_ptr_to_uint(dst)), '
+            '"l"(src));'
+        )
+    w.line()
+    w.comment("A warp's sum, for the gradients of side tensors read once per (batch, head).")
+    with w.block("CUTE_DEVICE float warp_sum(float x)"):
+        w.line("CUTE_UNROLL")
+        w.line("for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);")
+        w.line("return x;")
 
 
 def _params(
@@ -418,30 +424,7 @@ def _emit_main(
                 f"Tensor {t}NoSwizzle = make_tensor({base}.data().get(), typename Traits::SmemLayout{lay}NoSwizzle{{}});"
             )
         w.line()
-        w.comment("K and V of this key block: loaded once, rows past seqlen_k zeroed")
-        for t, ptr in (("K", "k"), ("V", "v")):
-            w.line(
-                f"Tensor m{t} = make_tensor(make_gmem_ptr(static_cast<Element const*>({ptr}) + bidb * {ptr}_batch_stride"
-                f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
-                f"make_stride({ptr}_row_stride, _1{{}}));"
-            )
-        w.line("typename Traits::GmemTiledCopy gmem_tiled_copy_QKV;")
-        w.line("auto gmem_thr_copy_QKV = gmem_tiled_copy_QKV.get_thread_slice(tidx);")
-        w.line(
-            "Tensor tKVcKV = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
-        )
-        w.line(
-            "Tensor tQcQ = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
-        )
-        w.line("auto load_rows = [&](auto const& src, auto& dst, auto const& coords, int rows) {")
-        w.line("  CUTE_UNROLL")
-        w.line("  for (int m = 0; m < size<1>(dst); ++m) {")
-        w.line(
-            "    if (get<0>(coords(0, m, 0)) < rows) cute::copy(gmem_tiled_copy_QKV, src(_, m, _), dst(_, m, _));"
-        )
-        w.line("    else cute::clear(dst(_, m, _));")
-        w.line("  }")
-        w.line("};")
+        _emit_gmem_copy(w)
         w.comment("The three tiled MMAs and their shared → register copies")
         w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
         w.line("auto thr_mma_sdp = tiled_mma_sdp.get_thread_slice(tidx);")
@@ -523,23 +506,7 @@ def _emit_key_block(
 ) -> None:
     """One key block: its K and V into shared memory, dK and dV over every query block of its group's
     heads, dQ's share added into dq_slice, dK and dV stored."""
-    if deterministic:
-        w.line("cute::cp_async_wait<0>();  // the previous key block's loads, and its readers, are done")
-        w.line("__syncthreads();")
-    w.comment("K and V of this key block: rows past seqlen_k zeroed")
-    with w.block(""):
-        for t in ("K", "V"):
-            w.line(
-                f"Tensor g{t} = local_tile(m{t}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}, make_coord(n_block, 0));"
-            )
-        w.line("const int kv_rows = seqlen_k - n_block * kBlockN;")
-        w.line("Tensor tKgK = gmem_thr_copy_QKV.partition_S(gK);")
-        w.line("Tensor tKsK = gmem_thr_copy_QKV.partition_D(sK);")
-        w.line("Tensor tVgV = gmem_thr_copy_QKV.partition_S(gV);")
-        w.line("Tensor tVsV = gmem_thr_copy_QKV.partition_D(sV);")
-        w.line("load_rows(tKgK, tKsK, tKVcKV, kv_rows);")
-        w.line("load_rows(tVgV, tVsV, tKVcKV, kv_rows);")
-        w.line("cute::cp_async_fence();")
+    _emit_load_kv(w, deterministic)
     w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
     w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
     w.line("clear(acc_dk);")
@@ -547,59 +514,7 @@ def _emit_key_block(
     w.line()
     w.comment("every query head of the group, so dK and dV are summed over it in registers")
     with w.block("for (int g = 0; g < group; ++g)"):
-        w.line("const int bidh = bidh_kv * group + g;")
-        _emit_uniforms(w, reg, partials)
-        _emit_block_class(w, reg)
-        w.line("int m_block_min = 0, m_block_max = m_blocks;")
-        w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
-        w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
-        summed = _thread_summed(reg.ir, partials)
-        for i in summed:
-            w.line(
-                f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{partials[i][0].tensor}[…] over this thread's scores"
-            )
-        w.line(
-            "Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + "
-            "bidh * q_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(q_row_stride, _1{}));"
-        )
-        w.line(
-            "Tensor mdO = make_tensor(make_gmem_ptr(static_cast<Element const*>(dout) + bidb * do_batch_stride + "
-            "bidh * do_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(do_row_stride, _1{}));"
-        )
-        w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
-        w.line(
-            "float* dq_head = dq_slice + (static_cast<long long>(bidb) * heads + bidh) * m_blocks * (kBlockM * kHeadDim);"
-        )
-        w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
-        with w.block("auto load_QdO = [&](int m, int stage)", "};"):
-            _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
-            w.line(
-                "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
-                "Int<kHeadDim>>{}, make_coord(m, 0)));"
-            )
-            w.line(
-                "Tensor tdOgdO = gmem_thr_copy_QKV.partition_S(local_tile(mdO, Shape<Int<kBlockM>, "
-                "Int<kHeadDim>>{}, make_coord(m, 0)));"
-            )
-            w.line("Tensor tQsQ = gmem_thr_copy_QKV.partition_D(sQ);")
-            w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
-            w.line("load_rows(tQgQ, tQsQ, tQcQ, seqlen_q - m * kBlockM);")
-            w.line("load_rows(tdOgdO, tdOsdO, tQcQ, seqlen_q - m * kBlockM);")
-            if softmax:
-                w.comment(
-                    "the rows' LSE and D ride in the same commit group, so the score loop reads them from"
-                )
-                w.comment("shared memory (read from global right after the GEMMs, they stalled every exp2)")
-                with w.block("if (tidx < kBlockM && m * kBlockM + tidx < seqlen_q)"):
-                    w.line("float* rows = smem_rows + stage * 2 * kBlockM;")
-                    w.line("tl::cp_async_f32(rows + tidx, lse + row_base + m * kBlockM + tidx);")
-                    w.line("tl::cp_async_f32(rows + kBlockM + tidx, dpsum + row_base + m * kBlockM + tidx);")
-        w.line(
-            "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
-        )
-        w.line("int stage = 0;")
-        w.line("if (m_block_min < m_block_max) load_QdO(m_block_min, 0);")
-        w.line("cute::cp_async_fence();")
+        summed = _emit_group_head(w, reg, softmax, partials)
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
             w.line("const int next = next_m_block(m_block);")
@@ -664,13 +579,133 @@ def _emit_key_block(
             w.line("__syncthreads();  // the next block overwrites P and dS, and prefetches into this stage")
             w.line("stage ^= 1;")
             w.line("m_block = next;")
-        for i in summed:
-            ld = partials[i][0]
-            w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
-            w.line(f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
-        for n in [n for n, t in reg.temps.items() if t.startswith("tl_u")]:
-            del reg.temps[n]
+        _emit_group_tail(w, reg, partials, summed)
     w.line()
+    _emit_store_dkv(w)
+
+
+def _emit_gmem_copy(w: CodeWriter) -> None:
+    """mK and mV of the key/value head, the 16-byte cp.async tiled copy, its coordinates and `load_rows`
+    (a tile's rows inside the sequence copied, the rest zeroed)."""
+    w.comment("K and V of this key block: loaded once, rows past seqlen_k zeroed")
+    for t, ptr in (("K", "k"), ("V", "v")):
+        w.line(
+            f"Tensor m{t} = make_tensor(make_gmem_ptr(static_cast<Element const*>({ptr}) + bidb * {ptr}_batch_stride"
+            f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
+            f"make_stride({ptr}_row_stride, _1{{}}));"
+        )
+    w.line("typename Traits::GmemTiledCopy gmem_tiled_copy_QKV;")
+    w.line("auto gmem_thr_copy_QKV = gmem_tiled_copy_QKV.get_thread_slice(tidx);")
+    w.line(
+        "Tensor tKVcKV = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+    )
+    w.line(
+        "Tensor tQcQ = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
+    )
+    w.line("auto load_rows = [&](auto const& src, auto& dst, auto const& coords, int rows) {")
+    w.line("  CUTE_UNROLL")
+    w.line("  for (int m = 0; m < size<1>(dst); ++m) {")
+    w.line(
+        "    if (get<0>(coords(0, m, 0)) < rows) cute::copy(gmem_tiled_copy_QKV, src(_, m, _), dst(_, m, _));"
+    )
+    w.line("    else cute::clear(dst(_, m, _));")
+    w.line("  }")
+    w.line("};")
+
+
+def _emit_load_kv(w: CodeWriter, deterministic: bool) -> None:
+    """K and V of key block n_block into shared memory through cp.async (one commit group)."""
+    if deterministic:
+        w.line("cute::cp_async_wait<0>();  // the previous key block's loads, and its readers, are done")
+        w.line("__syncthreads();")
+    w.comment("K and V of this key block: rows past seqlen_k zeroed")
+    with w.block(""):
+        for t in ("K", "V"):
+            w.line(
+                f"Tensor g{t} = local_tile(m{t}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}, make_coord(n_block, 0));"
+            )
+        w.line("const int kv_rows = seqlen_k - n_block * kBlockN;")
+        w.line("Tensor tKgK = gmem_thr_copy_QKV.partition_S(gK);")
+        w.line("Tensor tKsK = gmem_thr_copy_QKV.partition_D(sK);")
+        w.line("Tensor tVgV = gmem_thr_copy_QKV.partition_S(gV);")
+        w.line("Tensor tVsV = gmem_thr_copy_QKV.partition_D(sV);")
+        w.line("load_rows(tKgK, tKsK, tKVcKV, kv_rows);")
+        w.line("load_rows(tVgV, tVsV, tKVcKV, kv_rows);")
+        w.line("cute::cp_async_fence();")
+
+
+def _emit_group_head(
+    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]
+) -> list[int]:
+    """Inside the loop over the group's query heads: the uniforms, the block classes and the query-block
+    range, the head's Q / dO views and `load_QdO` (Q, dO and the rows' LSE and D of block m into a stage),
+    the first block's load. Returns the partials each thread sums (`_thread_summed`)."""
+    w.line("const int bidh = bidh_kv * group + g;")
+    _emit_uniforms(w, reg, partials)
+    _emit_block_class(w, reg)
+    w.line("int m_block_min = 0, m_block_max = m_blocks;")
+    w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
+    w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
+    summed = _thread_summed(reg.ir, partials)
+    for i in summed:
+        w.line(f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{partials[i][0].tensor}[…] over this thread's scores")
+    w.line(
+        "Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + "
+        "bidh * q_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(q_row_stride, _1{}));"
+    )
+    w.line(
+        "Tensor mdO = make_tensor(make_gmem_ptr(static_cast<Element const*>(dout) + bidb * do_batch_stride + "
+        "bidh * do_head_stride), make_shape(seqlen_q, Int<kHeadDim>{}), make_stride(do_row_stride, _1{}));"
+    )
+    w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
+    w.line(
+        "float* dq_head = dq_slice + (static_cast<long long>(bidb) * heads + bidh) * m_blocks * (kBlockM * kHeadDim);"
+    )
+    w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
+    with w.block("auto load_QdO = [&](int m, int stage)", "};"):
+        _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
+        w.line(
+            "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
+            "Int<kHeadDim>>{}, make_coord(m, 0)));"
+        )
+        w.line(
+            "Tensor tdOgdO = gmem_thr_copy_QKV.partition_S(local_tile(mdO, Shape<Int<kBlockM>, "
+            "Int<kHeadDim>>{}, make_coord(m, 0)));"
+        )
+        w.line("Tensor tQsQ = gmem_thr_copy_QKV.partition_D(sQ);")
+        w.line("Tensor tdOsdO = gmem_thr_copy_QKV.partition_D(sdO);")
+        w.line("load_rows(tQgQ, tQsQ, tQcQ, seqlen_q - m * kBlockM);")
+        w.line("load_rows(tdOgdO, tdOsdO, tQcQ, seqlen_q - m * kBlockM);")
+        if softmax:
+            w.comment("the rows' LSE and D ride in the same commit group, so the score loop reads them from")
+            w.comment("shared memory (read from global right after the GEMMs, they stalled every exp2)")
+            with w.block("if (tidx < kBlockM && m * kBlockM + tidx < seqlen_q)"):
+                w.line("float* rows = smem_rows + stage * 2 * kBlockM;")
+                w.line("tl::cp_async_f32(rows + tidx, lse + row_base + m * kBlockM + tidx);")
+                w.line("tl::cp_async_f32(rows + kBlockM + tidx, dpsum + row_base + m * kBlockM + tidx);")
+    w.line(
+        "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
+    )
+    w.line("int stage = 0;")
+    w.line("if (m_block_min < m_block_max) load_QdO(m_block_min, 0);")
+    w.line("cute::cp_async_fence();")
+    return summed
+
+
+def _emit_group_tail(
+    w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]], summed: list[int]
+) -> None:
+    """After a query head's blocks: the thread-summed gradients added once, the head's uniforms dropped."""
+    for i in summed:
+        ld = partials[i][0]
+        w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
+        w.line(f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
+    for n in [n for n, t in reg.temps.items() if t.startswith("tl_u")]:
+        del reg.temps[n]
+
+
+def _emit_store_dkv(w: CodeWriter) -> None:
+    """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory."""
     w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
     w.line(
         "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
@@ -741,35 +776,47 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
         w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
 
 
-def _emit_scores(w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]) -> None:
+def _emit_scores(
+    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]], *, transposed: bool = False
+) -> None:
     """P and dS on every score of the block: P = exp(X − LSE) (or X), dS = dX · dX/ds. A block whose
     scores are all kept and whose rows are all inside seqlen_q takes a copy of the loop without the
-    per-score mask and bounds selects (FA2's unmasked path)."""
+    per-score mask and bounds selects (FA2's unmasked path). `transposed`: the accumulators hold Sᵀ and
+    dPᵀ (key rows, the sm_90 kernel's), seen through `tl::acc_colrow` as (query rows, key columns), and
+    `coords` gives (key, query)."""
+    view = "tl::acc_colrow" if transposed else "tl::acc_rowcol"
     w.comment("X, dX/ds and the masks per score; P overwrites S and dS overwrites dP in place")
-    w.line("Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));")
-    w.line("Tensor dscores = make_tensor(acc_dp.data(), tl::acc_rowcol(acc_dp.layout()));")
-    w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));")
+    w.line(f"Tensor scores = make_tensor(acc_s.data(), {view}(acc_s.layout()));")
+    w.line(f"Tensor dscores = make_tensor(acc_dp.data(), {view}(acc_dp.layout()));")
+    w.line(f"Tensor coords = make_tensor(tScS.data(), {view}(tScS.layout()));")
     if softmax:
         w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
     with w.block("if (!masked && (m_block + 1) * kBlockM <= seqlen_q)"):
-        _emit_score_rows(w, reg, softmax, partials, every_score_kept=True)
+        _emit_score_rows(w, reg, softmax, partials, every_score_kept=True, transposed=transposed)
     with w.block("else"):
-        _emit_score_rows(w, reg, softmax, partials, every_score_kept=False)
+        _emit_score_rows(w, reg, softmax, partials, every_score_kept=False, transposed=transposed)
 
 
 def _emit_score_rows(
-    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]], *, every_score_kept: bool
+    w: CodeWriter,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    *,
+    every_score_kept: bool,
+    transposed: bool = False,
 ) -> None:
     ir = reg.ir
+    q_of, k_of = ("get<1>", "get<0>") if transposed else ("get<0>", "get<1>")
     score = _score(ir)
     deriv = grad.derivative(score)
     roots = _roots(reg, partials)
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
-        w.line("const int row = m_block * kBlockM + get<0>(coords(r, 0));")
+        w.line(f"const int row = m_block * kBlockM + {q_of}(coords(r, 0));")
         w.line(f"const bool row_in = {'true' if every_score_kept else 'row < seqlen_q'};")
         if softmax:
-            w.line("const int r_local = get<0>(coords(r, 0));")
+            w.line(f"const int r_local = {q_of}(coords(r, 0));")
             w.line(f"const float lse_log2 = row_in ? rows_s[r_local] * {LOG2E} : {POS_INF};")
             w.line("const float d_row = row_in ? rows_s[kBlockM + r_local] : 0.f;  // rowsum(dO ∘ O)")
         reg.hoist(w, roots, "row", prefix="tl_r")
@@ -783,7 +830,7 @@ def _emit_score_rows(
             w.line(f"const float o_scale = {reg.c(ir.output_scale)};")
         w.line("CUTE_UNROLL")
         with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
-            w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
+            w.line(f"const int col = n_block * kBlockN + {k_of}(coords(r, c));")
             reg.hoist(w, roots, "elem", prefix="tl_e")
             keep_expr = " && ".join(reg.c(m) for m in ir.masks)
             w.line(f"const float x = {reg.c(score)};")
@@ -817,6 +864,6 @@ def _emit_score_rows(
                         f"if (keep) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], dx * ({reg.c(g)}));"
                     )
         if corrected:
-            emit_row_sums(w, corrected)
+            emit_row_sums(w, corrected, transposed=transposed)
     for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:
         del reg.temps[n]

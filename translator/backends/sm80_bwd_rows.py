@@ -42,15 +42,17 @@ def row_sums_per_row(corrected: list[int]) -> int:
     return 2 + 2 * len(corrected) if corrected else 0
 
 
-def emit_row_sums(w: CodeWriter, corrected: list[int]) -> None:
+def emit_row_sums(w: CodeWriter, corrected: list[int], *, transposed: bool = False) -> None:
     """Inside the dQ/dK/dV kernel's row loop, after the columns: the row's sums over this thread's keys,
     reduced over its quad (the four threads that hold one row of an m16n8 tile) and added into row_sums
-    by the quad's first thread (rows past seqlen_q add nothing)."""
+    by the quad's first thread (rows past seqlen_q add nothing). `transposed`: the accumulator holds Sᵀ
+    (a wgmma tile of key rows), where a query is one column, held by the eight lanes of equal lane % 4:
+    reduced over those, added by lanes 0–3."""
     names = ["tl_ps", "tl_pdp", *(n for i in corrected for n in (f"tl_pg{i}", f"tl_pdpg{i}"))]
     for n in names:
-        w.line(f"{n} += __shfl_xor_sync(0xffffffff, {n}, 1);")
-        w.line(f"{n} += __shfl_xor_sync(0xffffffff, {n}, 2);")
-    with w.block("if (row_in && tidx % 4 == 0)"):
+        for lane in (4, 8, 16) if transposed else (1, 2):
+            w.line(f"{n} += __shfl_xor_sync(0xffffffff, {n}, {lane});")
+    with w.block(f"if (row_in && {'tidx % 32 < 4' if transposed else 'tidx % 4 == 0'})"):
         w.line(f"float* sums = row_sums + (row_base + row) * {len(names)};")
         for j, n in enumerate(names):
             w.line(f"atomicAdd(sums + {j}, {n});")
