@@ -20,6 +20,9 @@ from runner.compile import CompiledKernel, compile_source
 from tl_language.diagnostics import Severity
 
 ARCH_CC = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_90": (9, 0)}
+# "sm80": FA2's structure on mma.sync (every target, the default); "sm90": the dQ/dK/dV kernel on wgmma
+# (sm_90a), experimental until verified on a GPU
+SKELETONS = ("sm80", "sm90")
 
 
 class BackwardBuildError(ValueError):
@@ -94,14 +97,18 @@ def translate_backward(
     arch: str | None = "sm_80",
     learnable: tuple[str, ...] | None = None,
     deterministic: bool = False,
+    skeleton: str = "sm80",
 ) -> BackwardBuild:
     """The backward of the TL file (a Path, or a str naming an existing .tl file) or TL text (any other
     str). `dtype` overrides the TL's Dtype, `arch` its Target (default sm_80: the FA2-structured
     kernels, which run on sm_90 too). `learnable`: side tensors whose gradient the kernels compute
     (default: those the TL marks `with learnable`). `deterministic`: dQ, dK and dV bit-identical from
-    run to run (dQ without cross-block atomics). Raises BackwardBuildError."""
+    run to run (dQ without cross-block atomics). `skeleton`: "sm80" (the default, FA2's structure on
+    mma.sync, every target) or "sm90" (experimental, not yet verified on a GPU: the dQ/dK/dV kernel on
+    wgmma for sm_90a, `translator.backends.sm90_bwd`; needs arch sm_90). Raises BackwardBuildError."""
     from tl_language import analyze
     from translator.backends.sm80_bwd import generate_backward
+    from translator.backends.sm90_bwd import generate_backward_sm90
     from translator.errors import TranslateError
     from translator.plan import make_plan
 
@@ -115,6 +122,12 @@ def translate_backward(
     else:
         text = str(tl)
     where = str(path) if path else "<text>"
+    if skeleton not in SKELETONS:
+        raise BackwardBuildError(
+            f"{where}: the backward skeletons are {', '.join(SKELETONS)}, not {skeleton}"
+        )
+    if skeleton == "sm90" and arch != "sm_90":
+        raise BackwardBuildError(f"{where}: the sm90 backward skeleton needs arch sm_90, not {arch}")
     analysis = analyze(text)
     errors = [d for d in analysis.diagnostics if d.severity == Severity.ERROR]
     if errors:
@@ -131,7 +144,8 @@ def translate_backward(
                 raise BackwardBuildError(f"{where}: the backward targets {', '.join(ARCH_CC)}, not {arch}")
             plan = dataclasses.replace(plan, arch=arch, compute_capability=ARCH_CC[arch])
         names = tuple(learnable) if learnable is not None else marked_learnable(analysis.model)
-        source, spec = generate_backward(
+        generate = generate_backward_sm90 if skeleton == "sm90" else generate_backward
+        source, spec = generate(
             plan, learnable=names, tl_file=str(path) if path else None, deterministic=deterministic
         )
     except TranslateError as exc:
@@ -158,12 +172,15 @@ def build_backward(
     learnable: tuple[str, ...] | None = None,
     device_arch: str | None = None,
     deterministic: bool = False,
+    skeleton: str = "sm80",
 ) -> BackwardBuild:
     """`translate_backward`, then compiled (for `device_arch`, or the current device's when one is
     visible, or build-only)."""
     from runner.launch import cuda_device_arch
 
-    build = translate_backward(tl, dtype=dtype, arch=arch, learnable=learnable, deterministic=deterministic)
+    build = translate_backward(
+        tl, dtype=dtype, arch=arch, learnable=learnable, deterministic=deterministic, skeleton=skeleton
+    )
     build.compile(device_arch or cuda_device_arch())
     return build
 

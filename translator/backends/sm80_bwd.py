@@ -635,7 +635,7 @@ def _emit_load_kv(w: CodeWriter, deterministic: bool) -> None:
 
 
 def _emit_group_head(
-    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]
+    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]], *, gmma: bool = False
 ) -> list[int]:
     """Inside the loop over the group's query heads: the uniforms, the block classes and the query-block
     range, the head's Q / dO views and `load_QdO` (Q, dO and the rows' LSE and D of block m into a stage),
@@ -663,7 +663,7 @@ def _emit_group_head(
     )
     w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
     with w.block("auto load_QdO = [&](int m, int stage)", "};"):
-        _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
+        _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False, gmma=gmma)
         w.line(
             "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
             "Int<kHeadDim>>{}, make_coord(m, 0)));"
@@ -723,9 +723,23 @@ def _emit_store_dkv(w: CodeWriter) -> None:
             w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
 
 
-def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True) -> None:
-    """sQ and sdO (and with `views` their transposed views) of one stage of the Q/dO buffer."""
+def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True, gmma: bool = False) -> None:
+    """sQ and sdO (and with `views` their transposed views) of one stage of the Q/dO buffer. `gmma`: the
+    layouts are GMMA swizzle atoms (the sm_90 backward's), whose tensors hold swizzled iterators, so every
+    view starts from the raw pointer, and there are no unswizzled views."""
     w.line(f"Tensor sQ = make_tensor(make_smem_ptr({base}), typename Traits::SmemLayoutQdO{{}});")
+    if gmma:
+        w.line(
+            f"Tensor sdO = make_tensor(make_smem_ptr({base} + kBlockM * kHeadDim), typename Traits::SmemLayoutQdO{{}});"
+        )
+        if views:
+            w.line(
+                f"Tensor sQt = make_tensor(make_smem_ptr({base}), typename Traits::SmemLayoutQdOt{{}});  // (kHeadDim, kBlockM)"
+            )
+            w.line(
+                f"Tensor sdOt = make_tensor(make_smem_ptr({base} + kBlockM * kHeadDim), typename Traits::SmemLayoutQdOt{{}});"
+            )
+        return
     w.line("Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQdO{});")
     if views:
         for t, src in (("sQt", "sQ"), ("sdOt", "sdO")):

@@ -1,0 +1,421 @@
+# ruff: noqa: E501  (generated C++ lines are kept whole, so each reads as one statement)
+"""The backward's dQ/dK/dV kernel on wgmma (sm_90a), FlashAttention-3's dataflow, opt-in
+(`translate_backward(..., skeleton="sm90")`, `tl build --backward --sm90-backward`): it has not run on a
+GPU yet, so no default path chooses it.
+
+One thread block per (key block of kBlockN = 128 rows, batch, K/V head), two consumer warp groups of 128
+threads, each owning 64 key rows; K and V stay in shared memory while the block walks the query blocks
+(kBlockM = 64 rows) of every query head of the GQA group:
+
+    Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ          SS wgmma, (kBlockN, kBlockM), warp group g: key rows 64g …
+    Pᵀ = exp2(Sᵀ·log2 e − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D) · dX/ds   (the score region, as sm80_bwd)
+    dV += Pᵀ·dO, dK += dSᵀ·Q        RS wgmma: Pᵀ and dSᵀ are the warp group's own accumulator rows
+    dSᵀ → shared memory, dQ = dS·K   SS wgmma, (kBlockM, kHeadDim), warp group g: columns d/2 · g …
+    dQ → dq_accum                    fp32 atomics in the dQ MMA's fragment order (`_bwd_convert_dq`)
+
+Loads: cp.async by the consumer threads into the GMMA-swizzled layouts (no TMA, no producer warp group:
+256 threads, so `_bwd_dot_do_o`, `_bwd_convert_dq` and `_bwd_row_grads` are sm80_bwd's, launched as
+today), Q / dO (and the rows' LSE and D) double-buffered; a proxy fence makes those generic-proxy writes
+visible to wgmma. The block classification, the score rows, the learnable side tensors' gradients and
+the deterministic dQ are sm80_bwd's emitters.
+"""
+
+from __future__ import annotations
+
+from kernel_ir import grad
+from kernel_ir.expr import Expr, Load
+from runner.abi import (
+    BACKWARD_PARAMS,
+    BACKWARD_ROW_SUMS_PARAM,
+    BackwardSpec,
+    backward_program_params,
+)
+from translator.backends import sm80_bwd as fa2
+from translator.backends.arch import ELEMENT
+from translator.backends.regions import Regions
+from translator.backends.sm80_bwd_rows import emit_row_grads, row_corrected, row_sums_per_row
+from translator.backends.sm90.gmma import GmmaAtom, atom_n, extended_includes
+from translator.backends.sm90.helpers import emit_helpers
+from translator.errors import TranslateError, unsupported
+from translator.plan import KernelPlan
+from translator.writer import CodeWriter
+
+NVRTC_ARCH = "sm_90a"  # wgmma exists only on the arch-specific target
+BLOCK_M = 64  # query rows per step: FA3's d ≤ 128 tile
+BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
+THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
+HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
+
+
+def shared_bytes(head_dim: int, dtype_bytes: int = 2) -> int:
+    """K, V, dS and two stages of (Q, dO) in the input dtype, two stages of the rows' LSE and D (fp32)."""
+    elems = 2 * BLOCK_N * head_dim + BLOCK_M * BLOCK_N + 2 * 2 * BLOCK_M * head_dim
+    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4
+
+
+def atoms(dtype: str, head_dim: int) -> dict[str, GmmaAtom]:
+    """The three wgmma atoms: Sᵀ / dPᵀ (SS, both K-major), dV / dK (RS, Q and dO MN-major), dQ (SS, Kᵀ
+    MN-major, each warp group half of the head dim)."""
+    return {
+        "SdP": GmmaAtom(atom_n(BLOCK_M), "SS", dtype, "K"),
+        "dKV": GmmaAtom(atom_n(head_dim), "RS", dtype, "MN"),
+        "dQ": GmmaAtom(atom_n(head_dim // 2), "SS", dtype, "MN"),
+    }
+
+
+def smem_atom(extent: int) -> str:
+    """The widest K-major GMMA swizzle atom whose row (64, 32 or 16 elements) divides `extent`: a warp
+    group's MN-major slice of the same buffer must be whole atoms."""
+    for width, sw in ((64, "SW128"), (32, "SW64"), (16, "SW32")):
+        if extent % width == 0:
+            return f"GMMA::Layout_K_{sw}_Atom<Element>"
+    raise ValueError(f"no GMMA swizzle atom divides {extent}")
+
+
+def generate_backward_sm90(
+    plan: KernelPlan,
+    *,
+    learnable: tuple[str, ...] = (),
+    tl_file: str | None = None,
+    deterministic: bool = False,
+) -> tuple[str, BackwardSpec]:
+    """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
+    (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover."""
+    ir = plan.ir
+    fa2._check(plan, learnable)
+    _check(plan)
+    d = plan.head_dim_qk
+    name = plan.kernel_name
+    w = CodeWriter()
+    src = tl_file or f"{name}.tl"
+    w.comment(f"The backward of {src}, derived by the TL translator from the forward's kernel IR.")
+    w.comment(
+        f"Target {NVRTC_ARCH}, {plan.dtype}, head dim {d}; dQ/dK/dV on wgmma (FlashAttention-3's dataflow),"
+    )
+    w.comment("experimental: not yet verified on a GPU.")
+    w.line("#include <cute/tensor.hpp>")
+    w.line("#include <cutlass/numeric_conversion.h>")
+    for inc in extended_includes(*atoms(plan.dtype, d).values()):
+        w.line(inc)
+    w.line()
+    w.line("using namespace cute;")
+    w.line()
+    _emit_traits(w, plan)
+    emit_helpers(w, regions=True)
+    w.line()
+    _emit_bwd_helpers(w)
+    partials = grad.tensor_partials(fa2._score(ir), learnable) if learnable else []
+    sink_partials = grad.tensor_partials(ir.sink, learnable) if (learnable and ir.sink is not None) else []
+    program = None if ir.plain else ir.to_dict()
+    tail = list(backward_program_params(program, tuple(learnable)))
+    corrected = row_corrected(ir, partials)
+    if corrected:
+        tail.append(BACKWARD_ROW_SUMS_PARAM)
+    fa2._emit_preprocess(w, plan, sink_partials, tail)
+    _emit_main(w, plan, partials, tail, deterministic)
+    fa2._emit_convert(w, plan)
+    if corrected:
+        emit_row_grads(
+            w,
+            ir,
+            partials,
+            corrected,
+            kernel=f"{name}_bwd_row_grads",
+            threads=THREADS,
+            open_kernel=lambda k: fa2._params(w, k, BACKWARD_PARAMS, tail),
+        )
+    source, _ = w.render(tl_file=tl_file, cu_file=f"{name}.bwd.cu")
+    spec = BackwardSpec(
+        name=name,
+        block_m=BLOCK_M,
+        block_n=BLOCK_N,
+        threads=THREADS,
+        shared_bytes=shared_bytes(d),
+        dtype=plan.dtype,
+        head_dim=d,
+        arch=NVRTC_ARCH,
+        mask=plan.mask,
+        window=plan.window,
+        preprocess_rows=fa2.PREPROCESS_ROWS,
+        program=program,
+        learnable=tuple(learnable),
+        params=tuple(p[0] for p in BACKWARD_PARAMS) + tuple(p[0] for p in tail),
+        row_sums=row_sums_per_row(corrected),
+        deterministic=deterministic,
+        tl_file=tl_file,
+    )
+    return source, spec
+
+
+def _check(plan: KernelPlan) -> None:
+    from tl_language.source import Range
+
+    def fail(why: str) -> TranslateError:
+        return TranslateError([unsupported(Range.of(0, 0, 0), f"the sm_90 backward: {why}")])
+
+    if plan.compute_capability < (9, 0):
+        raise fail(f"{plan.arch}: wgmma needs sm_90 (the default backward runs on {plan.arch})")
+    if plan.head_dim_qk not in HEAD_DIMS:
+        raise fail(
+            f"head dim {plan.head_dim_qk}: this skeleton covers {' and '.join(map(str, HEAD_DIMS))} "
+            "(the default backward covers the others)"
+        )
+
+
+def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
+    d = plan.head_dim_qk
+    a = atoms(plan.dtype, d)
+    w.comment("Tiles, wgmma atoms and shared-memory layouts of the dQ/dK/dV kernel.")
+    with w.block(f"struct {plan.kernel_name}_bwd_traits", "};"):
+        w.line(f"using Element = {ELEMENT[plan.dtype]};")
+        w.line(f"static constexpr int kBlockM = {BLOCK_M};  // query rows per step of the loop")
+        w.line(f"static constexpr int kBlockN = {BLOCK_N};  // key rows of this thread block")
+        w.line(f"static constexpr int kHeadDim = {d};")
+        w.line(f"static constexpr int kNThreads = {THREADS};  // two warp groups")
+        w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
+        w.line(
+            f"using TiledMmaSdP = decltype(make_tiled_mma({a['SdP'].cute()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
+        )
+        w.comment(
+            "dV += Pᵀ·dO and dK += dSᵀ·Q, (kBlockN, kHeadDim): Pᵀ and dSᵀ from the same rows' registers"
+        )
+        w.line(
+            f"using TiledMmadKV = decltype(make_tiled_mma({a['dKV'].cute()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
+        )
+        w.comment("dQ = dS·K, (kBlockM, kHeadDim): warp group g owns columns kHeadDim / 2 · g …")
+        w.line(
+            f"using TiledMmadQ = decltype(make_tiled_mma({a['dQ'].cute()}{{}}, Layout<Shape<_1, _2, _1>>{{}}));"
+        )
+        w.line()
+        w.comment("Shared memory, K-major swizzled atoms; the transposed operands are views (no data moves).")
+        w.comment("K's atom divides kHeadDim / 2 (each warp group's MN-major slice of Kᵀ in dQ's GEMM).")
+        w.line(
+            f"using SmemLayoutQdO = decltype(tile_to_shape({smem_atom(d)}{{}}, Shape<Int<kBlockM>, Int<kHeadDim>>{{}}));"
+        )
+        w.line(
+            f"using SmemLayoutK = decltype(tile_to_shape({smem_atom(d // 2)}{{}}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}));"
+        )
+        w.line(
+            f"using SmemLayoutV = decltype(tile_to_shape({smem_atom(d)}{{}}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}));"
+        )
+        w.line(
+            f"using SmemLayoutdS = decltype(tile_to_shape({smem_atom(BLOCK_N)}{{}}, Shape<Int<kBlockM>, Int<kBlockN>>{{}}));"
+        )
+        for t, base, rows, cols in (
+            ("QdOt", "SmemLayoutQdO", "kHeadDim", "kBlockM"),
+            ("Kt", "SmemLayoutK", "kHeadDim", "kBlockN"),
+            ("dSt", "SmemLayoutdS", "kBlockN", "kBlockM"),
+        ):
+            w.line(
+                f"using SmemLayout{t} = decltype(composition({base}{{}}, "
+                f"make_layout(Shape<Int<{rows}>, Int<{cols}>>{{}}, Stride<Int<{cols}>, _1>{{}})));"
+            )
+        w.line()
+        w.line(
+            "using GmemTiledCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, "
+            "Element>{},"
+        )
+        w.line("    Layout<Shape<Int<kNThreads / 8>, _8>, Stride<_8, _1>>{}, Layout<Shape<_1, _8>>{}));")
+    w.line()
+
+
+def _emit_bwd_helpers(w: CodeWriter) -> None:
+    with w.block("namespace tl", "}  // namespace tl"):
+        w.comment("Sᵀ's accumulator ((2 cols, 2 rows, N/8), MMA_M, MMA_N) seen as (query rows, key columns):")
+        w.comment("((2, N/8, MMA_N), (2, MMA_M)), the transpose of acc_rowcol.")
+        w.line("template <class Layout>")
+        with w.block("CUTE_DEVICE constexpr auto acc_colrow(Layout acc)"):
+            w.line('static_assert(decltype(rank<0>(acc))::value == 3, "a wgmma (GMMA) accumulator layout");')
+            w.line("return make_layout(make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)),")
+            w.line("                   make_layout(get<0, 1>(acc), get<1>(acc)));")
+        w.line()
+        w.comment(
+            "cp.async and st.shared write through the generic proxy, wgmma reads through the async one:"
+        )
+        w.comment("each thread fences its writes before the barrier that hands them to the warp groups.")
+        with w.block("CUTE_DEVICE void fence_async_shared()"):
+            w.line('asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
+        w.line()
+        fa2.emit_row_copy_helpers(w)
+    w.line()
+
+
+def _emit_main(
+    w: CodeWriter,
+    plan: KernelPlan,
+    partials: list[tuple[Load, Expr]],
+    tail: list[tuple[str, str, str]],
+    deterministic: bool,
+) -> None:
+    reg = Regions(plan.ir)
+    softmax = plan.ir.normalizer == "softmax"
+    fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail)
+    with w.indent():
+        w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
+        w.line("using Element = Traits::Element;")
+        w.line("constexpr int kBlockM = Traits::kBlockM;")
+        w.line("constexpr int kBlockN = Traits::kBlockN;")
+        w.line("constexpr int kHeadDim = Traits::kHeadDim;")
+        w.line(
+            "extern __shared__ __align__(1024) char smem[];  // the 128-byte swizzle repeats every 1024 bytes"
+        )
+        w.line("const int tidx = threadIdx.x;")
+        w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
+        w.line("const int bidb = blockIdx.y;")
+        w.line(
+            "const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group"
+        )
+        w.line("const int group = heads / heads_kv;")
+        w.line()
+        with w.tl(
+            plan.line_of("alloc_k"), "K, V (this key block), dSᵀ, two stages of (Q, dO) in shared memory"
+        ):
+            w.comment(
+                "raw pointers: a GMMA layout's tensor holds a swizzled iterator, so each view starts here"
+            )
+            w.line("Element* smem_k = reinterpret_cast<Element*>(smem);")
+            w.line("Element* smem_v = smem_k + kBlockN * kHeadDim;")
+            w.line("Element* smem_ds = smem_v + kBlockN * kHeadDim;")
+            w.line("Element* smem_qdo = smem_ds + kBlockM * kBlockN;")
+            w.line("constexpr int kQdOElems = 2 * kBlockM * kHeadDim;  // one stage: Q then dO")
+            w.line(
+                "float* smem_rows = reinterpret_cast<float*>(smem_qdo + 2 * kQdOElems);  // per stage: LSE, then D"
+            )
+            for t, ptr, lay, shape in (
+                ("sK", "smem_k", "K", "kBlockN, kHeadDim"),
+                ("sV", "smem_v", "V", "kBlockN, kHeadDim"),
+                ("sdS", "smem_ds", "dS", "kBlockM, kBlockN"),
+                ("sKt", "smem_k", "Kt", "kHeadDim, kBlockN"),
+                ("sdSt", "smem_ds", "dSt", "kBlockN, kBlockM"),
+            ):
+                w.line(
+                    f"Tensor {t} = make_tensor(make_smem_ptr({ptr}), typename Traits::SmemLayout{lay}{{}});  // ({shape})"
+                )
+        w.line()
+        with w.tl(plan.line_of("load_k"), "global → shared: 16-byte cp.async into the swizzled tiles"):
+            fa2._emit_gmem_copy(w)
+        w.comment("The three warp-group MMAs: K, V, Kᵀ and dS are fixed, Q and dO move with the stage")
+        w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
+        w.line("auto thr_mma_sdp = tiled_mma_sdp.get_thread_slice(tidx);")
+        w.line("Tensor tSrK = thr_mma_sdp.partition_fragment_A(sK);  // GMMA descriptors")
+        w.line("Tensor tdPrV = thr_mma_sdp.partition_fragment_A(sV);")
+        w.line("typename Traits::TiledMmadKV tiled_mma_dkv;")
+        w.line("auto thr_mma_dkv = tiled_mma_dkv.get_thread_slice(tidx);")
+        w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
+        w.line("auto thr_mma_dq = tiled_mma_dq.get_thread_slice(tidx);")
+        w.line("Tensor tdQrdS = thr_mma_dq.partition_fragment_A(sdS);")
+        w.line("Tensor tdQrKt = thr_mma_dq.partition_fragment_B(sKt);")
+        w.comment("dSᵀ: this thread's accumulator elements → shared memory, in the input dtype")
+        w.line("Tensor tdSsdS = thr_mma_sdp.partition_C(sdSt);")
+        w.line(
+            "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
+        )
+        w.line()
+        w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
+        if deterministic:
+            w.comment(
+                "this grid column's slice of dq_accum: only its thread block adds into it, in program order"
+            )
+            w.line(f"float* dq_slice = dq_accum + blockIdx.x * ({fa2.DQ_SLICE});")
+        else:
+            w.line(
+                "float* dq_slice = dq_accum;  // atomics from every key block (the grid has one column each)"
+            )
+        w.line()
+        with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
+            w.line("CUTE_NO_UNROLL")
+            with w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"):
+                _emit_key_block(w, plan, reg, softmax, partials, deterministic)
+    w.line("}")
+    w.line()
+
+
+def _emit_key_block(
+    w: CodeWriter,
+    plan: KernelPlan,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    deterministic: bool,
+) -> None:
+    """One key block: K and V in, dK and dV over every query block of the group's heads, dQ's share
+    added into dq_slice, dK and dV stored."""
+    fa2._emit_load_kv(w, deterministic)
+    w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+    w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+    w.line("clear(acc_dk);")
+    w.line("clear(acc_dv);")
+    w.line()
+    w.comment("every query head of the group, so dK and dV are summed over it in registers")
+    with w.block("for (int g = 0; g < group; ++g)"):
+        with w.tl(
+            plan.line_of("mask") if plan.mask != "none" else None, "block classes: skip empty query blocks"
+        ):
+            summed = fa2._emit_group_head(w, reg, softmax, partials, gmma=True)
+        w.line("CUTE_NO_UNROLL")
+        with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
+            _emit_query_block(w, plan, reg, softmax, partials)
+        w.line("__syncthreads();  // the next head's first load reuses stage 0")
+        fa2._emit_group_tail(w, reg, partials, summed)
+    w.line()
+    fa2._emit_store_dkv(w)
+
+
+def _emit_query_block(
+    w: CodeWriter, plan: KernelPlan, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]
+) -> None:
+    w.line("const int next = next_m_block(m_block);")
+    w.line("const bool masked = block_class(m_block) == 1;")
+    w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
+    w.line("tl::fence_async_shared();")
+    w.line("__syncthreads();  // also: the previous block's wgmmas have all read dS, Q and dO")
+    with w.tl(plan.line_of("load_q"), "prefetch the next query block's Q and dO"):
+        w.line("if (next < m_block_max) load_QdO(next, stage ^ 1);  // overlaps this block's compute")
+        w.line("cute::cp_async_fence();")
+    fa2._emit_qdo_views(w, "smem_qdo + stage * kQdOElems", gmma=True)
+    w.line("Tensor tSrQ = thr_mma_sdp.partition_fragment_B(sQ);")
+    w.line("Tensor tdPrdO = thr_mma_sdp.partition_fragment_B(sdO);")
+    w.line("Tensor tdVrdO = thr_mma_dkv.partition_fragment_B(sdOt);")
+    w.line("Tensor tdKrQ = thr_mma_dkv.partition_fragment_B(sQt);")
+    with w.tl(plan.line_of("gemm_qk"), "Sᵀ = K·Qᵀ (raw scores) and dPᵀ = V·dOᵀ, SS wgmma"):
+        w.line(
+            "Tensor acc_s = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});  // Sᵀ"
+        )
+        w.line(
+            "Tensor acc_dp = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});  // dPᵀ"
+        )
+        w.line("tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);")
+        w.line("tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);")
+        w.line("warpgroup_wait<0>();")
+        w.line("warpgroup_fence_operand(acc_s);")
+        w.line("warpgroup_fence_operand(acc_dp);")
+    region = plan.line_of("score_mod") or plan.line_of("mask_expr") or plan.line_of("softmax")
+    with w.tl(region, "Pᵀ and dSᵀ per score: the score region and its derivative (kernel_ir.grad)"):
+        fa2._emit_scores(w, reg, softmax, partials, transposed=True)
+    w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
+    w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
+    with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, RS wgmma (Pᵀ: the accumulator re-viewed as A)"):
+        w.line("Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));")
+        w.line("cute::copy(rdS, tdSsdS);  // dSᵀ for dQ's GEMM")
+        w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
+        w.line("tl::fence_async_shared();")
+        w.line("__syncthreads();  // dS of both warp groups is in shared memory")
+    with w.tl(plan.line_of("gemm_qk"), "dQ = dS·K (SS) and dK += dSᵀ·Q (RS), dQ's atomics under dK's GEMM"):
+        w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});")
+        w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);")
+        w.line("Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));")
+        w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);")
+        w.line("warpgroup_wait<1>();  // dV's and dQ's groups are done, dK's may still run")
+        w.line("warpgroup_fence_operand(acc_dq);")
+        w.comment("in fragment order, so a warp's 32 additions cover 128 contiguous bytes (rows past")
+        w.comment("seqlen_q add zeros into the tile's padding)")
+        w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim) + tidx;")
+        w.line("CUTE_UNROLL")
+        w.line(
+            "for (int i = 0; i < size(acc_dq); ++i) atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));"
+        )
+        w.line("warpgroup_wait<0>();")
+        w.line("warpgroup_fence_operand(acc_dk);")
+        w.line("warpgroup_fence_operand(acc_dv);")
+    w.line("stage ^= 1;")
+    w.line("m_block = next;")
