@@ -104,7 +104,9 @@ def _sdpa_backward(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float) 
         leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
         try:
             with sdpa_kernel([backend]):
-                o = scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
+                o = scaled_dot_product_attention(
+                    leaves[0], leaves[1], leaves[2], is_causal=causal, scale=scale
+                )
         except RuntimeError:
             continue
 
