@@ -50,7 +50,7 @@ class TLServer(LanguageServer):
         self.settings = Settings()
         self.worker = WorkerManager()
         self.pending: dict[str, asyncio.Task[None]] = {}  # uri → debounced analysis
-        self.jobs: dict[str, asyncio.Task[Any]] = {}  # uri → running worker job
+        self.jobs: dict[tuple[str, str], asyncio.Task[Any]] = {}  # (uri, job family) → running job
         self._progress_ids = 0
 
     # ---- helpers shared by the features ----
@@ -66,8 +66,9 @@ class TLServer(LanguageServer):
         """Checker diagnostics of the document's current version, plus the worker's if for this version."""
         analysis = doc.analysis(self.settings.target)
         items = [convert.diagnostic(d) for d in analysis.diagnostics]
-        if doc.job is not None and doc.job.version == doc.version:
-            items += doc.job.items
+        for job in (doc.job, doc.backward_job):
+            if job is not None and job.version == doc.version:
+                items += job.items
         self.text_document_publish_diagnostics(
             lsp.PublishDiagnosticsParams(uri=doc.uri, diagnostics=items, version=doc.version)
         )

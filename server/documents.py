@@ -33,6 +33,9 @@ class Doc:
     _analysed_target: str | None = None
     job: JobDiagnostics | None = None
     result: dict[str, Any] | None = None  # the last verification / benchmark result (code lens)
+    # The same two for the derived backward's jobs (the lens's ∇ line), kept apart so neither hides the other.
+    backward_job: JobDiagnostics | None = None
+    backward_result: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def analysis(self, default_target: str = gpu.DEFAULT_TARGET) -> Analysis:

@@ -13,6 +13,7 @@ from lsprotocol import types as lsp
 from server import convert
 from server.documents import Doc, JobDiagnostics
 from server.worker.manager import JobOutcome
+from server.worker.protocol import BACKWARD_KINDS
 
 if TYPE_CHECKING:
     from server.app import TLServer
@@ -24,7 +25,15 @@ TITLES = {
     "compile": "TL: compiling (NVRTC)",
     "verify": "TL: verifying on the GPU",
     "benchmark": "TL: benchmarking",
+    "verify-backward": "TL: verifying the backward on the GPU",
+    "benchmark-backward": "TL: benchmarking the backward",
 }
+
+
+def family(kind: str) -> str:
+    """The job's family, `backward` (the derived backward's jobs) or `forward`: each family keeps its own
+    result and diagnostics, and a job supersedes only a running job of its own family."""
+    return "backward" if kind in BACKWARD_KINDS else "forward"
 
 
 def uri_path(uri: str) -> str | None:
@@ -33,13 +42,24 @@ def uri_path(uri: str) -> str | None:
 
 
 def start_job(ls: TLServer, doc: Doc, kind: str) -> asyncio.Task[JobOutcome]:
-    """Start `kind` for `doc`, superseding (cancelling) a job still running for the same document."""
-    previous = ls.jobs.get(doc.uri)
+    """Start `kind` for `doc`, superseding (cancelling) a job of the same family still running for the
+    same document; one of the other family waits for the worker instead (a save's compile is not killed
+    by a click on the backward's lens)."""
+    key = (doc.uri, family(kind))
+    previous = ls.jobs.get(key)
     if previous is not None and not previous.done():
         previous.cancel()
     task = asyncio.ensure_future(_run(ls, doc, kind))
-    ls.jobs[doc.uri] = task
+    ls.jobs[key] = task
     return task
+
+
+def cancel_jobs(ls: TLServer, uri: str) -> None:
+    """Cancel the document's jobs of both families (it was closed)."""
+    for fam in ("forward", "backward"):
+        task = ls.jobs.pop((uri, fam), None)
+        if task is not None and not task.done():
+            task.cancel()
 
 
 async def _begin_progress(ls: TLServer, kind: str, task: asyncio.Task[Any] | None) -> str | None:
@@ -104,8 +124,7 @@ async def _run(ls: TLServer, doc: Doc, kind: str) -> JobOutcome:
 
 
 def apply_outcome(ls: TLServer, doc: Doc, kind: str, version: int, outcome: JobOutcome) -> None:
-    items = [_lsp_diag(d) for d in outcome.diagnostics]
-    items = [d for d in items if d is not None]
+    items = [d for d in map(_lsp_diag, outcome.diagnostics) if d is not None]
     if outcome.worker_failed:
         rng = _kernel_range(ls, doc)
         items.append(
@@ -119,14 +138,25 @@ def apply_outcome(ls: TLServer, doc: Doc, kind: str, version: int, outcome: JobO
         ls.notify_user(f"TL {kind} of {doc.uri.rsplit('/', 1)[-1]}: {outcome.message}", lsp.MessageType.Error)
     elif outcome.status == "unavailable":
         ls.notify_user(f"TL {kind}: {outcome.message}", lsp.MessageType.Warning)
-    doc.job = JobDiagnostics(version, items)
+    backward = family(kind) == "backward"
+    job = JobDiagnostics(version, items)
+    if backward:
+        doc.backward_job = job
+    else:
+        doc.job = job
     if outcome.status not in ("skipped",):
-        doc.result = {
+        # `version`: the text the job ran on; the lens marks the result stale once the document moves on.
+        result = {
             "kind": kind,
             "status": outcome.status,
             "message": outcome.message,
             **(outcome.result or {}),
+            "version": version,
         }
+        if backward:
+            doc.backward_result = result
+        else:
+            doc.result = result
         ls.refresh_code_lens()
         # The extension's status bar shows the last result of any job, on-save ones included.
         from server.features.code_lens import result_text
@@ -137,7 +167,7 @@ def apply_outcome(ls: TLServer, doc: Doc, kind: str, version: int, outcome: JobO
                 "uri": doc.uri,
                 "kind": kind,
                 "ok": outcome.status == "ok",
-                "summary": result_text(doc.result),
+                "summary": result_text(result),
             },
         )
     if ls.docs.get(doc.uri) is doc and doc.version == version:

@@ -19,6 +19,8 @@ SOURCE_ACTIONS = (
     ("Generate CUDA", "tl.generateCuda", "source.tl.generateCuda"),
     ("Verify on GPU", "tl.verify", "source.tl.verify"),
     ("Benchmark", "tl.benchmark", "source.tl.benchmark"),
+    ("Verify backward", "tl.verifyBackward", "source.tl.verifyBackward"),
+    ("Benchmark backward", "tl.benchmarkBackward", "source.tl.benchmarkBackward"),
     ("Format", "tl.format", "source.tl.format"),
 )
 

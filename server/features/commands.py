@@ -24,11 +24,22 @@ COMMANDS = (
     "tl.verify",
     "tl.benchmark",
     "tl.compile",
+    "tl.verifyBackward",
+    "tl.benchmarkBackward",
     "tl.format",
     "tl.completeSketch",
     "tl.restartWorker",
     "tl.workerInfo",
 )
+
+# The commands that run a worker job, and the job's kind.
+JOB_COMMANDS = {
+    "tl.verify": "verify",
+    "tl.benchmark": "benchmark",
+    "tl.compile": "compile",
+    "tl.verifyBackward": "verify-backward",
+    "tl.benchmarkBackward": "benchmark-backward",
+}
 
 
 def _uri(args: tuple[Any, ...]) -> str | None:
@@ -135,17 +146,17 @@ def register(server: TLServer) -> None:
         doc = _doc(ls, args)
         return None if doc is None else await generate_cuda(ls, doc)
 
-    for kind in ("verify", "benchmark", "compile"):
+    for name, kind in JOB_COMMANDS.items():
 
-        def make(k: str):  # type: ignore[no-untyped-def]
-            @safe(f"tl.{k}")
+        def make(command: str, k: str):  # type: ignore[no-untyped-def]
+            @safe(command)
             async def cmd(ls: TLServer, *args: Any) -> dict[str, Any] | None:
                 doc = _doc(ls, args)
                 return None if doc is None else await run_kind(ls, doc, k)
 
             return cmd
 
-        server.command(f"tl.{kind}")(make(kind))
+        server.command(name)(make(name, kind))
 
     @server.command("tl.format")
     @safe("tl.format")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from server.jobs import start_job
+from server.jobs import cancel_jobs, start_job
 from server.safe import safe
 
 if TYPE_CHECKING:
@@ -75,8 +75,8 @@ def register(server: TLServer) -> None:
     def did_close(ls: TLServer, params: lsp.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.docs.close(uri)
-        for table in (ls.pending, ls.jobs):
-            task = table.pop(uri, None)
-            if task is not None and not task.done():
-                task.cancel()
+        pending = ls.pending.pop(uri, None)
+        if pending is not None and not pending.done():
+            pending.cancel()
+        cancel_jobs(ls, uri)
         ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))

@@ -9,6 +9,10 @@ TL_WORKER_FAKE is a comma list:
   hang               sleep forever (the server's timeout must fire)
   nvrtc-error=L:MSG  answer an NVRTC log `FILE.tl(L): error: MSG`, parsed by the real log parser
   rel-l2=X,tflops=Y  a verification result with these numbers, labelled as coming from a fake device
+  bwd-rel-l2=X       a backward job's verification (dQ, dK, dV; worst rel-L2 X) on a fake device
+  bwd-tflops=Y       ... and, for benchmark-backward, its timing
+  bwd-fail=NAME      the backward's gradient NAME (dk, dslopes, ...) fails verification
+A backward job without bwd-rel-l2 or bwd-fail answers as the real one does without a CUDA device.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+from server.worker.protocol import BACKWARD_KINDS
 
 ENV = "TL_WORKER_FAKE"
 
@@ -53,11 +60,42 @@ def run(spec: str, req: dict[str, Any], emit: Callable[[str, int | None], None])
         diags = diagnostics_from_log(log, req.get("text", ""), tl_file)
         return {"status": "failed", "message": "NVRTC failed (fake)", "diagnostics": diags, "result": None}
     result: dict[str, Any] = {"compiled": True, "compile_seconds": delay, "device": None}
+    if req.get("kind") in BACKWARD_KINDS:
+        return _backward(opts, req, result)
     if "rel-l2" in opts and req.get("kind") in ("verify", "benchmark"):
         result.update({"device": "fake device", "verified": True, "rel_l2": float(opts["rel-l2"])})
         if "tflops" in opts:
             result["tflops"] = float(opts["tflops"])
     return {"status": "ok", "message": "fake job done", "diagnostics": [], "result": result}
+
+
+def _backward(opts: dict[str, str], req: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The replies `backward_steps` builds, from made-up checks (so the lens text is the real path's)."""
+    from server.worker import backward_steps
+    from server.worker.jobs import _reply
+
+    if "bwd-rel-l2" not in opts and "bwd-fail" not in opts:
+        result["gpu"] = "no CUDA device"
+        return _reply("ok", "fake backward compiled; not verified: no CUDA device", result=result)
+    rel = float(opts.get("bwd-rel-l2") or 3.1e-3)
+    bad = opts.get("bwd-fail")
+    names = ["dq", "dk", "dv"] + ([bad] if bad and bad not in ("dq", "dk", "dv") else [])
+    checks = [
+        SimpleNamespace(name=n, ok=n != bad, rel_l2=0.42 if n == bad else rel, max_abs=0.0, nonfinite=0)
+        for n in names
+    ]
+    result.update(
+        device="fake device",
+        verified=bad is None,
+        grads=names,
+        rel_l2=max(c.rel_l2 for c in checks),
+        shape="fake shape",
+    )
+    if bad:
+        return backward_steps.failed_reply(req, "fake device", "fake shape", checks, result, "fake failure")
+    if req.get("kind") == "benchmark-backward" and "bwd-tflops" in opts:
+        backward_steps.record_rates({"tl": float(opts["bwd-tflops"])}, result)
+    return backward_steps.verified_reply(result)
 
 
 def _faults(opts: dict[str, str]) -> None:

@@ -44,19 +44,18 @@ def device_arch() -> str | None:
     return cuda_device_arch()
 
 
+def requested_shape(req: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(batch, heads, seqlen_q, seqlen_k) of the request's first benchmark shape (`tl.benchmarkShapes`)."""
+    s = (req.get("shapes") or [{"batch": 4, "heads": 16, "seqlen_q": 4096, "seqlen_k": 4096}])[0]
+    return int(s["batch"]), int(s["heads"]), int(s["seqlen_q"]), int(s["seqlen_k"])
+
+
 def _shape(req: dict[str, Any], spec: Any) -> Any:
     from runner.verify import Shape
 
-    s = (req.get("shapes") or [{"batch": 4, "heads": 16, "seqlen_q": 4096, "seqlen_k": 4096}])[0]
-    heads = int(s["heads"])
+    batch, heads, seqlen_q, seqlen_k = requested_shape(req)
     heads_kv = max(1, heads // spec.group) if getattr(spec, "group", 0) else heads
-    return Shape(
-        batch=int(s["batch"]),
-        heads=heads,
-        heads_kv=heads_kv,
-        seqlen_q=int(s["seqlen_q"]),
-        seqlen_k=int(s["seqlen_k"]),
-    )
+    return Shape(batch=batch, heads=heads, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
 
 
 def verify_and_benchmark(

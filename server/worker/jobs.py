@@ -1,5 +1,6 @@
 """Jobs the worker runs: translate (check), NVRTC compile, and — when a CUDA device is present — verify
-and benchmark. Each step imports its package lazily; a missing package answers "unavailable: <why>".
+and benchmark; the derived backward's verify and benchmark (`server.worker.backward_steps`). Each step
+imports its package lazily; a missing package answers "unavailable: <why>".
 
 Runs only in the worker process (it may import cuda-python and torch).
 """
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from server.worker.protocol import BACKWARD_KINDS
 from tl_language.diagnostics import Diagnostic, Severity, make
 from tl_language.source import LineText, Position, Range, split_lines
 
@@ -54,6 +56,10 @@ def run_job(req: dict[str, Any], emit: Emit) -> dict[str, Any]:
     spec = req.get("fake") or os.environ.get(fake.ENV)
     if spec:
         return fake.run(spec, req, emit)
+    if kind in BACKWARD_KINDS:
+        from server.worker import backward_steps
+
+        return backward_steps.run(req, emit)
     emit("translating", 5)
     translated = _translate(text, req.get("path"))
     if isinstance(translated, dict):

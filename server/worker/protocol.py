@@ -1,7 +1,7 @@
 """JSON-lines messages between the server and the worker (one object per line).
 
-Server → worker: {"id", "kind": "check"|"compile"|"verify"|"benchmark", "uri", "path", "text",
-                  "target", "shapes": [...], "fake": str|null}
+Server → worker: {"id", "kind": one of JOB_KINDS, "uri", "path", "text", "target", "shapes": [...],
+                  "fake": str|null}
 Worker → server: {"id", "event": "progress", "message", "percentage"}
                  {"id", "event": "result", "status", "message", "diagnostics": [...], "result": {...}|null,
                   "fatal": bool}
@@ -16,7 +16,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-JOB_KINDS = ("check", "compile", "verify", "benchmark")
+# The derived backward's jobs (pipeline.backward): its result carries "grads", the names of the gradients
+# verify_backward checked ("dq", "dk", "dv", then "d<side tensor>" for each learnable one).
+BACKWARD_KINDS = ("verify-backward", "benchmark-backward")
+JOB_KINDS = ("check", "compile", "verify", "benchmark", *BACKWARD_KINDS)
+# Jobs that run the kernel on a GPU when there is one (compile only without).
+GPU_KINDS = ("verify", "benchmark", *BACKWARD_KINDS)
+
+_GRAD_LABELS = {"dq": "dQ", "dk": "dK", "dv": "dV"}
+
+
+def grad_label(name: str) -> str:
+    """How a gradient is named to the user: dQ, dK, dV; a side tensor's keeps its name (`dslopes`)."""
+    return _GRAD_LABELS.get(name, name)
 
 
 def encode(msg: dict[str, Any]) -> bytes:
