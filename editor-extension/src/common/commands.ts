@@ -22,12 +22,28 @@ interface Mirror {
   title: string;
   /** Long-running GPU/compile commands: a progress notification, and their outcome goes to the status bar. */
   progress: boolean;
+  /** The server's job kind when it is not the command's name (the status bar shows it). */
+  kind?: string;
 }
 
 const MIRRORS: Mirror[] = [
   { id: EditorCommand.generateCuda, server: ServerCommand.generateCuda, title: "Generating CUDA", progress: false },
   { id: EditorCommand.verify, server: ServerCommand.verify, title: "Verifying on the GPU", progress: true },
   { id: EditorCommand.benchmark, server: ServerCommand.benchmark, title: "Benchmarking", progress: true },
+  {
+    id: EditorCommand.verifyBackward,
+    server: ServerCommand.verifyBackward,
+    title: "Verifying the backward on the GPU",
+    progress: true,
+    kind: "verify-backward",
+  },
+  {
+    id: EditorCommand.benchmarkBackward,
+    server: ServerCommand.benchmarkBackward,
+    title: "Benchmarking the backward",
+    progress: true,
+    kind: "benchmark-backward",
+  },
   { id: EditorCommand.format, server: ServerCommand.format, title: "Formatting", progress: false },
 ];
 
@@ -65,7 +81,7 @@ async function runOnActiveDocument(getClient: ClientGetter, mirror: Mirror, onRe
     (_progress, token) => execute(getClient, mirror.server, [uri], token),
   );
   if (outcome?.status !== undefined && outcome.message !== undefined) {
-    const kind = mirror.server.replace(/^tl\./, "");
+    const kind = mirror.kind ?? mirror.server.replace(/^tl\./, "");
     onResult({ uri, kind, ok: outcome.status === "ok", summary: outcome.message });
   }
 }

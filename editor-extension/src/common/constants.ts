@@ -14,6 +14,8 @@ export const ServerCommand = {
   generateCuda: "tl.generateCuda",
   verify: "tl.verify",
   benchmark: "tl.benchmark",
+  verifyBackward: "tl.verifyBackward",
+  benchmarkBackward: "tl.benchmarkBackward",
   format: "tl.format",
   restartWorker: "tl.restartWorker",
 } as const;
@@ -23,6 +25,8 @@ export const EditorCommand = {
   generateCuda: "tl.editor.generateCuda",
   verify: "tl.editor.verify",
   benchmark: "tl.editor.benchmark",
+  verifyBackward: "tl.editor.verifyBackward",
+  benchmarkBackward: "tl.editor.benchmarkBackward",
   format: "tl.editor.format",
   restartServer: "tl.editor.restartServer",
   restartWorker: "tl.editor.restartWorker",
