@@ -11,8 +11,6 @@ worker (as in `gpu_steps`).
 
 from __future__ import annotations
 
-import logging
-import traceback
 from typing import Any
 
 from server.worker import gpu_steps
@@ -20,8 +18,6 @@ from server.worker.jobs import Emit, _compile_note, _kernel_line, _reply, diagno
 from server.worker.protocol import grad_label
 from tl_language.diagnostics import make
 from tl_language.source import split_lines
-
-log = logging.getLogger(__name__)
 
 
 def run(req: dict[str, Any], emit: Emit) -> dict[str, Any]:
@@ -107,11 +103,7 @@ def _verify_and_time(req: dict[str, Any], build: Any, result: dict[str, Any], em
             emit("timing the backward beside SDPA flash and cuDNN", 70)
             record_rates(backward_tflops(loaded, b, h, sq, sk), result)
     except Exception as exc:
-        log.exception("GPU step of the backward failed")
-        diag = make("TL503", where, f"GPU fault while running the backward: {exc}")
-        reply = _reply("failed", f"GPU fault: {exc}", [diag.to_json()], result, fatal=True)
-        reply["traceback"] = traceback.format_exc(limit=6)
-        return reply
+        return gpu_steps.gpu_fault(where, "the backward", exc, result)
     return verified_reply(result)
 
 

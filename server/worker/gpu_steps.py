@@ -90,14 +90,22 @@ def verify_and_benchmark(
         emit("benchmarking against cuDNN and FlashAttention-2", 70)
         _benchmark(translated, loaded, verified, shape, result)
     except Exception as exc:
-        log.exception("GPU step failed")
-        diag = make("TL503", where, f"GPU fault while running the kernel: {exc}")
-        reply = _reply("failed", f"GPU fault: {exc}", [diag.to_json()], result, fatal=True)
-        reply["traceback"] = traceback.format_exc(limit=6)
-        return reply
+        return gpu_fault(where, "the kernel", exc, result)
     tflops = result.get("tflops")
     msg = f"verified (rel-L2 {result['rel_l2']:.1e})" + (f", {tflops:.0f} TFLOPS" if tflops else "")
     return _reply("ok", msg, result=result)
+
+
+def gpu_fault(where: Any, what: str, exc: Exception, result: dict[str, Any]) -> dict[str, Any]:
+    """The reply to an exception in a GPU step: TL503 on the Kernel line, `fatal` (the context may be
+    gone)."""
+    from server.worker.jobs import _reply
+
+    log.exception("GPU step failed (%s)", what)
+    diag = make("TL503", where, f"GPU fault while running {what}: {exc}")
+    reply = _reply("failed", f"GPU fault: {exc}", [diag.to_json()], result, fatal=True)
+    reply["traceback"] = traceback.format_exc(limit=6)
+    return reply
 
 
 def _benchmark(translated: Any, loaded: Any, verified: Any, shape: Any, result: dict[str, Any]) -> None:

@@ -126,6 +126,17 @@ def progress_kinds(client: LanguageClient) -> dict[Any, list[str]]:
     return {tok: [type(v).__name__ for v in values] for tok, values in client.progress_reports.items()}
 
 
+async def until_reported(client: LanguageClient, timeout: float = 20.0) -> None:
+    """Wait until a job has sent a `$/progress` report (it is running in the worker)."""
+
+    def reported() -> bool:
+        return any(
+            isinstance(v, lsp.WorkDoneProgressReport) for vs in client.progress_reports.values() for v in vs
+        )
+
+    await until(client, "$/progress", reported, timeout)
+
+
 def ended(client: LanguageClient) -> list[Any]:
     return [
         v

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from test_server_worker import request as worker_request
 
 from server.features.code_lens import lens_title, result_text
 from server.worker import backward_steps, gpu_steps
@@ -21,11 +22,7 @@ KERNEL_LINE = MHA.splitlines().index("Kernel mha_fwd")
 
 def request(kind: str, text: str = MHA) -> dict[str, Any]:
     return {
-        "kind": kind,
-        "uri": "file:///x/mha_fwd.tl",
-        "path": "/x/mha_fwd.tl",
-        "text": text,
-        "target": "sm_80",
+        **worker_request(kind, text),
         "shapes": [{"batch": 2, "heads": 4, "seqlen_q": 1000, "seqlen_k": 1000}],
     }
 

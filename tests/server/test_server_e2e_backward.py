@@ -7,11 +7,23 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_lsp
 from conftest import CRASH_MARKER
-from lsp_harness import change, command, doc_id, ended, open_doc, save, server_config, start, until
+from lsp_harness import (
+    change,
+    command,
+    doc_id,
+    ended,
+    open_doc,
+    save,
+    server_config,
+    start,
+    until,
+    until_reported,
+)
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
@@ -37,6 +49,14 @@ async def failing_client(lsp_client: LanguageClient):  # type: ignore[no-untyped
 async def crash_once_client(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
     yield
     await lsp_client.shutdown_session()
+
+
+async def opened(client: LanguageClient, workspace: Path, settings: dict[str, Any] | None = None) -> Any:
+    """(recorder, uri): the session started and mha_fwd.tl open, its first diagnostics published."""
+    rec = await start(client, workspace, settings)
+    uri = open_doc(client, workspace / "mha_fwd.tl")
+    await rec.wait_for(uri, version=1)
+    return rec, uri
 
 
 async def titles(client: LanguageClient, uri: str) -> list[str]:
@@ -103,9 +123,7 @@ async def test_without_a_device_the_backward_lens_says_compile_only(
     fake_client: LanguageClient, workspace: Path
 ) -> None:
     client = fake_client
-    rec = await start(client, workspace)
-    uri = open_doc(client, workspace / "mha_fwd.tl")
-    await rec.wait_for(uri, version=1)
+    _rec, uri = await opened(client, workspace)
     outcome = await command(client, "tl.verifyBackward", uri)
     assert outcome["status"] == "ok" and outcome["result"]["gpu"] == "no CUDA device"
     assert (await titles(client, uri))[3] == "∇ ✓ compiles (NVRTC in 0.3 s) · not verified: no CUDA device"
@@ -140,17 +158,9 @@ async def test_cancelling_the_backward_kills_the_job_and_keeps_the_lens(
     slow_client: LanguageClient, workspace: Path
 ) -> None:
     client = slow_client
-    rec = await start(client, workspace)
-    uri = open_doc(client, workspace / "mha_fwd.tl")
-    await rec.wait_for(uri, version=1)
+    _rec, uri = await opened(client, workspace)
     pending = asyncio.ensure_future(command(client, "tl.verifyBackward", uri))
-    await until(
-        client,
-        PROGRESS,
-        lambda: any(
-            isinstance(v, lsp.WorkDoneProgressReport) for vs in client.progress_reports.values() for v in vs
-        ),
-    )
+    await until_reported(client)
     before = await command(client, "tl.workerInfo")
     assert before["busy"]
     (token,) = client.progress_reports
@@ -166,9 +176,7 @@ async def test_a_crash_during_the_backward_is_survived(
     crash_once_client: LanguageClient, workspace: Path
 ) -> None:
     client = crash_once_client
-    rec = await start(client, workspace)
-    uri = open_doc(client, workspace / "mha_fwd.tl")
-    await rec.wait_for(uri, version=1)
+    _rec, uri = await opened(client, workspace)
     crashed = await command(client, "tl.verifyBackward", uri)
     assert crashed["status"] == "crashed" and "exit status 86" in crashed["message"]
     assert (await titles(client, uri))[3].startswith("∇ ✗ verify-backward crashed")
@@ -182,9 +190,7 @@ async def test_a_save_during_the_backward_waits_for_the_worker_instead_of_killin
 ) -> None:
     """The save's forward job and the backward are of different families: neither supersedes the other."""
     client = slow_client
-    rec = await start(client, workspace, {"onSave": "compile", "worker": {"timeoutSeconds": 200}})
-    uri = open_doc(client, workspace / "mha_fwd.tl")
-    await rec.wait_for(uri, version=1)
+    _rec, uri = await opened(client, workspace, {"onSave": "compile", "worker": {"timeoutSeconds": 200}})
     backward = asyncio.ensure_future(command(client, "tl.verifyBackward", uri))
     await until(client, PROGRESS, lambda: len(client.progress_reports) >= 1)
     save(client, uri)  # its job queues behind the backward's
@@ -199,9 +205,7 @@ async def test_a_save_during_the_backward_waits_for_the_worker_instead_of_killin
 
 
 async def test_backward_source_actions_are_offered(client: LanguageClient, workspace: Path) -> None:
-    rec = await start(client, workspace)
-    uri = open_doc(client, workspace / "mha_fwd.tl")
-    await rec.wait_for(uri, version=1)
+    _rec, uri = await opened(client, workspace)
     whole = lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=0, character=0))
     actions = await client.text_document_code_action_async(
         lsp.CodeActionParams(

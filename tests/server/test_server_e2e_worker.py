@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lsp_harness import command, doc_id, ended, open_doc, save, start, until
+from lsp_harness import command, doc_id, ended, open_doc, save, start, until, until_reported
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
@@ -69,13 +69,7 @@ async def test_cancelling_the_progress_kills_the_job_and_restarts_the_worker(
     uri = open_doc(client, workspace / "mha_fwd.tl")
     await rec.wait_for(uri, version=1)
     save(client, uri)
-    await until(
-        client,
-        PROGRESS,
-        lambda: any(
-            isinstance(v, lsp.WorkDoneProgressReport) for vs in client.progress_reports.values() for v in vs
-        ),
-    )
+    await until_reported(client)
     info = await command(client, "tl.workerInfo")
     assert info["busy"] and info["pid"]
     (token,) = client.progress_reports
