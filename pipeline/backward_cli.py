@@ -8,6 +8,11 @@ from pipeline.backward import BackwardBuild, BackwardBuildError, translate_backw
 from pipeline.cli import EXIT_FAILED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, _err, _out
 
 
+def skeleton(args: argparse.Namespace) -> dict[str, str]:
+    """`--sm90-backward`: the experimental wgmma skeleton (arch sm_90); otherwise the default's keywords."""
+    return {"arch": "sm_90", "skeleton": "sm90"} if getattr(args, "sm90_backward", False) else {}
+
+
 def cmd_build_backward(args: argparse.Namespace) -> int:
     """FILE.bwd.cu + FILE.bwd.launch.json beside each FILE.tl, compiled through NVRTC (no GPU needed)."""
     from runner.compile import CompileError
@@ -19,7 +24,9 @@ def cmd_build_backward(args: argparse.Namespace) -> int:
             status = max(status, EXIT_USAGE)
             continue
         try:
-            build = translate_backward(path, deterministic=getattr(args, "deterministic", False))
+            build = translate_backward(
+                path, deterministic=getattr(args, "deterministic", False), **skeleton(args)
+            )
             cu, js = build.write()
             c = build.compile()
         except BackwardBuildError as exc:
@@ -48,7 +55,10 @@ def _load(args: argparse.Namespace) -> BackwardBuild | int:
         return EXIT_NO_DEVICE
     try:
         build = translate_backward(
-            args.file, dtype=getattr(args, "dtype", None), deterministic=getattr(args, "deterministic", False)
+            args.file,
+            dtype=getattr(args, "dtype", None),
+            deterministic=getattr(args, "deterministic", False),
+            **skeleton(args),
         )
         build.load()
     except BackwardBuildError as exc:

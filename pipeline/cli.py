@@ -63,6 +63,11 @@ def register(subparsers: Any) -> None:
             action="store_true",
             help="with --backward: dQ without cross-block atomics, the same bits every run",
         )
+        sub.add_argument(
+            "--sm90-backward",
+            action="store_true",
+            help="with --backward: dQ/dK/dV on wgmma for sm_90a (experimental: not yet verified on a GPU)",
+        )
 
 
 def _err(msg: str) -> None:

@@ -48,9 +48,10 @@ HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators excee
 
 
 def shared_bytes(head_dim: int, dtype_bytes: int = 2) -> int:
-    """K, V, dS and two stages of (Q, dO) in the input dtype, two stages of the rows' LSE and D (fp32)."""
+    """K, V, dS and two stages of (Q, dO) in the input dtype, two stages of the rows' LSE and D (fp32),
+    and 1024 bytes to round the base up to the swizzle's period."""
     elems = 2 * BLOCK_N * head_dim + BLOCK_M * BLOCK_N + 2 * 2 * BLOCK_M * head_dim
-    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4
+    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + 1024
 
 
 def atoms(dtype: str, head_dim: int) -> dict[str, GmmaAtom]:
@@ -256,8 +257,12 @@ def _emit_main(
         w.line("constexpr int kBlockM = Traits::kBlockM;")
         w.line("constexpr int kBlockN = Traits::kBlockN;")
         w.line("constexpr int kHeadDim = Traits::kHeadDim;")
+        w.comment(
+            "the 128-byte swizzle repeats every 1024 bytes and wgmma reads it from the address: round up"
+        )
+        w.line("extern __shared__ char smem_raw[];")
         w.line(
-            "extern __shared__ __align__(1024) char smem[];  // the 128-byte swizzle repeats every 1024 bytes"
+            "char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));"
         )
         w.line("const int tidx = threadIdx.x;")
         w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
