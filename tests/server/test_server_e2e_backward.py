@@ -214,3 +214,18 @@ async def test_backward_source_actions_are_offered(client: LanguageClient, works
     )
     assert actions is not None
     assert {"TL: Verify backward", "TL: Benchmark backward"} <= {a.title for a in actions}
+
+
+async def test_the_real_worker_says_why_a_program_has_no_backward(
+    client: LanguageClient, workspace: Path
+) -> None:
+    """No fake: the worker process runs pipeline.backward, which refuses MLA's unequal head dims before
+    any compile."""
+    rec = await start(client, workspace)
+    uri = open_doc(client, workspace / "mla_fwd.tl")
+    await rec.wait_for(uri, version=1)
+    outcome = await command(client, "tl.verifyBackward", uri)
+    assert outcome["status"] == "failed"
+    assert (await titles(client, uri))[3] == (
+        "∇ ✗ no backward: line 1: TL501 the backward: head dims of Q·Kᵀ (192) and V (128) must be equal"
+    )
