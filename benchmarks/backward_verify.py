@@ -2,6 +2,7 @@
 
     python3 benchmarks/backward_verify.py --build .cache/bwd          # no GPU: NVRTC + ptxas for sm_90
     python3 benchmarks/backward_verify.py --run .cache/bwd            # on the H200: verify every case
+    python3 benchmarks/backward_verify.py --build .cache/bwd --skeleton sm90   # + the wgmma kernels (_sm90)
 
 `--build` writes, per case, the .bwd.cu, its launch json and the cubin (sm_80 source finalised for the
 device's sm_90 by ptxas, as `runner.compile` does when an sm_80 kernel meets an H200), so the device run
@@ -75,16 +76,22 @@ def _text(path: str, d: int) -> str:
     return text.replace("Param d = 128", f"Param d = {d}") if d != 128 else text
 
 
-def build(out: Path, full: bool, only: str = "", nvcc: bool = False) -> None:
+# --skeleton: the keywords of `translate_backward` and the suffix of the case tags ("sm90": the experimental
+# dQ/dK/dV kernel on wgmma, an sm_90a cubin, timed beside the default by `backward.py --also _sm90`)
+SKELETONS = {"sm80": ({"arch": "sm_80"}, ""), "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90")}
+
+
+def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: str = "sm80") -> None:
     from pipeline.backward import translate_backward
     from runner.compile import CompileJob, compile_many
 
     out.mkdir(parents=True, exist_ok=True)
     builds, jobs = [], []
+    keywords, suffix = SKELETONS[skeleton]
     for case in cases(full, only):
         path, learn, dtype, d, det = case
-        b = translate_backward(_text(path, d), dtype=dtype, arch="sm_80", learnable=learn, deterministic=det)
-        name = tag(*case)
+        b = translate_backward(_text(path, d), dtype=dtype, learnable=learn, deterministic=det, **keywords)
+        name = tag(*case) + suffix
         cu = out / f"{name}.bwd.cu"
         if cu.exists() and cu.read_text() == b.source and (out / f"{name}.cubin").exists():
             print(f"{name}: up to date")
@@ -92,9 +99,10 @@ def build(out: Path, full: bool, only: str = "", nvcc: bool = False) -> None:
         cu.write_text(b.source)
         (out / f"{name}.json").write_text(json.dumps({"tl": path, "spec": json.loads(b.spec.to_json())}))
         builds.append(name)
-        jobs.append(CompileJob(source=b.source, arch="sm_80", name=f"{name}.bwd.cu", device_arch="sm_90"))
+        jobs.append(CompileJob(source=b.source, arch=b.spec.arch, name=f"{name}.bwd.cu", device_arch="sm_90"))
     start = time.perf_counter()
-    results = _nvcc_many(out, builds) if nvcc else compile_many(jobs)
+    arch = "sm_90a" if skeleton == "sm90" else "sm_90"
+    results = _nvcc_many(out, builds, arch) if nvcc else compile_many(jobs)
     for name, r in zip(builds, results, strict=True):
         if isinstance(r, Exception):
             print(f"{name}: COMPILE FAILED {r}")
@@ -104,7 +112,7 @@ def build(out: Path, full: bool, only: str = "", nvcc: bool = False) -> None:
     print(f"built {len(builds)} in {time.perf_counter() - start:.0f} s")
 
 
-def _nvcc_many(out: Path, tags: list[str]) -> list[Any]:
+def _nvcc_many(out: Path, tags: list[str], arch: str = "sm_90") -> list[Any]:
     """sm_90 cubins from the toolkit's nvcc, one per core: where it is the device driver's CUDA version
     and the NVRTC here is newer (its PTX does not load there), these run on the device without a build."""
     import os
@@ -124,7 +132,7 @@ def _nvcc_many(out: Path, tags: list[str]) -> list[Any]:
         cmd = [
             nvcc,
             "-cubin",
-            "-arch=sm_90",
+            f"-arch={arch}",
             "-std=c++17",
             f"-I{include}",
             "-o",
@@ -206,9 +214,15 @@ def main() -> int:
     ap.add_argument("--shapes", default="all", help="'all' or 'B,H,Hkv,Sq,Sk;…'")
     ap.add_argument("--only", default="", help="a regular expression over the case tags (stem_dtype_dN)")
     ap.add_argument("--nvcc", action="store_true", help="--build with the toolkit's nvcc (sm_90 cubins)")
+    ap.add_argument(
+        "--skeleton",
+        choices=tuple(SKELETONS),
+        default="sm80",
+        help="--build: sm90 = the experimental wgmma dQ/dK/dV kernel (not yet verified on a GPU), tags _sm90",
+    )
     args = ap.parse_args()
     if args.build:
-        build(args.build, args.full, args.only, nvcc=args.nvcc)
+        build(args.build, args.full, args.only, nvcc=args.nvcc, skeleton=args.skeleton)
     if args.run:
         return run(args.run, args.shapes)
     return 0
