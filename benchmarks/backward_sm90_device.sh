@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One device call for the experimental sm_90 backward (translator/backends/sm90_bwd.py: dQ/dK/dV on wgmma,
+# an sm_90a cubin; never run before) for the plain kernels and the catalogue (bf16 and fp16, d 128; d 64
+# for the plain ones), with the default sm_80 skeleton of the plain kernels beside it: run one smoke case
+# under a timeout (a hang stops the script there), verify every case against autograd of the IR reference
+# on odd shapes (lengths 1, 17, 1000, 4097; seqlen_q ≠ seqlen_k; GQA 2 and 7), then time it beside the
+# sm_80 skeleton and SDPA flash / cuDNN (bf16, 16 heads, 16k tokens) and print the table.
+#   run(command="bash benchmarks/backward_sm90_device.sh", carry=[".whl", ".cache/bwd90"], timeout_s=600)
+# The cubins come prebuilt in .cache/bwd90 (on the VM: `bash benchmarks/backward_sm90_device.sh build`,
+# the toolkit's nvcc 13.0, which matches the H200's driver; NVRTC's output here may not load there); the
+# build step on the device only checks they are up to date and rebuilds a stale one with the device's
+# nvcc. NVRTC=1 builds with the product's NVRTC path on the device instead (35 sm_80 builds took 210 s
+# there in an earlier run: with ONLY narrowed, not the whole catalogue). ONLY selects the sm_90 cases
+# (regex over stem_dtype_dN, default all), BENCH the timing sweep.
+set -u
+DIR=${DIR:-.cache/bwd90}
+ONLY=${ONLY:-'.'}
+BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
+NVCC_FLAG="--nvcc"
+[ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
+if [ "${1:-}" = build ]; then  # on the VM, before the call: the cubins the call carries
+  export PYTHONPATH=$PWD
+  python3 benchmarks/backward_verify.py --build "$DIR" --only '^(causal_)?mha_fwd_bf16_d128$' --nvcc
+  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" --nvcc
+  du -sh "$DIR"
+  exit 0
+fi
+python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/nvidia_cutlass-4.2.0.0-py3-none-any.whl
+export PYTHONPATH=$PWD:/tmp/site TL_CACHE_DIR=/tmp/tlcache PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/bwd90-out}
+mkdir -p "$OUT"
+SECONDS=0
+# shellcheck disable=SC2086
+python3 benchmarks/backward_verify.py --build "$DIR" --only '^(causal_)?mha_fwd_bf16_d128$' $NVCC_FLAG \
+  > "$OUT/build_sm80.log" 2>&1 &
+SM80=$!
+# shellcheck disable=SC2086
+python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" $NVCC_FLAG \
+  > "$OUT/build_sm90.log" 2>&1
+wait $SM80
+grep -i "fail\|error" "$OUT/build_sm80.log" "$OUT/build_sm90.log" | head -5
+tail -qn1 "$OUT/build_sm80.log" "$OUT/build_sm90.log"
+echo "built at ${SECONDS}s"
+if command -v cuobjdump > /dev/null; then
+  for tag in mha_fwd_bf16_d128_sm90 causal_mha_fwd_bf16_d128_sm90 softcap_bf16_d128_sm90 alibi_bf16_d128_sm90; do
+    [ -f "$DIR/$tag.cubin" ] || continue
+    cuobjdump -res-usage "$DIR/$tag.cubin" 2>&1 | grep -A1 "dq_dk_dv" | tail -1 | sed "s/^/$tag: /"
+  done
+fi
+
+# smoke: the plain kernel at one shape; 124 = it hung
+mkdir -p "$DIR/smoke"
+cp "$DIR/mha_fwd_bf16_d128_sm90.json" "$DIR/mha_fwd_bf16_d128_sm90.cubin" "$DIR/smoke/"
+timeout 90 python3 benchmarks/backward_verify.py --run "$DIR/smoke" --shapes "2,4,2,1000,1000" > "$OUT/smoke.log" 2>&1
+rc=$?
+tail -n3 "$OUT/smoke.log"
+if [ $rc = 124 ]; then
+  echo "smoke: the sm_90 kernel HUNG (killed after 90 s); nothing else runs"
+  exit 1
+fi
+echo "smoke rc=$rc at ${SECONDS}s"
+
+timeout 330 python3 benchmarks/backward_verify.py --run "$DIR" > "$OUT/verify.log" 2>&1
+echo "verify rc=$? at ${SECONDS}s"
+grep -v ": ok" "$OUT/verify.log" | tail -40
+grep -c "_sm90: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 verified ok: /'
+grep "_sm90: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 not ok: /'
+
+# shellcheck disable=SC2086
+timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH --also _sm90 --json "$OUT/bench.json" \
+  > "$OUT/bench.log" 2>&1
+echo "benchmarked at ${SECONDS}s"
+tail -n6 "$OUT/bench.log"
+python3 - "$OUT/bench.json" <<'EOF'
+import json, sys
+
+try:
+    rows = json.load(open(sys.argv[1]))["rows"]
+except (OSError, ValueError, KeyError):
+    sys.exit("no bench.json")
+print(f"{'d':>4} {'causal':>6} {'seqlen':>6} {'sm90':>7} {'sm80':>7} {'flash':>7} {'cudnn':>7} "
+      f"{'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10}")
+for r in rows:
+    if r["pass"] != "bwd":
+        continue
+    v = {k: r.get(k) for k in ("tl_sm90", "tl", "sdpa-flash", "sdpa-cudnn")}
+    cell = lambda x: f"{x:7.1f}" if x else f"{'n/a':>7}"
+    ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
+    print(f"{r['d']:>4} {r['causal']!s:>6} {r['seqlen']:>6} " + " ".join(cell(x) for x in v.values())
+          + f" {ratio(v['tl_sm90'], v['tl']):>9} {ratio(v['tl_sm90'], v['sdpa-flash']):>10}"
+          f" {ratio(v['tl_sm90'], v['sdpa-cudnn']):>10}")
+print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton")
+EOF
