@@ -16,6 +16,7 @@ from tl_language import resources as defaults
 from tl_language import syntax as ast
 from tl_language.inference import Inference, inference_of
 from tl_language.model import Model
+from tl_language.source import Position, Range
 from translator.errors import TranslateError, unsupported
 from translator.lower import lower_forward
 from translator.pattern import Match, match_attention
@@ -98,6 +99,15 @@ class KernelPlan:
     def line_of(self, kind: str) -> int | None:
         s = self.step(kind)
         return s.tl_line if s else self.header_lines.get(kind)
+
+    def range_of(self, *keys: str) -> Range:
+        """The whole TL line of the first of `keys` (a step kind or a header/Param name) the plan knows,
+        where a diagnostic about it belongs; the file's first line when none is known."""
+        for key in keys:
+            line = self.line_of(key)
+            if line is not None:
+                return Range(Position(line - 1, 0), Position(line - 1, 200))
+        return Range(Position(0, 0), Position(0, 0))
 
 
 def make_plan(model: Model, text: str = "") -> KernelPlan:

@@ -102,7 +102,7 @@ def test_a_program_without_a_backward_says_why_with_its_line_and_code() -> None:
     reply = run_job(request("verify-backward", mla), lambda *_: None)
     assert reply["status"] == "failed"
     assert reply["message"] == (
-        "no backward: line 1: TL501 the backward: head dims of Q·Kᵀ (192) and V (128) must be equal"
+        "no backward: line 29: TL501 the backward: head dims of Q·Kᵀ (192) and V (128) must be equal"
     )
 
 

@@ -227,5 +227,5 @@ async def test_the_real_worker_says_why_a_program_has_no_backward(
     outcome = await command(client, "tl.verifyBackward", uri)
     assert outcome["status"] == "failed"
     assert (await titles(client, uri))[3] == (
-        "∇ ✗ no backward: line 1: TL501 the backward: head dims of Q·Kᵀ (192) and V (128) must be equal"
+        "∇ ✗ no backward: line 29: TL501 the backward: head dims of Q·Kᵀ (192) and V (128) must be equal"
     )

@@ -141,17 +141,22 @@ def generate_backward(
 
 
 def _check(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
-    def fail(why: str) -> TranslateError:
-        from tl_language.source import Range
-
-        return TranslateError([unsupported(Range.of(0, 0, 0), f"the backward: {why}")])
+    def fail(why: str, *keys: str) -> TranslateError:
+        """Reported on the first TL line of `keys` the plan knows, else on the Kernel line."""
+        return TranslateError([unsupported(plan.range_of(*keys, "kernel"), f"the backward: {why}")])
 
     if plan.head_dim_qk != plan.head_dim_v:
-        raise fail(f"head dims of Q·Kᵀ ({plan.head_dim_qk}) and V ({plan.head_dim_v}) must be equal")
+        raise fail(
+            f"head dims of Q·Kᵀ ({plan.head_dim_qk}) and V ({plan.head_dim_v}) must be equal",
+            "load_v",
+            "alloc_v",
+        )
     if plan.head_dim_qk % 64 or plan.head_dim_qk > 256:
-        raise fail(f"head dim {plan.head_dim_qk}: the backward tiles need a multiple of 64 up to 256")
+        raise fail(
+            f"head dim {plan.head_dim_qk}: the backward tiles need a multiple of 64 up to 256", "d", "load_q"
+        )
     if plan.compute_capability < (8, 0):
-        raise fail(f"{plan.arch}: the backward needs cp.async and m16n8k16 (sm_80 or newer)")
+        raise fail(f"{plan.arch}: the backward needs cp.async and m16n8k16 (sm_80 or newer)", "target")
     declared = {t.name: t for t in plan.ir.tensors}
     for n in learnable:
         if n not in declared or declared[n].dtype != "float32":
@@ -161,7 +166,7 @@ def _check(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
         if learnable:
             grad.tensor_partials(plan.ir.score, learnable)
     except grad.NoDerivative as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), "score_mod", "mask_expr") from None
 
 
 def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int, block_n: int) -> None:

@@ -22,7 +22,6 @@ from tl_language.resources import (
     hopper_barrier_bytes,
     hopper_o_own_buffer,
 )
-from tl_language.source import Position, Range
 from translator.errors import TranslateError, unsupported
 from translator.plan import KernelPlan
 from translator.planner.cost import fma_exp_share
@@ -180,24 +179,12 @@ def hopper_config(
     return cfg
 
 
-def _line_range(plan: KernelPlan, *keys: str) -> Range:
-    """The whole TL line of the first of `keys` (a step kind or a header/Param name) the plan knows."""
-    for key in keys:
-        step = plan.step(key)
-        if step is not None:
-            return Range(Position(step.tl_line - 1, 0), Position(step.tl_line - 1, 200))
-        line = plan.header_lines.get(key)
-        if line is not None:
-            return Range(Position(line - 1, 0), Position(line - 1, 200))
-    return Range(Position(0, 0), Position(0, 0))
-
-
 def _check(cfg: HopperConfig) -> list[Diagnostic]:
     p = cfg.plan
     out: list[Diagnostic] = []
 
     def bad(message: str, *keys: str) -> None:
-        out.append(unsupported(_line_range(p, *keys), message))
+        out.append(unsupported(p.range_of(*keys), message))
 
     if p.dtype not in ELEMENT:
         bad(f"Dtype {p.dtype}: the sm_90 wgmma kernel takes fp16 or bf16 (fp8 is not built yet)", "dtype")
