@@ -26,6 +26,8 @@ scores, dX = dP · output_scale, and no D is needed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kernel_ir import grad, passes
 from kernel_ir.expr import Expr, Load
 from kernel_ir.program import Forward
@@ -76,26 +78,73 @@ def generate_backward(
     `deterministic`: dQ bit-identical from run to run (each grid column adds into its own dq_accum
     slice in program order, the convert kernel sums the slices in order) instead of atomics from every
     key block; side-tensor gradients still add through atomics."""
-    ir = plan.ir
     _check(plan, learnable)
     block_m, block_n = tiles(plan.head_dim_qk)
     d = plan.head_dim_qk
     # K, V, P, dS, and two stages of Q, dO (16-bit) and of the rows' LSE and D (fp32)
     smem = 2 * (2 * 2 * block_m * d + 2 * block_n * d + 2 * block_m * block_n) + 2 * 2 * block_m * 4
+
+    def defs(w: CodeWriter) -> None:
+        _emit_traits(w, plan, block_m, block_n)
+        _emit_helpers(w)
+
+    return assemble(
+        plan,
+        learnable=learnable,
+        tl_file=tl_file,
+        deterministic=deterministic,
+        notes=(
+            f"Target {plan.arch}, {plan.dtype}, head dim {d}; FlashAttention-2's structure (three kernels).",
+        ),
+        emit_defs=defs,
+        emit_main=_emit_main,
+        line_directives=False,
+        block_m=block_m,
+        block_n=block_n,
+        shared_bytes=smem,
+        arch=plan.arch,
+    )
+
+
+MainEmitter = Callable[
+    [CodeWriter, KernelPlan, list[tuple[Load, Expr]], list[tuple[str, str, str]], bool], None
+]
+
+
+def assemble(
+    plan: KernelPlan,
+    *,
+    learnable: tuple[str, ...],
+    tl_file: str | None,
+    deterministic: bool,
+    notes: tuple[str, ...],
+    emit_defs: Callable[[CodeWriter], None],
+    emit_main: MainEmitter,
+    line_directives: bool,
+    block_m: int,
+    block_n: int,
+    shared_bytes: int,
+    arch: str,
+    includes: tuple[str, ...] = (),
+) -> tuple[str, BackwardSpec]:
+    """One backward skeleton's file and spec around its dQ/dK/dV kernel (`emit_main`, after the traits
+    and helpers of `emit_defs`): the D kernel, the dQ conversion and the row gradients are the same for
+    every skeleton, and so are the kernels' parameters."""
+    ir = plan.ir
     name = plan.kernel_name
     w = CodeWriter()
     src = tl_file or f"{name}.tl"
     w.comment(f"The backward of {src}, derived by the TL translator from the forward's kernel IR.")
-    w.comment(
-        f"Target {plan.arch}, {plan.dtype}, head dim {d}; FlashAttention-2's structure (three kernels)."
-    )
+    for note in notes:
+        w.comment(note)
     w.line("#include <cute/tensor.hpp>")
     w.line("#include <cutlass/numeric_conversion.h>")
+    for inc in includes:
+        w.line(inc)
     w.line()
     w.line("using namespace cute;")
     w.line()
-    _emit_traits(w, plan, block_m, block_n)
-    _emit_helpers(w)
+    emit_defs(w)
     partials = grad.tensor_partials(_score(ir), learnable) if learnable else []
     sink_partials = grad.tensor_partials(ir.sink, learnable) if (learnable and ir.sink is not None) else []
     program = None if ir.plain else ir.to_dict()
@@ -104,7 +153,7 @@ def generate_backward(
     if corrected:
         tail.append(BACKWARD_ROW_SUMS_PARAM)
     _emit_preprocess(w, plan, sink_partials, tail)
-    _emit_main(w, plan, partials, tail, deterministic)
+    emit_main(w, plan, partials, tail, deterministic)
     _emit_convert(w, plan)
     if corrected:
         emit_row_grads(
@@ -116,17 +165,21 @@ def generate_backward(
             threads=THREADS,
             open_kernel=lambda k: _params(w, k, BACKWARD_PARAMS, tail),
         )
-    source, _ = w.render(tl_file=None, cu_file=f"{name}.bwd.cu", line_directives=False)
+    source, _ = w.render(
+        tl_file=tl_file if line_directives else None,
+        cu_file=f"{name}.bwd.cu",
+        line_directives=line_directives,
+    )
     extra = tuple(p[0] for p in tail)
     spec = BackwardSpec(
         name=name,
         block_m=block_m,
         block_n=block_n,
         threads=THREADS,
-        shared_bytes=smem,
+        shared_bytes=shared_bytes,
         dtype=plan.dtype,
-        head_dim=d,
-        arch=plan.arch,
+        head_dim=plan.head_dim_qk,
+        arch=arch,
         mask=plan.mask,
         window=plan.window,
         preprocess_rows=PREPROCESS_ROWS,

@@ -22,18 +22,14 @@ the deterministic dQ are sm80_bwd's emitters.
 
 from __future__ import annotations
 
-from kernel_ir import grad
 from kernel_ir.expr import Expr, Load
 from runner.abi import (
     BACKWARD_PARAMS,
-    BACKWARD_ROW_SUMS_PARAM,
     BackwardSpec,
-    backward_program_params,
 )
 from translator.backends import sm80_bwd as fa2
 from translator.backends.arch import ELEMENT
 from translator.backends.regions import Regions
-from translator.backends.sm80_bwd_rows import emit_row_grads, row_corrected, row_sums_per_row
 from translator.backends.sm90.gmma import GmmaAtom, atom_n, extended_includes
 from translator.backends.sm90.helpers import emit_helpers
 from translator.errors import TranslateError, unsupported
@@ -82,70 +78,34 @@ def generate_backward_sm90(
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover."""
-    ir = plan.ir
     fa2._check(plan, learnable)
     _check(plan)
     d = plan.head_dim_qk
-    name = plan.kernel_name
-    w = CodeWriter()
-    src = tl_file or f"{name}.tl"
-    w.comment(f"The backward of {src}, derived by the TL translator from the forward's kernel IR.")
-    w.comment(
-        f"Target {NVRTC_ARCH}, {plan.dtype}, head dim {d}; dQ/dK/dV on wgmma (FlashAttention-3's dataflow),"
-    )
-    w.comment("experimental: not yet verified on a GPU.")
-    w.line("#include <cute/tensor.hpp>")
-    w.line("#include <cutlass/numeric_conversion.h>")
-    for inc in extended_includes(*atoms(plan.dtype, d).values()):
-        w.line(inc)
-    w.line()
-    w.line("using namespace cute;")
-    w.line()
-    _emit_traits(w, plan)
-    emit_helpers(w, regions=True)
-    w.line()
-    _emit_bwd_helpers(w)
-    partials = grad.tensor_partials(fa2._score(ir), learnable) if learnable else []
-    sink_partials = grad.tensor_partials(ir.sink, learnable) if (learnable and ir.sink is not None) else []
-    program = None if ir.plain else ir.to_dict()
-    tail = list(backward_program_params(program, tuple(learnable)))
-    corrected = row_corrected(ir, partials)
-    if corrected:
-        tail.append(BACKWARD_ROW_SUMS_PARAM)
-    fa2._emit_preprocess(w, plan, sink_partials, tail)
-    _emit_main(w, plan, partials, tail, deterministic)
-    fa2._emit_convert(w, plan)
-    if corrected:
-        emit_row_grads(
-            w,
-            ir,
-            partials,
-            corrected,
-            kernel=f"{name}_bwd_row_grads",
-            threads=THREADS,
-            open_kernel=lambda k: fa2._params(w, k, BACKWARD_PARAMS, tail),
-        )
-    source, _ = w.render(tl_file=tl_file, cu_file=f"{name}.bwd.cu")
-    spec = BackwardSpec(
-        name=name,
+
+    def defs(w: CodeWriter) -> None:
+        _emit_traits(w, plan)
+        emit_helpers(w, regions=True)
+        w.line()
+        _emit_bwd_helpers(w)
+
+    return fa2.assemble(
+        plan,
+        learnable=learnable,
+        tl_file=tl_file,
+        deterministic=deterministic,
+        notes=(
+            f"Target {NVRTC_ARCH}, {plan.dtype}, head dim {d}; dQ/dK/dV on wgmma (FlashAttention-3's dataflow),",
+            "experimental: not yet verified on a GPU.",
+        ),
+        includes=extended_includes(*atoms(plan.dtype, d).values()),
+        emit_defs=defs,
+        emit_main=_emit_main,
+        line_directives=True,
         block_m=BLOCK_M,
         block_n=BLOCK_N,
-        threads=THREADS,
         shared_bytes=shared_bytes(d),
-        dtype=plan.dtype,
-        head_dim=d,
         arch=NVRTC_ARCH,
-        mask=plan.mask,
-        window=plan.window,
-        preprocess_rows=fa2.PREPROCESS_ROWS,
-        program=program,
-        learnable=tuple(learnable),
-        params=tuple(p[0] for p in BACKWARD_PARAMS) + tuple(p[0] for p in tail),
-        row_sums=row_sums_per_row(corrected),
-        deterministic=deterministic,
-        tl_file=tl_file,
     )
-    return source, spec
 
 
 def _check(plan: KernelPlan) -> None:
