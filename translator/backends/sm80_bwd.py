@@ -448,20 +448,9 @@ def _emit_main(
     _params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail)
     T = f"{plan.kernel_name}_bwd_traits"
     with w.indent():
-        w.line(f"using Traits = {T};")
-        w.line("using Element = Traits::Element;")
-        w.line("constexpr int kBlockM = Traits::kBlockM;")
-        w.line("constexpr int kBlockN = Traits::kBlockN;")
-        w.line("constexpr int kHeadDim = Traits::kHeadDim;")
+        _emit_main_aliases(w, T)
         w.line("extern __shared__ __align__(128) char smem[];")
-        w.line("const int tidx = threadIdx.x;")
-        w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
-        w.line("const int bidb = blockIdx.y;")
-        w.line(
-            "const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group"
-        )
-        w.line("const int group = heads / heads_kv;")
-        w.line()
+        _emit_block_indices(w)
         w.comment("Shared memory: K and V of this key block, P and dS, then two stages of (Q, dO): the next")
         w.comment("query block's Q and dO load while this one computes (FA2's double buffer).")
         w.line(
@@ -537,21 +526,43 @@ def _emit_main(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
         )
         w.line()
-        w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
-        if deterministic:
-            w.comment(
-                "this grid column's slice of dq_accum: only its thread block adds into it, in program order"
-            )
-            w.line(f"float* dq_slice = dq_accum + blockIdx.x * ({DQ_SLICE});")
-        else:
-            w.line(
-                "float* dq_slice = dq_accum;  // atomics from every key block (the grid has one column each)"
-            )
-        w.line()
+        _emit_dq_slice(w, deterministic)
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"):
             _emit_key_block(w, reg, softmax, partials, deterministic)
     w.line("}")
+    w.line()
+
+
+def _emit_main_aliases(w: CodeWriter, traits: str) -> None:
+    """The dQ/dK/dV kernel's names for its traits' tiles."""
+    w.line(f"using Traits = {traits};")
+    w.line("using Element = Traits::Element;")
+    w.line("constexpr int kBlockM = Traits::kBlockM;")
+    w.line("constexpr int kBlockN = Traits::kBlockN;")
+    w.line("constexpr int kHeadDim = Traits::kHeadDim;")
+
+
+def _emit_block_indices(w: CodeWriter) -> None:
+    """The thread block's coordinates: (key block column, batch, K/V head) and the GQA group size."""
+    w.line("const int tidx = threadIdx.x;")
+    w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
+    w.line("const int bidb = blockIdx.y;")
+    w.line("const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group")
+    w.line("const int group = heads / heads_kv;")
+    w.line()
+
+
+def _emit_dq_slice(w: CodeWriter, deterministic: bool) -> None:
+    """`m_blocks` and `dq_slice`, where this thread block adds its dQ (its own slice when deterministic)."""
+    w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
+    if deterministic:
+        w.comment(
+            "this grid column's slice of dq_accum: only its thread block adds into it, in program order"
+        )
+        w.line(f"float* dq_slice = dq_accum + blockIdx.x * ({DQ_SLICE});")
+    else:
+        w.line("float* dq_slice = dq_accum;  // atomics from every key block (the grid has one column each)")
     w.line()
 
 

@@ -212,11 +212,7 @@ def _emit_main(
     softmax = plan.ir.normalizer == "softmax"
     fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail)
     with w.indent():
-        w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
-        w.line("using Element = Traits::Element;")
-        w.line("constexpr int kBlockM = Traits::kBlockM;")
-        w.line("constexpr int kBlockN = Traits::kBlockN;")
-        w.line("constexpr int kHeadDim = Traits::kHeadDim;")
+        fa2._emit_main_aliases(w, f"{plan.kernel_name}_bwd_traits")
         w.comment(
             "the 128-byte swizzle repeats every 1024 bytes and wgmma reads it from the address: round up"
         )
@@ -224,14 +220,7 @@ def _emit_main(
         w.line(
             "char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));"
         )
-        w.line("const int tidx = threadIdx.x;")
-        w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
-        w.line("const int bidb = blockIdx.y;")
-        w.line(
-            "const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group"
-        )
-        w.line("const int group = heads / heads_kv;")
-        w.line()
+        fa2._emit_block_indices(w)
         with w.tl(
             plan.line_of("alloc_k"), "K, V (this key block), dSᵀ, two stages of (Q, dO) in shared memory"
         ):
@@ -276,17 +265,7 @@ def _emit_main(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
         )
         w.line()
-        w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
-        if deterministic:
-            w.comment(
-                "this grid column's slice of dq_accum: only its thread block adds into it, in program order"
-            )
-            w.line(f"float* dq_slice = dq_accum + blockIdx.x * ({fa2.DQ_SLICE});")
-        else:
-            w.line(
-                "float* dq_slice = dq_accum;  // atomics from every key block (the grid has one column each)"
-            )
-        w.line()
+        fa2._emit_dq_slice(w, deterministic)
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
             with w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"):
