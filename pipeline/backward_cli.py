@@ -8,9 +8,10 @@ from pipeline.backward import BackwardBuild, BackwardBuildError, translate_backw
 from pipeline.cli import EXIT_FAILED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, _err, _out
 
 
-def skeleton(args: argparse.Namespace) -> dict[str, str]:
-    """`--sm90-backward`: the experimental wgmma skeleton (arch sm_90); otherwise the default's keywords."""
-    return {"arch": "sm_90", "skeleton": "sm90"} if getattr(args, "sm90_backward", False) else {}
+def skeleton(args: argparse.Namespace) -> tuple[str, str]:
+    """(arch, skeleton) for `translate_backward`: `--sm90-backward` picks the experimental wgmma skeleton
+    (arch sm_90); otherwise the defaults."""
+    return ("sm_90", "sm90") if getattr(args, "sm90_backward", False) else ("sm_80", "sm80")
 
 
 def cmd_build_backward(args: argparse.Namespace) -> int:
@@ -24,8 +25,9 @@ def cmd_build_backward(args: argparse.Namespace) -> int:
             status = max(status, EXIT_USAGE)
             continue
         try:
+            arch, skel = skeleton(args)
             build = translate_backward(
-                path, deterministic=getattr(args, "deterministic", False), **skeleton(args)
+                path, arch=arch, deterministic=getattr(args, "deterministic", False), skeleton=skel
             )
             cu, js = build.write()
             c = build.compile()
@@ -54,11 +56,13 @@ def _load(args: argparse.Namespace) -> BackwardBuild | int:
         _err(f"{exc}: `tl {args.tl_command} --backward` needs a GPU (`tl build --backward` does not)")
         return EXIT_NO_DEVICE
     try:
+        arch, skel = skeleton(args)
         build = translate_backward(
             args.file,
             dtype=getattr(args, "dtype", None),
+            arch=arch,
             deterministic=getattr(args, "deterministic", False),
-            **skeleton(args),
+            skeleton=skel,
         )
         build.load()
     except BackwardBuildError as exc:

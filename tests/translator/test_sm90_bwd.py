@@ -176,8 +176,8 @@ def test_the_cli_flag_is_documented_as_experimental():
     assert args.sm90_backward
     from pipeline.backward_cli import skeleton
 
-    assert skeleton(args) == {"arch": "sm_90", "skeleton": "sm90"}
-    assert skeleton(parser.parse_args(["build", "--backward", "x.tl"])) == {}
+    assert skeleton(args) == ("sm_90", "sm90")
+    assert skeleton(parser.parse_args(["build", "--backward", "x.tl"])) == ("sm_80", "sm80")
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert "not yet verified on a GPU" in sub.choices["build"].format_help().replace("\n", " ").replace(
         "  ", " "
