@@ -1,6 +1,7 @@
 """tl_attention on a GPU: the kernel against an eager float32 reference in both layouts with GQA, under
 torch.compile(fullgraph=True) with inductor, captured in a CUDA graph and replayed, opcheck on CUDA
-tensors, the missing-backward error (or, once a backward provider covers the kernel, its gradients); and
+tensors, the missing-backward error (or, once a backward provider covers the kernel, its gradients, and
+learnable ALiBi slopes trained through the op); and
 transformers models (Llama-like GQA, Qwen2-like, Gemma-2-like
 with softcap and sliding window; random weights) against transformers' own attention.
 
@@ -45,11 +46,13 @@ def model_configs() -> dict[str, Any]:
 
 
 def suite_kernels() -> list[tl_attention.Kernel]:
-    """Every kernel of this module (softcap.tl and the models' layers), translated, not compiled."""
+    """Every kernel of this module (softcap.tl, alibi.tl and the models' layers), translated, not
+    compiled."""
     hf.register()
     softcap = tl_attention.compile("softcap.tl", lazy=True)
+    alibi = tl_attention.compile("alibi.tl", lazy=True)
     layers = [k for cfg in model_configs().values() for k in hf.kernels_for(cfg, BF16)]
-    return list(dict.fromkeys([softcap, *layers]))
+    return list(dict.fromkeys([softcap, alibi, *layers]))
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,7 @@ def kernels() -> dict[str, Any]:
     start = time.perf_counter()
     tl_attention.load_many(every)
     print(f"\ntl_attention GPU suite: {len(every)} kernels ready in {time.perf_counter() - start:.1f} s")
-    return {"softcap": every[0]}
+    return {"softcap": every[0], "alibi": every[1]}
 
 
 def reference(q: Any, k: Any, v: Any, scale: float, cap: float) -> tuple[Any, Any]:
@@ -151,6 +154,51 @@ def test_kernel_gradients_match_reference(kernels: dict[str, Any]) -> None:
     for name, got, want in zip("qkv", (q.grad, k.grad, v.grad), (t.grad for t in leaves), strict=True):
         assert got is not None and want is not None, name
         torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2, msg=f"d{name}")
+
+
+def alibi_reference(q: Any, k: Any, v: Any, scale: float, slopes: Any) -> Any:
+    """alibi.tl in float32, (batch, heads, seqlen, dim): S·scale + slope·(j − i'), causal with i' = i +
+    seqlen_k − seqlen_q (bottom-right); GQA by repeating K/V heads."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, 1) for t in (k, v))
+    s = q @ k.transpose(-1, -2) * scale
+    i = torch.arange(q.shape[2], device=q.device)[:, None] + k.shape[2] - q.shape[2]
+    j = torch.arange(k.shape[2], device=q.device)[None, :]
+    s = s + slopes[None, :, None, None] * (j - i)
+    return torch.softmax(s.masked_fill(j > i, -float("inf")), -1) @ v
+
+
+def test_learnable_alibi_slopes_train_through_the_op(kernels: dict[str, Any]) -> None:
+    """ALiBi's slopes as an nn.Parameter of a module calling the op: the op's gradient of the slopes
+    (the derived backward's, row-sum corrected) and of q, k, v match autograd of the float32 reference,
+    and three SGD steps move the slopes as the reference's do."""
+    kernel = kernels["alibi"]
+    if find_backward(kernel) is None:
+        pytest.skip("no backward provider covers alibi_fwd yet")
+    heads = 8
+    q0, k0, v0 = qkv(batch=2, heads=heads, heads_kv=2, seqlen=1000, seed=11)
+    grad_o = torch.randn(q0.shape, generator=torch.Generator(device="cuda").manual_seed(12), device="cuda")
+    start = torch.exp2(-8.0 * torch.arange(1, heads + 1, device="cuda") / heads)
+    slopes = torch.nn.Parameter(start.clone())
+    ref_slopes = torch.nn.Parameter(start.clone())
+    opt, ref_opt = torch.optim.SGD([slopes], lr=1e-3), torch.optim.SGD([ref_slopes], lr=1e-3)
+    scale = 128**-0.5
+    for step in range(3):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        out = kernel(q, k, v, scale=scale, slopes=slopes)
+        (out.float() * grad_o).sum().backward()
+        leaves = [t.detach().float().requires_grad_() for t in (q0, k0, v0)]
+        (alibi_reference(*leaves, scale, ref_slopes) * grad_o).sum().backward()
+        assert slopes.grad is not None and ref_slopes.grad is not None
+        torch.testing.assert_close(slopes.grad, ref_slopes.grad, atol=2e-2, rtol=2e-2, msg=f"dslopes {step}")
+        for name, got, want in zip("qkv", (q.grad, k.grad, v.grad), (t.grad for t in leaves), strict=True):
+            assert got is not None and want is not None
+            torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2, msg=f"d{name} {step}")
+        for o in (opt, ref_opt):
+            o.step()
+            o.zero_grad()
+    torch.testing.assert_close(slopes.detach(), ref_slopes.detach(), atol=1e-4, rtol=1e-3)
+    assert not torch.equal(slopes.detach(), start)  # the steps did move them
 
 
 # ---- transformers models ----------------------------------------------------------------------------------
