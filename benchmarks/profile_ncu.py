@@ -66,7 +66,7 @@ def _variant_child(kind: str, name: str, seqlen: int) -> int:
 
     import torch
 
-    from benchmarks.variant_cases import fa4_native, flex_mods, side_tensors
+    from benchmarks.variant_cases import fa4_native, flex_calls, flex_mods, side_tensors
     from kernel_ir.program import Forward
     from pipeline.benchmark import sweep_shape
 
@@ -93,18 +93,11 @@ def _variant_child(kind: str, name: str, seqlen: int) -> int:
 
             run = lambda i: flash_attn_func(q, k, v, softmax_scale=scale, **native)  # noqa: E731
         else:
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
             mods = flex_mods(name, scalars, side, S, S)
             if mods is None:
                 print(f"{name}: FA4 has no spelling for this variant", file=sys.stderr)
                 return 2
-            sm, mm = mods
-            bm = create_block_mask(mm, B, None, S, S, device="cuda") if mm else None
-            flex = torch.compile(flex_attention, dynamic=False)
-            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            opts = {"BACKEND": "FLASH"}
-            run = lambda i: flex(qt, kt, vt, score_mod=sm, block_mask=bm, scale=scale, kernel_options=opts)  # noqa: E731
+            run = flex_calls(mods, q, k, v, scale=scale)({"BACKEND": "FLASH"})
     for i in range(WARMUP):
         run(i)
     torch.cuda.synchronize()

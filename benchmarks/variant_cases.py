@@ -113,6 +113,30 @@ def flex_mods(name: str, scalars: dict[str, Any], side: dict[str, Any], sq: int,
     return None
 
 
+def flex_calls(mods: Any, q: Any, k: Any, v: Any, *, scale: float, gqa: bool = False) -> Any:
+    """FlexAttention on (batch, seqlen, heads, d) tensors with `mods` = (score_mod, mask_mod): the block
+    mask is built and the transposes taken once, here (outside any timing), and `call(options)` gives
+    `i -> output (batch, heads, seqlen, d)` for FlexAttention's `kernel_options` (None: its Triton kernel;
+    {"BACKEND": "FLASH"}: the mods lowered to FA4's CuTe DSL kernel). One compiled `flex_attention`
+    serves every call."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    score_mod, mask_mod = mods
+    B, S, Sk = q.shape[0], q.shape[1], k.shape[1]
+    block_mask = create_block_mask(mask_mod, B, None, S, Sk, device=q.device) if mask_mod else None
+    flex = torch.compile(flex_attention, dynamic=False)
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def call(options: dict[str, Any] | None) -> Any:
+        return lambda i: flex(
+            qt, kt, vt, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+            kernel_options=options,
+        )  # fmt: skip
+
+    return call
+
+
 def fa4_native(name: str, scalars: dict[str, Any], side: dict[str, Any]) -> dict[str, Any] | None:
     """FA4's own arguments for the variant (`flash_attn.cute.flash_attn_func`), or None."""
     if name == "softcap":

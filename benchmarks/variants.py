@@ -38,6 +38,7 @@ from benchmarks.variant_cases import (  # noqa: E402  (after the path insert)
     catalogue,
     fa4_available,
     fa4_native,
+    flex_calls,
     flex_mods,
     for_shape,
     plain_texts,
@@ -163,12 +164,7 @@ def _bench_shape(
         fa4_kw = fa4_native(n, scalars, side)
         notes: dict[str, Any] = {}
         if mods is not None:
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-            flex = torch.compile(flex_attention, dynamic=False)
-            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # once: q, k, v are fixed
-            sm, mm = mods
-            bm = create_block_mask(mm, B, None, S, S, device="cuda") if mm else None  # built outside timing
+            call = flex_calls(mods, q, k, v, scale=scale, gqa=gqa)
             # "flex": FlexAttention's Triton kernel; "fa4-mod": the same mods through FA4's score_mod /
             # mask_mod / block-sparse interface (FlexAttention's FLASH backend lowers them to CuTe DSL)
             # (only where FA4 has no native path for the variant: one FA4 compile per variant)
@@ -178,10 +174,7 @@ def _bench_shape(
                 if label == "fa4-mod" and not fa4_available():
                     notes[label] = "n/a: flash_attn.cute does not import"
                     continue
-                fn = lambda i, sm=sm, bm=bm, f=flex, t=(qt, kt, vt), o=options: f(  # noqa: E731
-                    *t, score_mod=sm, block_mask=bm, scale=scale, enable_gqa=gqa, kernel_options=o
-                )
-                _checked(label, n, fn, ref_o, notes, fns, bhsd=True)
+                _checked(label, n, call(options), ref_o, notes, fns, bhsd=True)
         if fa4_kw is not None and fa4_available():
             from flash_attn.cute import flash_attn_func
 
