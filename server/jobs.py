@@ -44,7 +44,9 @@ def uri_path(uri: str) -> str | None:
 def start_job(ls: TLServer, doc: Doc, kind: str) -> asyncio.Task[JobOutcome]:
     """Start `kind` for `doc`, superseding (cancelling) a job of the same family still running for the
     same document; one of the other family waits for the worker instead (a save's compile is not killed
-    by a click on the backward's lens)."""
+    by a click on the backward's lens). A superseded job's progress ends "cancelled" at once; the worker
+    finishes the step under way (a compile, whose headers the new job then reads) and runs the new job
+    next, in the same process (`WorkerManager.run`)."""
     key = (doc.uri, family(kind))
     previous = ls.jobs.get(key)
     if previous is not None and not previous.done():
@@ -113,7 +115,9 @@ async def _run(ls: TLServer, doc: Doc, kind: str) -> JobOutcome:
             ls.work_done_progress.report(token, lsp.WorkDoneProgressReport(message=message, percentage=pct))
 
     try:
-        outcome = await ls.worker.run(request, report, ls.settings.worker_timeout)
+        outcome = await ls.worker.run(
+            request, report, ls.settings.worker_timeout, ls.settings.worker_cancel_grace
+        )
     except asyncio.CancelledError:
         _end_progress(ls, token, "cancelled")
         log.info("%s of %s cancelled", kind, doc.uri)

@@ -38,6 +38,9 @@ class Settings:
     on_save: str = "verify"  # off | check | compile | verify (verify degrades to compile without a GPU)
     benchmark_shapes: tuple[BenchmarkShape, ...] = field(default=DEFAULT_SHAPES)
     worker_timeout: float = 300.0  # seconds for one worker job (an NVRTC compile takes ~30 s)
+    # Seconds a cancelled (e.g. superseded) job may take to stop at its next step boundary before the
+    # worker is killed; a compile under way finishes first. 0 kills the worker at once.
+    worker_cancel_grace: float = 60.0
     debounce_ms: int = 10  # didChange → analysis delay (coalesces bursts of typing)
 
     @staticmethod
@@ -60,16 +63,24 @@ class Settings:
         shapes = _shapes(data.get("benchmarkShapes"))
         if shapes:
             values["benchmark_shapes"] = shapes
-        worker = data.get("worker")
-        timeout = (
-            worker.get("timeoutSeconds") if isinstance(worker, dict) else data.get("worker.timeoutSeconds")
-        )
+        timeout = _worker_value(data, "timeoutSeconds")
         if isinstance(timeout, int | float) and timeout > 0:
             values["worker_timeout"] = float(timeout)
+        grace = _worker_value(data, "cancelGraceSeconds")
+        if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
+            values["worker_cancel_grace"] = float(grace)
+        elif grace is not None:
+            log.warning("tl.worker.cancelGraceSeconds %r is not a number ≥ 0", grace)
         debounce = data.get("debounceMs")
         if isinstance(debounce, int) and 0 <= debounce <= 2000:
             values["debounce_ms"] = debounce
         return Settings(**{**s.__dict__, **values})
+
+
+def _worker_value(data: dict[str, Any], key: str) -> Any:
+    """`tl.worker.<key>`, nested (as VS Code sends it) or dotted."""
+    worker = data.get("worker")
+    return worker.get(key) if isinstance(worker, dict) else data.get(f"worker.{key}")
 
 
 def _shapes(raw: Any) -> tuple[BenchmarkShape, ...]:

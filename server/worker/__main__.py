@@ -1,4 +1,6 @@
-"""Worker process entry (`python -m server.worker`): read jobs from stdin, answer on the original stdout.
+"""Worker process entry (`python -m server.worker`): read jobs and cancel messages from stdin, answer on the
+original stdout. Jobs run on their own thread (`server.worker.control`), so a cancel is read while a job
+runs and the process outlives a cancelled job.
 
 The protocol gets its own duplicate of fd 1 and fd 1 is pointed at stderr, so a library that prints
 (NVRTC, CUDA, a stray print) cannot corrupt the channel.
@@ -9,10 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import traceback
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from server.worker.protocol import decode, encode
+from server.worker.protocol import decode, is_cancel
 
 
 def _channel() -> BinaryIO:
@@ -25,23 +26,19 @@ def _channel() -> BinaryIO:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="tl-worker %(levelname)s %(message)s")
     out = _channel()
+    from server.worker.control import JobRunner
     from server.worker.jobs import run_job
 
+    jobs = JobRunner(run_job, out.write)
     for line in sys.stdin.buffer:
-        req = decode(line)
-        if req is None or "id" not in req:
+        msg = decode(line)
+        if msg is None or "id" not in msg:
             continue
-        job_id = req["id"]
-
-        def emit(message: str, percentage: int | None = None, _id: Any = job_id) -> None:
-            out.write(encode({"id": _id, "event": "progress", "message": message, "percentage": percentage}))
-
-        try:
-            reply = run_job(req, emit)
-        except Exception:
-            reply = {"status": "error", "message": traceback.format_exc(limit=8), "diagnostics": []}
-        reply.update({"id": job_id, "event": "result"})
-        out.write(encode(reply))
+        if is_cancel(msg):
+            jobs.cancel(msg["id"])
+        else:
+            jobs.submit(msg)
+    jobs.close()
     return 0
 
 

@@ -2,7 +2,11 @@
 timeouts, crashes), selected by the environment variable TL_WORKER_FAKE. Never active otherwise.
 
 TL_WORKER_FAKE is a comma list:
-  delay=S            work for S seconds, reporting progress every 50 ms
+  delay=S            work for S seconds, reporting progress every 50 ms (each report a step boundary, where
+                     a cancelled job stops)
+  compile=S          then a compile step of S seconds that a cancel does not interrupt (as an NVRTC call),
+                     and for verify/benchmark a step boundary after it ("loading the kernel")
+  ignore-cancel      the job does not stop when cancelled (a worker that does not answer the cancel)
   crash              the worker exits with os._exit(86) mid-job
   crash-once=PATH    crash unless PATH exists (and create it): the restarted worker then succeeds
   segfault           the worker dereferences NULL (SIGSEGV)
@@ -13,21 +17,26 @@ TL_WORKER_FAKE is a comma list:
   bwd-tflops=Y       ... and, for benchmark-backward, its timing
   bwd-fail=NAME      the backward's gradient NAME (dk, dslopes, ...) fails verification
 A backward job without bwd-rel-l2 or bwd-fail answers as the real one does without a CUDA device.
+Every result carries "worker": {"pid", "jobs"}, the process and how many jobs it has run, so a test can
+tell a warm worker from a fresh one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from server.worker.protocol import BACKWARD_KINDS
+from server.worker.control import Emit, JobCancelled
+from server.worker.protocol import BACKWARD_KINDS, GPU_KINDS
 
 ENV = "TL_WORKER_FAKE"
+
+_jobs_run = 0  # in this process
 
 
 def parse(spec: str) -> dict[str, str]:
@@ -41,8 +50,12 @@ def parse(spec: str) -> dict[str, str]:
     return out
 
 
-def run(spec: str, req: dict[str, Any], emit: Callable[[str, int | None], None]) -> dict[str, Any]:
+def run(spec: str, req: dict[str, Any], emit: Emit) -> dict[str, Any]:
+    global _jobs_run
+    _jobs_run += 1
     opts = parse(spec)
+    if "ignore-cancel" in opts:
+        emit = _deaf(emit)
     delay = float(opts.get("delay", "0") or 0)
     steps = max(1, int(delay / 0.05))
     for i in range(steps):
@@ -51,6 +64,10 @@ def run(spec: str, req: dict[str, Any], emit: Callable[[str, int | None], None])
             time.sleep(delay / steps)
         if i == steps // 2:
             _faults(opts)
+    compile_s = float(opts.get("compile", "0") or 0)
+    if compile_s:
+        emit("compiling with NVRTC (fake)", 15)
+        time.sleep(compile_s)  # one call, as NVRTC's: a cancel waits for it
     if "nvrtc-error" in opts:
         from server.worker.jobs import diagnostics_from_log
 
@@ -59,7 +76,14 @@ def run(spec: str, req: dict[str, Any], emit: Callable[[str, int | None], None])
         log = f"{tl_file}({int(line)}): error: {message or 'fake error'}\n"
         diags = diagnostics_from_log(log, req.get("text", ""), tl_file)
         return {"status": "failed", "message": "NVRTC failed (fake)", "diagnostics": diags, "result": None}
-    result: dict[str, Any] = {"compiled": True, "compile_seconds": delay, "device": None}
+    result: dict[str, Any] = {
+        "compiled": True,
+        "compile_seconds": delay + compile_s,
+        "device": None,
+        "worker": {"pid": os.getpid(), "jobs": _jobs_run},
+    }
+    if compile_s and req.get("kind") in GPU_KINDS:
+        emit("loading the kernel (fake)", 40)
     if req.get("kind") in BACKWARD_KINDS:
         return _backward(opts, req, result)
     if "rel-l2" in opts and req.get("kind") in ("verify", "benchmark"):
@@ -96,6 +120,16 @@ def _backward(opts: dict[str, str], req: dict[str, Any], result: dict[str, Any])
     if req.get("kind") == "benchmark-backward" and "bwd-tflops" in opts:
         backward_steps.record_rates({"tl": float(opts["bwd-tflops"])}, result)
     return backward_steps.verified_reply(result)
+
+
+def _deaf(emit: Emit) -> Emit:
+    """Progress reports that ignore the job's cancel flag (they are dropped once it is set)."""
+
+    def report(message: str, percentage: int | None) -> None:
+        with contextlib.suppress(JobCancelled):
+            emit(message, percentage)
+
+    return report
 
 
 def _faults(opts: dict[str, str]) -> None:

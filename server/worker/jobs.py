@@ -1,6 +1,7 @@
 """Jobs the worker runs: translate (check), NVRTC compile, and — when a CUDA device is present — verify
 and benchmark; the derived backward's verify and benchmark (`server.worker.backward_steps`). Each step
-imports its package lazily; a missing package answers "unavailable: <why>".
+imports its package lazily; a missing package answers "unavailable: <why>". Each `emit` starts a step and
+is where a cancelled job stops (`server.worker.control`): a compile under way finishes first.
 
 Runs only in the worker process (it may import cuda-python and torch).
 """
@@ -9,17 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from server.worker.control import Emit
 from server.worker.protocol import BACKWARD_KINDS
 from tl_language.diagnostics import Diagnostic, Severity, make
 from tl_language.source import LineText, Position, Range, split_lines
 
 log = logging.getLogger(__name__)
-
-Emit = Callable[[str, int | None], None]
 
 # Test hook: CUDA text appended to the generated source before NVRTC (`{tl}` becomes the TL path), so an
 # end-to-end test can show a real NVRTC error travelling back to a TL line. Unset in normal use.

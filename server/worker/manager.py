@@ -1,7 +1,10 @@
 """Server side of the worker: one child process (`python -m server.worker`) running one job at a time.
 
-A job that outlives its timeout, is cancelled, or whose process dies (crash, segfault, GPU fault) ends with
-a clear outcome; the process is killed if needed and a fresh one started, and the server carries on.
+A job that outlives its timeout or whose process dies (crash, segfault, GPU fault) ends with a clear
+outcome; the process is killed if needed and a fresh one started, and the server carries on. A cancelled
+job is stopped cooperatively: the worker is told, finishes the step under way (an NVRTC compile cannot be
+interrupted, and it leaves the precompiled headers the next compile reads) and keeps running, so the next
+job finds it warm; only a worker that does not answer within the grace period is killed.
 """
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from server.worker.protocol import decode, encode
+from server.worker.protocol import cancel_message, decode, encode
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int | None], None]
 
 _LINE_LIMIT = 32 * 1024 * 1024  # an NVRTC log can be long; asyncio's default line limit is 64 KiB
+# Seconds a cancelled job may take to reach its next step boundary (a compile under way finishes first)
+# before the worker is killed (`tl.worker.cancelGraceSeconds`).
+DEFAULT_CANCEL_GRACE = 60.0
 
 
 @dataclass
@@ -67,6 +73,7 @@ class WorkerManager:
         self._background: set[asyncio.Future[Any]] = set()  # keep references until done
         self.started = 0
         self._closed = False  # after stop(): no background respawns
+        self._settling: asyncio.Future[None] | None = None  # a cancelled job still stopping holds the lock
 
     @property
     def pid(self) -> int | None:
@@ -123,6 +130,8 @@ class WorkerManager:
 
     async def restart(self) -> None:
         self._closed = False
+        if self._settling is not None:  # no need to wait for a cancelled job to stop: it goes anyway
+            self._kill()
         async with self._lock:
             self._kill()
             self.restarts += 1
@@ -132,63 +141,143 @@ class WorkerManager:
         """Kill the worker and wait for it (and any killed before) to be reaped."""
         self._closed = True
         self._kill()
-        pending = [f for f in self._background if not f.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=5)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + 5
+        # Waiting can add more: a respawn that was starting kills its new worker, a settling job ends.
+        while (pending := [f for f in self._background if not f.done()]) and loop.time() < give_up:
+            await asyncio.wait(pending, timeout=give_up - loop.time())
         self._prune()
 
-    async def run(self, request: dict[str, Any], on_progress: Progress, timeout: float) -> JobOutcome:
+    async def run(
+        self,
+        request: dict[str, Any],
+        on_progress: Progress,
+        timeout: float,
+        cancel_grace: float = DEFAULT_CANCEL_GRACE,
+    ) -> JobOutcome:
+        """Run one job. Cancelling the calling task sends the worker a cancel for it and returns at once;
+        the worker stays held (the next job waits) until the job stops at its next step boundary, and is
+        killed and restarted only if it does not within `cancel_grace` seconds (0: at once)."""
         self._closed = False
-        async with self._lock:
+        await self._lock.acquire()
+        settling = False  # the lock went to `_settle`, which releases it
+        try:
             try:
                 proc = await self._ensure()
             except OSError as exc:
                 return JobOutcome("error", f"could not start the worker: {exc}")
             job_id = next(self._ids)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
             try:
-                assert proc.stdin is not None and proc.stdout is not None  # created with PIPE above
-                proc.stdin.write(encode({**request, "id": job_id}))
-                await proc.stdin.drain()
-                while True:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        raise TimeoutError
-                    line = await asyncio.wait_for(proc.stdout.readline(), remaining)
-                    if not line:
-                        code = await proc.wait()
-                        self._proc = None
-                        why = describe_exit(code)
-                        self._respawn(f"crashed: {why}")
-                        return JobOutcome("crashed", f"the TL worker crashed ({why}); it has been restarted")
-                    msg = decode(line)
-                    if msg is None or msg.get("id") != job_id:
-                        continue
-                    if msg.get("event") == "progress":
-                        on_progress(str(msg.get("message", "")), msg.get("percentage"))
-                        continue
-                    outcome = JobOutcome(
-                        str(msg.get("status", "error")),
-                        str(msg.get("message", "")),
-                        list(msg.get("diagnostics") or []),
-                        msg.get("result"),
-                    )
-                    if msg.get("fatal"):  # e.g. a GPU fault: the CUDA context is gone, start afresh
-                        self._kill()
-                        self._respawn("the job reported a fatal GPU error")
-                    return outcome
-            except TimeoutError:
-                self._kill()
-                self._respawn(f"job timed out after {timeout:g} s")
-                return JobOutcome(
-                    "timeout", f"the TL worker timed out after {timeout:g} s; it has been restarted"
-                )
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                self._kill()
-                self._respawn(f"pipe broke: {exc}")
-                return JobOutcome("crashed", f"lost the TL worker ({exc}); it has been restarted")
+                return await self._exchange(proc, job_id, request, on_progress, timeout)
             except asyncio.CancelledError:
-                self._kill()
-                self._respawn("job cancelled")
+                settling = self._cancel(proc, job_id, cancel_grace)
                 raise
+        finally:
+            if not settling:
+                self._lock.release()
+
+    async def _exchange(
+        self,
+        proc: asyncio.subprocess.Process,
+        job_id: int,
+        request: dict[str, Any],
+        on_progress: Progress,
+        timeout: float,
+    ) -> JobOutcome:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            assert proc.stdin is not None and proc.stdout is not None  # created with PIPE above
+            proc.stdin.write(encode({**request, "id": job_id}))
+            await proc.stdin.drain()
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError
+                line = await asyncio.wait_for(proc.stdout.readline(), remaining)
+                if not line:
+                    code = await proc.wait()
+                    self._proc = None
+                    why = describe_exit(code)
+                    self._respawn(f"crashed: {why}")
+                    return JobOutcome("crashed", f"the TL worker crashed ({why}); it has been restarted")
+                msg = decode(line)
+                if msg is None or msg.get("id") != job_id:
+                    continue  # e.g. the late reply of a job cancelled before this one
+                if msg.get("event") == "progress":
+                    on_progress(str(msg.get("message", "")), msg.get("percentage"))
+                    continue
+                outcome = JobOutcome(
+                    str(msg.get("status", "error")),
+                    str(msg.get("message", "")),
+                    list(msg.get("diagnostics") or []),
+                    msg.get("result"),
+                )
+                if msg.get("fatal"):  # e.g. a GPU fault: the CUDA context is gone, start afresh
+                    self._kill()
+                    self._respawn("the job reported a fatal GPU error")
+                return outcome
+        except TimeoutError:
+            self._kill()
+            self._respawn(f"job timed out after {timeout:g} s")
+            return JobOutcome(
+                "timeout", f"the TL worker timed out after {timeout:g} s; it has been restarted"
+            )
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self._kill()
+            self._respawn(f"pipe broke: {exc}")
+            return JobOutcome("crashed", f"lost the TL worker ({exc}); it has been restarted")
+
+    def _cancel(self, proc: asyncio.subprocess.Process, job_id: int, grace: float) -> bool:
+        """Ask the worker to stop `job_id`; True when `_settle` now holds the lock for it."""
+        if grace > 0 and proc is self._proc and proc.returncode is None and proc.stdin is not None:
+            try:
+                proc.stdin.write(encode(cancel_message(job_id)))
+            except (BrokenPipeError, ConnectionResetError, RuntimeError):
+                pass  # the pipe is gone: kill below
+            else:
+                self._settling = asyncio.ensure_future(self._settle(proc, job_id, grace))
+                self._background.add(self._settling)  # stop() waits for it too
+                return True
+        self._kill()
+        self._respawn("job cancelled")
+        return False
+
+    async def _settle(self, proc: asyncio.subprocess.Process, job_id: int, grace: float) -> None:
+        """Hold the worker until the cancelled job answers, then hand it to the next job; kill and restart
+        it if the job does not answer within `grace` seconds or the process dies meanwhile."""
+        try:
+            reply = await asyncio.wait_for(self._reply_of(proc, job_id), grace)
+        except TimeoutError:
+            if proc is self._proc:
+                self._kill()
+                self._respawn(f"the cancelled job did not stop within {grace:g} s")
+        else:
+            if proc is not self._proc:  # stopped or restarted meanwhile: nothing left to look after
+                return
+            if reply is None:
+                self._proc = None
+                self._respawn(f"crashed while stopping a cancelled job: {describe_exit(await proc.wait())}")
+            elif reply.get("fatal"):
+                self._kill()
+                self._respawn("the cancelled job reported a fatal GPU error")
+            else:
+                log.info(
+                    "cancelled job %s answered: %s (worker pid %s kept)",
+                    job_id,
+                    reply.get("message"),
+                    proc.pid,
+                )
+        finally:
+            self._settling = None
+            self._lock.release()
+
+    @staticmethod
+    async def _reply_of(proc: asyncio.subprocess.Process, job_id: int) -> dict[str, Any] | None:
+        """The job's result message (its progress is dropped), or None when the worker's stdout ends."""
+        assert proc.stdout is not None
+        while line := await proc.stdout.readline():
+            msg = decode(line)
+            if msg is not None and msg.get("id") == job_id and msg.get("event") == "result":
+                return msg
+        return None

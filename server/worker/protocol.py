@@ -2,13 +2,15 @@
 
 Server → worker: {"id", "kind": one of JOB_KINDS, "uri", "path", "text", "target", "shapes": [...],
                   "fake": str|null}
+                 {"id", "cancel": true}: stop job `id` at its next step boundary (`server.worker.control`)
 Worker → server: {"id", "event": "progress", "message", "percentage"}
                  {"id", "event": "result", "status", "message", "diagnostics": [...], "result": {...}|null,
                   "fatal": bool}
 
 A worker diagnostic is the core's `Diagnostic.to_json()` shape (code, severity label, range, message).
 Statuses: ok | failed (TL501/502/503 found) | skipped (the document has errors) | unavailable (a module or
-the GPU is missing; the message says which) | error (an unexpected exception, message has the traceback).
+the GPU is missing; the message says which) | error (an unexpected exception, message has the traceback) |
+cancelled (the server cancelled the job; the message names the step it stopped before).
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ _GRAD_LABELS = {"dq": "dQ", "dk": "dK", "dv": "dV"}
 def grad_label(name: str) -> str:
     """How a gradient is named to the user: dQ, dK, dV; a side tensor's keeps its name (`dslopes`)."""
     return _GRAD_LABELS.get(name, name)
+
+
+def cancel_message(job_id: int) -> dict[str, Any]:
+    return {"id": job_id, "cancel": True}
+
+
+def is_cancel(msg: dict[str, Any]) -> bool:
+    return msg.get("cancel") is True
 
 
 def encode(msg: dict[str, Any]) -> bytes:

@@ -53,10 +53,12 @@ def test_settings_from_client_json() -> None:
             "target": "SM_90",
             "onSave": "compile",
             "benchmarkShapes": ["2x8x1024", {"batch": 1, "heads": 4, "seqlen_q": 128, "seqlen_k": 256}],
-            "worker": {"timeoutSeconds": 5},
+            "worker": {"timeoutSeconds": 5, "cancelGraceSeconds": 0},
         }
     )
     assert s.target == "sm_90" and s.on_save == "compile" and s.worker_timeout == 5.0
+    assert s.worker_cancel_grace == 0.0  # 0: a cancel kills the worker at once
+    assert Settings.from_json({"worker.cancelGraceSeconds": 2.5}).worker_cancel_grace == 2.5
     assert s.benchmark_shapes == (BenchmarkShape(2, 8, 1024, 1024), BenchmarkShape(1, 4, 128, 256))
 
 
@@ -66,10 +68,11 @@ def test_bad_settings_keep_defaults() -> None:
             "target": "sm_1",
             "onSave": "always",
             "benchmarkShapes": ["nope", 3],
-            "worker": {"timeoutSeconds": -1},
+            "worker": {"timeoutSeconds": -1, "cancelGraceSeconds": -3},
         }
     )
-    assert s == Settings()
+    assert s == Settings() and s.worker_cancel_grace == 60.0
+    assert Settings.from_json({"worker": {"cancelGraceSeconds": True}}) == Settings()
     assert Settings.from_json(None) == Settings() and Settings.from_json([1]) == Settings()
 
 
