@@ -11,9 +11,12 @@ from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
 
-async def start_server(client: LanguageClient) -> tuple[Any, asyncio.Task[None]]:
-    """Start the server, initialize it (the client answers workspace/configuration): (its process, the task
-    that drains its stderr so the pipe never fills; `stop_server` ends both)."""
+async def start_server(
+    client: LanguageClient, window: lsp.WindowClientCapabilities | None = None
+) -> tuple[Any, asyncio.Task[None]]:
+    """Start the server, initialize it (the client answers workspace/configuration; `window` e.g. asks for
+    `$/progress`): (its process, the task that drains its stderr so the pipe never fills; `stop_server`
+    ends both)."""
     await client.start_io(sys.executable, "-m", "server", "--log-level", "WARNING")
     server = client._server  # the asyncio subprocess pygls started
     assert server is not None and server.stderr is not None
@@ -25,7 +28,9 @@ async def start_server(client: LanguageClient) -> tuple[Any, asyncio.Task[None]]
     drainer = asyncio.create_task(drain())
     await client.initialize_async(
         lsp.InitializeParams(
-            capabilities=lsp.ClientCapabilities(workspace=lsp.WorkspaceClientCapabilities(configuration=True))
+            capabilities=lsp.ClientCapabilities(
+                workspace=lsp.WorkspaceClientCapabilities(configuration=True), window=window
+            )
         )
     )
     client.initialized(lsp.InitializedParams())
