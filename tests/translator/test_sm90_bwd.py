@@ -92,7 +92,7 @@ def test_the_five_gemms_in_fa3_order_with_dq_atomics_under_dk():
         "tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);",  # dQ = dS·K
         "tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);",  # dK += dSᵀ·Q (RS)
         "warpgroup_wait<1>();",
-        "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));",
+        "atomicAdd(dq_tile + i * Traits::kNThreads, make_float4(acc_dq(4 * i), acc_dq(4 * i + 1),",
         "warpgroup_wait<0>();",
     ]
     at = [main.index(gemms[0])]
@@ -105,12 +105,23 @@ def test_the_five_gemms_in_fa3_order_with_dq_atomics_under_dk():
     assert main.index("tl::fence_async_shared();", store) < main.index("__syncthreads();", store) < at[3]
 
 
-def test_dq_accum_and_its_conversion_are_the_mma_sync_skeletons():
+def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
     sm90, sm80 = _sm90(MHA).source, translate_backward(MHA, arch="sm_90").source
-    assert sm90.split("_bwd_convert_dq(")[1] == sm80.split("_bwd_convert_dq(")[1]
-    assert sm90.split("_bwd_dot_do_o(")[1].split("}\n")[0] == sm80.split("_bwd_dot_do_o(")[1].split("}\n")[0]
-    # the convert kernel reads the tile in Traits::TiledMmadQ's fragment order: here the wgmma one
+    # thread t's fragment element i at (i / 4 · kNThreads + t) · 4 + i % 4, on both sides
+    main = _main(sm90)
+    assert (
+        "float4* dq_tile = reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim)) + tidx;"
+        in main
+    )
+    assert "for (int i = 0; i < size(acc_dq) / 4; ++i) {" in main
+    conv = sm90.split("_bwd_convert_dq(")[1]
+    assert "(kBlockM * kHeadDim) + threadIdx.x * 4;" in conv
+    assert "src[s * slice + (i / 4) * (4 * Traits::kNThreads) + i % 4]" in conv
+    # over Traits::TiledMmadQ's fragment order: here the wgmma one
+    assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
     assert "using TiledMmadQ = decltype(make_tiled_mma(SM90::GMMA::" in sm90
+    # the D kernel is the default's
+    assert sm90.split("_bwd_dot_do_o(")[1].split("}\n")[0] == sm80.split("_bwd_dot_do_o(")[1].split("}\n")[0]
 
 
 def test_masks_classify_query_blocks_and_score_rows_read_the_transposed_accumulator():

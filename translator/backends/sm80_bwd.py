@@ -126,6 +126,7 @@ def assemble(
     shared_bytes: int,
     arch: str,
     includes: tuple[str, ...] = (),
+    dq_vector: int = 1,
 ) -> tuple[str, BackwardSpec]:
     """One backward skeleton's file and spec around its dQ/dK/dV kernel (`emit_main`, after the traits
     and helpers of `emit_defs`): the D kernel, the dQ conversion and the row gradients are the same for
@@ -154,7 +155,7 @@ def assemble(
         tail.append(BACKWARD_ROW_SUMS_PARAM)
     _emit_preprocess(w, plan, sink_partials, tail)
     emit_main(w, plan, partials, tail, deterministic)
-    _emit_convert(w, plan)
+    _emit_convert(w, plan, dq_vector)
     if corrected:
         emit_row_grads(
             w,
@@ -399,7 +400,10 @@ def _emit_preprocess(
     w.line()
 
 
-def _emit_convert(w: CodeWriter, plan: KernelPlan) -> None:
+def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1) -> None:
+    """dq_accum → dQ. `dq_vector`: the dQ/dK/dV kernel adds that many consecutive fragment elements with
+    one vector atomic (4: sm_90's float4 reductions), so thread t's element i is at
+    (i / v · kNThreads + t) · v + i % v."""
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
     with w.indent():
         w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
@@ -411,10 +415,18 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan) -> None:
         w.line(f"const long long slice = {DQ_SLICE};")
         w.line(
             "const float* src = dq_accum + ((static_cast<long long>(bidb) * heads + bidh) * m_blocks + m_block) * "
-            "(kBlockM * kHeadDim) + threadIdx.x;"
+            f"(kBlockM * kHeadDim) + threadIdx.x{f' * {dq_vector}' if dq_vector > 1 else ''};"
         )
         w.line("Element* dst = static_cast<Element*>(dq) + bidb * dq_batch_stride + bidh * dq_head_stride;")
-        w.comment("the tile is in the dQ MMA's fragment order: this thread's element i is at i · kNThreads")
+        if dq_vector > 1:
+            w.comment(
+                f"the tile is in the dQ MMA's fragment order, {dq_vector} elements per vector: thread t's "
+                f"element i is at (i / {dq_vector} · kNThreads + t) · {dq_vector} + i % {dq_vector}"
+            )
+        else:
+            w.comment(
+                "the tile is in the dQ MMA's fragment order: this thread's element i is at i · kNThreads"
+            )
         w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
         w.line(
             "Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C("
@@ -423,8 +435,13 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan) -> None:
         w.line("CUTE_UNROLL")
         with w.block("for (int i = 0; i < size(tdQcdQ); ++i)"):
             w.line("float acc = 0.f;")
+            at = (
+                f"(i / {dq_vector}) * ({dq_vector} * Traits::kNThreads) + i % {dq_vector}"
+                if dq_vector > 1
+                else "i * Traits::kNThreads"
+            )
             w.line(
-                "for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + i * Traits::kNThreads];"
+                f"for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + {at}];"
                 "  // in order: the same sum every run"
             )
             w.line("const int row = m_block * kBlockM + get<0>(tdQcdQ(i));")

@@ -11,7 +11,7 @@ threads, each owning 64 key rows; K and V stay in shared memory while the block 
     Pᵀ = exp2(Sᵀ·log2 e − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D) · dX/ds   (the score region, as sm80_bwd)
     dV += Pᵀ·dO, dK += dSᵀ·Q        RS wgmma: Pᵀ and dSᵀ are the warp group's own accumulator rows
     dSᵀ → shared memory, dQ = dS·K   SS wgmma, (kBlockM, kHeadDim), warp group g: columns d/2 · g …
-    dQ → dq_accum                    fp32 atomics in the dQ MMA's fragment order (`_bwd_convert_dq`)
+    dQ → dq_accum                    float4 atomics in the dQ MMA's fragment order (`_bwd_convert_dq`)
 
 Loads: cp.async by the consumer threads into the GMMA-swizzled layouts (no TMA, no producer warp group:
 256 threads, so `_bwd_dot_do_o`, `_bwd_convert_dq` and `_bwd_row_grads` are sm80_bwd's, launched as
@@ -41,6 +41,7 @@ BLOCK_M = 64  # query rows per step: FA3's d ≤ 128 tile
 BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
+DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
 
 
 def shared_bytes(head_dim: int, dtype_bytes: int = 2) -> int:
@@ -105,6 +106,7 @@ def generate_backward_sm90(
         block_n=BLOCK_N,
         shared_bytes=shared_bytes(d),
         arch=NVRTC_ARCH,
+        dq_vector=DQ_VECTOR,
     )
 
 
@@ -351,13 +353,19 @@ def _emit_query_block(
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);")
         w.line("warpgroup_wait<1>();  // dV's and dQ's groups are done, dK's may still run")
         w.line("warpgroup_fence_operand(acc_dq);")
-        w.comment("in fragment order, so a warp's 32 additions cover 128 contiguous bytes (rows past")
-        w.comment("seqlen_q add zeros into the tile's padding)")
-        w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim) + tidx;")
-        w.line("CUTE_UNROLL")
-        w.line(
-            "for (int i = 0; i < size(acc_dq); ++i) atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));"
+        w.comment(
+            "in fragment order, four elements per float4, so a warp's 32 reductions cover 512 contiguous"
         )
+        w.comment("bytes (rows past seqlen_q add zeros into the tile's padding); _bwd_convert_dq reads it so")
+        w.line(
+            "float4* dq_tile = reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim)) + tidx;"
+        )
+        w.line("CUTE_UNROLL")
+        with w.block("for (int i = 0; i < size(acc_dq) / 4; ++i)"):
+            w.line(
+                "atomicAdd(dq_tile + i * Traits::kNThreads, "
+                "make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3)));"
+            )
         w.line("warpgroup_wait<0>();")
         w.line("warpgroup_fence_operand(acc_dk);")
         w.line("warpgroup_fence_operand(acc_dv);")
