@@ -199,7 +199,9 @@ class LaunchSpec:
 # dot_do_o: D = rowsum(dO ∘ O) into dpsum (batch, heads, seqlen_q) fp32 (and a learnable sink's gradient);
 # grid (ceil(seqlen_q / preprocess_rows), batch, heads). dq_dk_dv: grid (ceil(seqlen_k / block_n), batch,
 # heads_kv); adds dQ into dq_accum (1, batch, heads, ceil(seqlen_q / block_m) · block_m, d) fp32, zeroed
-# (each block_m × d tile in the dQ MMA's fragment order: thread t's element i at i · threads + t), and
+# (each block_m × d tile in the dQ MMA's fragment order: thread t's element i at i · threads + t; the
+# experimental sm_90a skeleton adds float4s: at (i / 4 · threads + t) · 4 + i % 4; only dq_dk_dv and
+# convert_dq of one module read the order, the runner sizes the buffer alone), and
 # writes dK, dV (summed over each GQA group); deterministic: grid (dq_splits, batch, heads_kv), column x
 # walks key blocks x, x + dq_splits, … and adds into slice x of dq_accum (dq_splits, batch, heads, …).
 # convert_dq: dq_accum → dq; grid (ceil(seqlen_q / block_m), batch, heads). row_grads (when row_sums > 0):
