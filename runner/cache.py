@@ -7,13 +7,15 @@ directory, then `os.replace`), so parallel compiles of the same kernel and inter
 a half-written entry. Directory: `$TL_CACHE_DIR`, else `~/.cache/tl/kernels`.
 
 `PchStore` keeps NVRTC precompiled headers beside it (`pch/` in the same directory), one directory per
-process: see its docstring for why a precompiled header never outlives the process that made it. Whether
-a header pays for itself on this machine outlives it, in `pch/verdicts/` (delete them to weigh again).
+process: see its docstring for why a precompiled header outlives its process only where the NVRTC heap
+sits at one address in every process (`shared`, `runner.pch_heap`). Whether a header pays for itself on
+this machine outlives it, in `pch/verdicts/` (delete them to weigh again).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -111,48 +113,94 @@ class PchStore:
     one directory per process, `<kernel cache>/pch/<pid>-<random>/`, removed at exit; the directory of a
     process that died without cleaning up is removed by the next store that finds its pid gone. A header
     is about 450 MB for `cute/tensor.hpp`, which is what `max_entries` bounds.
+
+    `shared` (a name for the processes' common heap layout, `runner.pch_heap`): the headers live in
+    `<kernel cache>/pch/shared-<shared>/` instead and outlive the process; `get` finds one another process
+    wrote, a new one is written under a temporary name and renamed into place, and `max_entries` bounds
+    the directory's headers (the least recently used file goes first).
     """
 
-    def __init__(self, root: Path | None = None, *, max_entries: int = 2) -> None:
+    def __init__(self, root: Path | None = None, *, max_entries: int = 2, shared: str | None = None) -> None:
         self.root = (root if root is not None else cache_dir()) / "pch"
         self.max_entries = max(1, max_entries)
+        self.shared = shared
         self._dir: Path | None = None
         self._entries: OrderedDict[str, Path] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def directory(self) -> Path:
-        """This process's directory, created (and stale ones removed) on first use."""
+        """This process's directory (or the shared one), created (and stale ones removed) on first use."""
         with self._lock:
             if self._dir is None:
                 self.root.mkdir(parents=True, exist_ok=True)
                 _remove_dead_dirs(self.root)
-                self._dir = Path(tempfile.mkdtemp(dir=self.root, prefix=f"{os.getpid()}-"))
-                atexit.register(self.close)
+                if self.shared is not None:
+                    self._dir = self.root / f"shared-{self.shared}"
+                    self._dir.mkdir(exist_ok=True)
+                else:
+                    self._dir = Path(tempfile.mkdtemp(dir=self.root, prefix=f"{os.getpid()}-"))
+                    atexit.register(self.close)
             return self._dir
 
     def path_for(self, key: str) -> Path:
+        """Where NVRTC writes the header of `key` (a temporary name in a shared directory: `add` renames
+        it, so another process never maps a half-written file)."""
+        if self.shared is not None:
+            return self.directory / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         return self.directory / f"{key}.pch"
 
     def get(self, key: str) -> Path | None:
+        shared_dir = self.directory if self.shared is not None else None
         with self._lock:
             path = self._entries.get(key)
+            if path is None and shared_dir is not None:
+                found = shared_dir / f"{key}.pch"
+                if found.is_file():  # another process wrote it
+                    path = self._entries[key] = found
             if path is None:
                 return None
             if not path.is_file():
                 del self._entries[key]
                 return None
             self._entries.move_to_end(key)
-            return path
+        if self.shared is not None:
+            with contextlib.suppress(OSError):
+                os.utime(path)  # recently used: evicted last
+        return path
 
-    def add(self, key: str, path: Path) -> None:
-        """Register a header NVRTC has just written at `path` (from `path_for`); evicts the oldest."""
+    def add(self, key: str, path: Path) -> Path:
+        """Register a header NVRTC has just written at `path` (from `path_for`); evicts the oldest.
+        Returns where it now lives."""
+        if self.shared is not None:
+            final = path.with_name(f"{key}.pch")
+            os.replace(path, final)
+            path = final
         with self._lock:
             self._entries[key] = path
             self._entries.move_to_end(key)
+            if self.shared is not None:
+                self._evict_shared(keep=path)
+                return path
             while len(self._entries) > self.max_entries:
                 _, old = self._entries.popitem(last=False)
                 old.unlink(missing_ok=True)
+        return path
+
+    def _evict_shared(self, keep: Path) -> None:
+        """The shared directory's oldest headers past `max_entries` (by last use), whoever wrote them."""
+        assert self._dir is not None
+
+        def mtime(p: Path) -> float:
+            try:
+                return p.stat().st_mtime
+            except OSError:
+                return 0.0
+
+        files = sorted((p for p in self._dir.glob("*.pch") if p != keep), key=mtime)
+        for old in files[: max(0, len(files) + 1 - self.max_entries)]:
+            old.unlink(missing_ok=True)
+            self._entries.pop(old.stem, None)
 
     def discard(self, key: str) -> None:
         with self._lock:
@@ -188,7 +236,11 @@ class PchStore:
         return self.root / "verdicts" / f"{key}.json"
 
     def close(self) -> None:
-        """Forget every header and remove this process's directory."""
+        """Forget every header and remove this process's directory (a shared one stays)."""
+        if self.shared is not None:
+            with self._lock:
+                self._entries.clear()
+            return
         self.clear()
         with self._lock:
             directory, self._dir = self._dir, None
@@ -198,6 +250,12 @@ class PchStore:
 
 def _remove_dead_dirs(root: Path) -> None:
     for child in root.iterdir():
+        if child.name.startswith("shared-"):
+            for tmp in child.glob("*.tmp"):  # a header a dead process was writing
+                pid_text = tmp.name.split(".")[1]
+                if pid_text.isdigit() and not _alive(int(pid_text)):
+                    tmp.unlink(missing_ok=True)
+            continue
         pid_text = child.name.split("-", 1)[0]
         if not child.is_dir() or not pid_text.isdigit():
             continue

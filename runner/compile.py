@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import pickle
 import queue
@@ -123,6 +124,11 @@ PCH_ENV = "TL_PCH"  # "0" turns precompiled headers off, "1" on, unset: the proc
 # 457 MB for the sm_80 block, whose header file is 449 MiB; the Hopper block's is 742 MiB), more than its
 # 256 MiB default. A larger block gets the size NVRTC asks for (see `_Pch._create`).
 PCH_HEAP_BYTES = 1 << 30
+# Headers kept on disk for later processes (`use_precompiled_headers(on_disk=True)`): the heap is mapped
+# once at this size, large enough for a prelude header (the heap cannot grow: that would move it), and at
+# most this many headers (450 MiB to 1.2 GiB each) stay in the shared directory.
+PCH_ON_DISK_HEAP_BYTES = 2 << 30
+PCH_ON_DISK_KEEP = 6
 # 639: "insufficient preallocated memory for generation of precompiled header file": the create status
 # says the same and `_Pch._create` acts on it, so it need not reach the kernel's log.
 _PCH_SUPPRESS = (639,)
@@ -141,8 +147,8 @@ _SIMPLE_DIRECTIVE = re.compile(r"^#\s*(define|undef|pragma)\b")
 
 
 def use_precompiled_headers(
-    enabled: bool = True, *, keep: int | None = None, prelude: bool | None = None
-) -> None:
+    enabled: bool = True, *, keep: int | None = None, prelude: bool | None = None, on_disk: bool = False
+) -> bool:
     """Let this process write and read precompiled headers (unless `$TL_PCH` is "0"), at most `keep`
     of them at once (default 2: a session may switch between two targets). With `prelude`, a header also
     holds the kernel's template instantiations (`runner.compile_prelude`): the second compile of a
@@ -150,6 +156,11 @@ def use_precompiled_headers(
 
     Worth it only in a process that compiles again: writing one costs the headers' parse and 450–750 MB
     of disk; reading it back skips the parse for the price of faulting the image in (see `_Pch`).
+
+    `on_disk`: keep the headers (and the preludes' body copies) for later processes, at most
+    `PCH_ON_DISK_KEEP` headers, where this process runs without address-space randomisation
+    (`runner.pch_heap`; call this before the process does other work, since it maps NVRTC's heap now).
+    Returns whether headers are kept on disk.
     """
     global _pch_default
     _pch_default = enabled
@@ -157,6 +168,9 @@ def use_precompiled_headers(
         _PCH.keep = keep
     if prelude is not None:
         _PCH.prelude = prelude
+    if on_disk and not _PCH.on_disk and enabled and pch_enabled():
+        _PCH.keep_on_disk()
+    return _PCH.on_disk
 
 
 def pch_enabled() -> bool:
@@ -226,6 +240,7 @@ class _Pch:
         self.heap_bytes = PCH_HEAP_BYTES
         self.prelude = False  # headers with the kernels' instantiations (`runner.compile_prelude`)
         self.preludes = Preludes()
+        self.on_disk = False  # headers shared with later processes (`keep_on_disk`)
         self._creating: set[str] = set()
         self._failed: set[str] = set()  # NVRTC could not write these: not tried again in this process
         # Reading a header costs page faults on its image (449 MiB for sm_80's block): 7 s of system time
@@ -237,6 +252,24 @@ class _Pch:
         self._declined: set[str] = set()
         self._weighed: set[str] = set()
         self._lock = threading.Lock()
+
+    def keep_on_disk(self) -> None:
+        """Share headers with later processes, if NVRTC's heap can sit at the same address in them."""
+        from runner import pch_heap
+
+        if not pch_heap.randomization_off() or not pch_heap.pin(PCH_ON_DISK_HEAP_BYTES):
+            return
+        layout = {"python": sys.version, "executable": sys.executable, "heap": PCH_ON_DISK_HEAP_BYTES}
+        shared = hashlib.sha256(
+            json.dumps({**layout, **toolchain().fingerprint()}, sort_keys=True).encode()
+        ).hexdigest()[:16]
+        with self._lock:
+            if self.store is not None:
+                self.store.close()
+            self.store = PchStore(max_entries=PCH_ON_DISK_KEEP, shared=shared)
+            self.heap_bytes = PCH_ON_DISK_HEAP_BYTES
+            self.on_disk = True
+        self.preludes.keep_in(self.store.root / f"preludes-{shared}")
 
     def plan(
         self,
@@ -303,12 +336,13 @@ class _Pch:
             finally:
                 prog.destroy()
             if status == nvrtc.nvrtcResult.NVRTC_SUCCESS and path.is_file():
-                self.store.add(key, path)
-                return _PchPlan(key, path, created=True)
+                return _PchPlan(key, self.store.add(key, path), created=True)
             path.unlink(missing_ok=True)
             heap_full = status == nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED
             if not (heap_full and err == nvrtc.nvrtcResult.NVRTC_SUCCESS and required > self.heap_bytes):
                 break
+            if self.on_disk:
+                break  # a grown heap would move, and the shared headers were written at this address
             # A new heap has another address: every header written so far becomes unusable.
             self.heap_bytes = _round_up(required + required // 4, 64 << 20)
             self.store.clear()

@@ -21,6 +21,9 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass
+from pathlib import Path
+
+from runner.cache import atomic_write
 
 KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(')
 # NVRTC's flag for it; on both sides of a header (NVRTC refuses a header made under other flags, 629)
@@ -61,6 +64,25 @@ class Preludes:
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
         self._lock = threading.Lock()
+        # Where body copies outlive the process (beside headers that do, `runner.pch_heap`): a later
+        # process's first compile of a skeleton then names the same prelude and reads its header.
+        self.directory: Path | None = None
+
+    def keep_in(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+
+    def _text(self, skeleton: str) -> str | None:
+        with self._lock:
+            text = self._texts.get(skeleton)
+        if text is None and self.directory is not None:
+            try:
+                text = (self.directory / f"{skeleton}.cuh").read_text()
+            except OSError:
+                return None
+            with self._lock:
+                text = self._texts.setdefault(skeleton, text)
+        return text
 
     def for_source(self, source: str, source_name: str) -> Prelude | None:
         """The prelude of `source` (named `source_name` in NVRTC's messages); None before a source of its
@@ -69,8 +91,7 @@ class Preludes:
         if parts is None:
             return None
         includes, definitions, kernels = parts
-        with self._lock:
-            text = self._texts.get(_skeleton(includes, definitions))
+        text = self._text(_skeleton(includes, definitions))
         if text is None:
             return None
         name = f"tl_prelude_{hashlib.sha256(text.encode()).hexdigest()[:16]}.cuh"
@@ -84,16 +105,25 @@ class Preludes:
     def remember(self, source: str) -> None:
         """`source` compiled: its kernels become its skeleton's body copy, unless it has one."""
         parts = split(source)
-        if parts is not None:
-            with self._lock:
-                self._texts.setdefault(_skeleton(parts[0], parts[1]), _header(*parts))
+        if parts is None:
+            return
+        skeleton = _skeleton(parts[0], parts[1])
+        if self._text(skeleton) is not None:
+            return
+        with self._lock:
+            text = self._texts.setdefault(skeleton, _header(*parts))
+        if self.directory is not None:
+            atomic_write(self.directory / f"{skeleton}.cuh", text.encode())
 
     def forget(self, source: str) -> None:
         """Drop the body copy of `source`'s skeleton (its header could not be written)."""
         parts = split(source)
         if parts is not None:
+            skeleton = _skeleton(parts[0], parts[1])
             with self._lock:
-                self._texts.pop(_skeleton(parts[0], parts[1]), None)
+                self._texts.pop(skeleton, None)
+            if self.directory is not None:
+                (self.directory / f"{skeleton}.cuh").unlink(missing_ok=True)
 
 
 def _skeleton(includes: str, definitions: str) -> str:

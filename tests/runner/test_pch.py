@@ -203,3 +203,84 @@ def test_a_vanished_header_falls_back_to_a_plain_compile(fresh_pch, monkeypatch)
     monkeypatch.setattr(type(fresh_pch.store), "get", lambda self, key: path.with_name("gone.pch"))
     again = rc.compile_source(src, arch="sm_80", name="k.cu", use_cache=False)
     assert again.pch is None and again.code[:4] == b"\x7fELF" and "precompiled" not in again.log
+
+
+# ---- headers kept on disk for later processes (runner.pch_heap) -----------------------------------------
+
+
+def test_a_shared_store_hands_a_header_to_the_next_process_and_keeps_the_newest(tmp_path) -> None:
+    writer = PchStore(tmp_path, max_entries=2, shared="layout")
+    staging = writer.path_for("a")
+    assert staging.suffix == ".tmp"  # written under a temporary name, renamed into place by add
+    staging.write_bytes(b"header a")
+    final = writer.add("a", staging)
+    assert final.name == "a.pch" and final.read_bytes() == b"header a" and not staging.exists()
+    writer.close()  # a shared directory outlives its process
+    reader = PchStore(tmp_path, max_entries=2, shared="layout")
+    assert reader.get("a") == final and PchStore(tmp_path, shared="other").get("a") is None
+    os.utime(final, (0, 1e9))  # used long ago
+    for key in ("b", "c"):
+        path = reader.path_for(key)
+        path.write_bytes(key.encode())
+        os.utime(reader.add(key, path), (0, 1e9 + ord(key)))  # each later than a
+    assert sorted(p.name for p in reader.directory.glob("*.pch")) == ["b.pch", "c.pch"]  # a: least recent
+    reader.discard("c")  # NVRTC could not map it: gone for every process
+    assert [p.name for p in reader.directory.glob("*.pch")] == ["b.pch"]
+
+
+def test_a_shared_store_removes_what_a_dead_process_was_writing(tmp_path) -> None:
+    store = PchStore(tmp_path, shared="layout")
+    probe = [sys.executable, "-c", "import os; print(os.getpid())"]
+    dead = subprocess.run(probe, capture_output=True, text=True, check=True)
+    stale = store.directory / f"a.{dead.stdout.strip()}.1.tmp"
+    stale.write_bytes(b"half")
+    mine = store.path_for("b")
+    mine.write_bytes(b"half")
+    assert PchStore(tmp_path, shared="layout").directory.is_dir()  # a later store looks
+    assert not stale.exists() and mine.exists()
+
+
+def test_preludes_kept_in_a_directory_serve_a_later_process(tmp_path) -> None:
+    from runner.compile_prelude import Preludes
+
+    src = (
+        "#include <cuda/std/cstdint>\n"
+        "template <class T> __device__ T f(T x) { return x; }\n"
+        'extern "C" __global__ void k(int* x) { x[0] = f(1); }\n'
+    )
+    first = Preludes()
+    first.keep_in(tmp_path)
+    first.remember(src)
+    later = Preludes()
+    later.keep_in(tmp_path)
+    got = later.for_source(src.replace("f(1)", "f(2)"), "k.cu")
+    assert got is not None and "f(1)" in got.text  # the first process's body copy, read from disk
+    later.forget(src)
+    assert not list(tmp_path.glob("*.cuh")) and Preludes().for_source(src, "k.cu") is None
+
+
+def test_headers_stay_private_to_a_randomised_process(monkeypatch, tmp_path) -> None:
+    from runner import pch_heap
+
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(pch_heap, "randomization_off", lambda: False)
+    state = rc._Pch()
+    state.keep_on_disk()
+    assert not state.on_disk and state.store is None
+
+
+def test_a_child_started_with_spawn_options_runs_without_randomisation() -> None:
+    from runner import pch_heap
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("personality(2) is Linux's")
+    probe = "from runner.pch_heap import randomization_off; print(randomization_off())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    child = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, **pch_heap.spawn_options()
+    )
+    assert plain.stdout.strip() in ("False", "True")  # True only under `setarch -R` already
+    if child.stdout.strip() != "True":
+        pytest.skip(f"this sandbox refuses personality(ADDR_NO_RANDOMIZE): {child.stderr[-200:]}")
+    assert not pch_heap.randomization_off() or plain.stdout.strip() == "True"
