@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from server.worker.manager import DEFAULT_CANCEL_GRACE
 from tl_language import gpu
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,9 @@ class Settings:
     on_save: str = "verify"  # off | check | compile | verify (verify degrades to compile without a GPU)
     benchmark_shapes: tuple[BenchmarkShape, ...] = field(default=DEFAULT_SHAPES)
     worker_timeout: float = 300.0  # seconds for one worker job (an NVRTC compile takes ~30 s)
-    # Seconds a cancelled (e.g. superseded) job may take to stop at its next step boundary before the
-    # worker is killed; a compile under way finishes first. 0 kills the worker at once.
-    worker_cancel_grace: float = 60.0
+    # Seconds the worker has to answer the cancel of a (e.g. superseded) job before it is killed; the job
+    # then stops at its next step boundary, a compile under way finishing first. 0 kills at once.
+    worker_cancel_grace: float = DEFAULT_CANCEL_GRACE
     debounce_ms: int = 10  # didChange → analysis delay (coalesces bursts of typing)
 
     @staticmethod

@@ -1,7 +1,8 @@
 """Cooperative cancellation in the worker process.
 
-Jobs run one at a time on one long-lived thread while the main thread keeps reading stdin, so a cancel
-message for the running job is seen at once. The job then stops at its next step boundary — every progress
+Jobs run one at a time on one long-lived thread while the main thread keeps reading stdin (NVRTC releases
+the GIL while it compiles), so a cancel message for a job is seen and answered at once: an event
+"cancelling" naming the step under way. The job then stops at its next step boundary — every progress
 report marks one (translate, compile, load, verify, benchmark) — and answers with status "cancelled". A
 step in progress finishes first: NVRTC cannot be interrupted, and a compile that finishes writes the
 precompiled headers the next compile reads and leaves its cubin in the kernel cache. The process, and with
@@ -39,6 +40,7 @@ class JobControl:
         self.job_id = job_id
         self._send = send
         self._cancelled = threading.Event()
+        self.step: str | None = None  # the step under way (its progress message); None before the first
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -51,6 +53,7 @@ class JobControl:
         """Report the step about to start; a cancelled job stops here instead."""
         if self._cancelled.is_set():
             raise JobCancelled(f"cancelled before {message}")
+        self.step = message
         self._send({"id": self.job_id, "event": "progress", "message": message, "percentage": percentage})
 
 
@@ -82,12 +85,16 @@ class JobRunner:
         self._queue.put(req)
 
     def cancel(self, job_id: Any) -> None:
-        """Flag the job; one answered already (or never submitted) has nothing left to stop."""
+        """Flag the job and say so ("cancelling", with the step it finishes first); one answered already
+        (or never submitted) has nothing left to stop: its result is on its way."""
         with self._controls_lock:
             control = self._controls.get(job_id)
-        if control is not None:
-            log.info("job %s: cancel requested", job_id)
-            control.cancel()
+        if control is None:
+            return
+        control.cancel()
+        step = control.step or "nothing yet"
+        log.info("job %s: cancel requested during %s", job_id, step)
+        self.send({"id": job_id, "event": "cancelling", "step": step})
 
     def close(self) -> None:
         """stdin ended (the server is gone): cancel what is left and wait for the running job's step."""

@@ -6,7 +6,8 @@ TL_WORKER_FAKE is a comma list:
                      a cancelled job stops)
   compile=S          then a compile step of S seconds that a cancel does not interrupt (as an NVRTC call),
                      and for verify/benchmark a step boundary after it ("loading the kernel")
-  ignore-cancel      the job does not stop when cancelled (a worker that does not answer the cancel)
+  deaf=S             a step of S seconds in one C call that keeps the GIL, so the worker cannot even read
+                     a cancel meanwhile (a worker that does not answer it)
   crash              the worker exits with os._exit(86) mid-job
   crash-once=PATH    crash unless PATH exists (and create it): the restarted worker then succeeds
   segfault           the worker dereferences NULL (SIGSEGV)
@@ -23,7 +24,6 @@ tell a warm worker from a fresh one.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import time
@@ -31,7 +31,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from server.worker.control import Emit, JobCancelled
+from server.worker.control import Emit
 from server.worker.protocol import BACKWARD_KINDS, GPU_KINDS
 
 ENV = "TL_WORKER_FAKE"
@@ -54,8 +54,10 @@ def run(spec: str, req: dict[str, Any], emit: Emit) -> dict[str, Any]:
     global _jobs_run
     _jobs_run += 1
     opts = parse(spec)
-    if "ignore-cancel" in opts:
-        emit = _deaf(emit)
+    if "deaf" in opts:
+        emit("fake deaf step", 5)
+        # ctypes.PyDLL calls keep the GIL: the stdin thread cannot run until this returns.
+        ctypes.PyDLL(None).usleep(ctypes.c_uint(int(float(opts["deaf"]) * 1e6)))
     delay = float(opts.get("delay", "0") or 0)
     steps = max(1, int(delay / 0.05))
     for i in range(steps):
@@ -120,16 +122,6 @@ def _backward(opts: dict[str, str], req: dict[str, Any], result: dict[str, Any])
     if req.get("kind") == "benchmark-backward" and "bwd-tflops" in opts:
         backward_steps.record_rates({"tl": float(opts["bwd-tflops"])}, result)
     return backward_steps.verified_reply(result)
-
-
-def _deaf(emit: Emit) -> Emit:
-    """Progress reports that ignore the job's cancel flag (they are dropped once it is set)."""
-
-    def report(message: str, percentage: int | None) -> None:
-        with contextlib.suppress(JobCancelled):
-            emit(message, percentage)
-
-    return report
 
 
 def _faults(opts: dict[str, str]) -> None:

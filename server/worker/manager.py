@@ -2,9 +2,10 @@
 
 A job that outlives its timeout or whose process dies (crash, segfault, GPU fault) ends with a clear
 outcome; the process is killed if needed and a fresh one started, and the server carries on. A cancelled
-job is stopped cooperatively: the worker is told, finishes the step under way (an NVRTC compile cannot be
-interrupted, and it leaves the precompiled headers the next compile reads) and keeps running, so the next
-job finds it warm; only a worker that does not answer within the grace period is killed.
+job is stopped cooperatively: the worker is told, answers at once, finishes the step under way (an NVRTC
+compile cannot be interrupted, and it leaves the precompiled headers the next compile reads) and keeps
+running, so the next job finds it warm. Only a worker that does not answer within the grace period, or a
+cancelled job that runs past its timeout, is killed.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int | None], None]
 
 _LINE_LIMIT = 32 * 1024 * 1024  # an NVRTC log can be long; asyncio's default line limit is 64 KiB
-# Seconds a cancelled job may take to reach its next step boundary (a compile under way finishes first)
-# before the worker is killed (`tl.worker.cancelGraceSeconds`).
+# Seconds the worker has to answer a cancel (`tl.worker.cancelGraceSeconds`) before it is killed. Its
+# stdin thread answers at once; the step under way (a compile: 61 s when it writes a prelude header on the
+# 2-core VM) is bounded by the job's timeout instead, so this only catches a worker that cannot run Python.
 DEFAULT_CANCEL_GRACE = 60.0
 
 
@@ -74,6 +76,7 @@ class WorkerManager:
         self.started = 0
         self._closed = False  # after stop(): no background respawns
         self._settling: asyncio.Future[None] | None = None  # a cancelled job still stopping holds the lock
+        self._restarting = False
 
     @property
     def pid(self) -> int | None:
@@ -130,12 +133,17 @@ class WorkerManager:
 
     async def restart(self) -> None:
         self._closed = False
-        if self._settling is not None:  # no need to wait for a cancelled job to stop: it goes anyway
-            self._kill()
-        async with self._lock:
-            self._kill()
-            self.restarts += 1
-            await self._ensure()
+        # The worker goes anyway: a job cancelled for the restart (now, or just before) is not waited for.
+        self._restarting = True
+        try:
+            if self._settling is not None:
+                self._kill()
+            async with self._lock:
+                self._kill()
+                self.restarts += 1
+                await self._ensure()
+        finally:
+            self._restarting = False
 
     async def stop(self) -> None:
         """Kill the worker and wait for it (and any killed before) to be reaped."""
@@ -157,7 +165,8 @@ class WorkerManager:
     ) -> JobOutcome:
         """Run one job. Cancelling the calling task sends the worker a cancel for it and returns at once;
         the worker stays held (the next job waits) until the job stops at its next step boundary, and is
-        killed and restarted only if it does not within `cancel_grace` seconds (0: at once)."""
+        killed and restarted only if it does not answer the cancel within `cancel_grace` seconds (0: kill
+        at once) or the job runs past `timeout`."""
         self._closed = False
         await self._lock.acquire()
         settling = False  # the lock went to `_settle`, which releases it
@@ -167,10 +176,11 @@ class WorkerManager:
             except OSError as exc:
                 return JobOutcome("error", f"could not start the worker: {exc}")
             job_id = next(self._ids)
+            deadline = asyncio.get_running_loop().time() + timeout
             try:
-                return await self._exchange(proc, job_id, request, on_progress, timeout)
+                return await self._exchange(proc, job_id, request, on_progress, deadline, timeout)
             except asyncio.CancelledError:
-                settling = self._cancel(proc, job_id, cancel_grace)
+                settling = self._cancel(proc, job_id, cancel_grace, deadline)
                 raise
         finally:
             if not settling:
@@ -182,10 +192,10 @@ class WorkerManager:
         job_id: int,
         request: dict[str, Any],
         on_progress: Progress,
+        deadline: float,
         timeout: float,
     ) -> JobOutcome:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         try:
             assert proc.stdin is not None and proc.stdout is not None  # created with PIPE above
             proc.stdin.write(encode({**request, "id": job_id}))
@@ -204,8 +214,9 @@ class WorkerManager:
                 msg = decode(line)
                 if msg is None or msg.get("id") != job_id:
                     continue  # e.g. the late reply of a job cancelled before this one
-                if msg.get("event") == "progress":
-                    on_progress(str(msg.get("message", "")), msg.get("percentage"))
+                if msg.get("event") != "result":
+                    if msg.get("event") == "progress":
+                        on_progress(str(msg.get("message", "")), msg.get("percentage"))
                     continue
                 outcome = JobOutcome(
                     str(msg.get("status", "error")),
@@ -228,30 +239,42 @@ class WorkerManager:
             self._respawn(f"pipe broke: {exc}")
             return JobOutcome("crashed", f"lost the TL worker ({exc}); it has been restarted")
 
-    def _cancel(self, proc: asyncio.subprocess.Process, job_id: int, grace: float) -> bool:
+    def _cancel(self, proc: asyncio.subprocess.Process, job_id: int, grace: float, deadline: float) -> bool:
         """Ask the worker to stop `job_id`; True when `_settle` now holds the lock for it."""
-        if grace > 0 and proc is self._proc and proc.returncode is None and proc.stdin is not None:
+        stdin = proc.stdin if proc is self._proc and proc.returncode is None else None
+        if grace > 0 and stdin is not None and not self._restarting:
             try:
-                proc.stdin.write(encode(cancel_message(job_id)))
+                stdin.write(encode(cancel_message(job_id)))
             except (BrokenPipeError, ConnectionResetError, RuntimeError):
                 pass  # the pipe is gone: kill below
             else:
-                self._settling = asyncio.ensure_future(self._settle(proc, job_id, grace))
+                self._settling = asyncio.ensure_future(self._settle(proc, job_id, grace, deadline))
                 self._background.add(self._settling)  # stop() waits for it too
                 return True
         self._kill()
         self._respawn("job cancelled")
         return False
 
-    async def _settle(self, proc: asyncio.subprocess.Process, job_id: int, grace: float) -> None:
-        """Hold the worker until the cancelled job answers, then hand it to the next job; kill and restart
-        it if the job does not answer within `grace` seconds or the process dies meanwhile."""
+    async def _settle(
+        self, proc: asyncio.subprocess.Process, job_id: int, grace: float, deadline: float
+    ) -> None:
+        """Hold the worker until the cancelled job has stopped, then hand it to the next job. The worker must
+        answer the cancel within `grace` seconds ("cancelling", or the job's result); the step under way
+        then still has the job's own deadline. Past either, or if the process dies, it is killed and
+        restarted."""
+        loop = asyncio.get_running_loop()
+        why = f"the worker did not answer the cancel within {grace:g} s"
         try:
-            reply = await asyncio.wait_for(self._reply_of(proc, job_id), grace)
+            reply = await asyncio.wait_for(self._next_of(proc, job_id, ("cancelling", "result")), grace)
+            if reply is not None and reply.get("event") == "cancelling":
+                log.info("job %s stops after: %s", job_id, reply.get("step"))
+                why = "the cancelled job ran past its timeout"
+                left = max(0.0, deadline - loop.time())
+                reply = await asyncio.wait_for(self._next_of(proc, job_id, ("result",)), left)
         except TimeoutError:
             if proc is self._proc:
                 self._kill()
-                self._respawn(f"the cancelled job did not stop within {grace:g} s")
+                self._respawn(why)
         else:
             if proc is not self._proc:  # stopped or restarted meanwhile: nothing left to look after
                 return
@@ -262,22 +285,19 @@ class WorkerManager:
                 self._kill()
                 self._respawn("the cancelled job reported a fatal GPU error")
             else:
-                log.info(
-                    "cancelled job %s answered: %s (worker pid %s kept)",
-                    job_id,
-                    reply.get("message"),
-                    proc.pid,
-                )
+                log.info("job %s: %s (worker pid %s kept)", job_id, reply.get("message"), proc.pid)
         finally:
             self._settling = None
             self._lock.release()
 
     @staticmethod
-    async def _reply_of(proc: asyncio.subprocess.Process, job_id: int) -> dict[str, Any] | None:
-        """The job's result message (its progress is dropped), or None when the worker's stdout ends."""
+    async def _next_of(
+        proc: asyncio.subprocess.Process, job_id: int, events: tuple[str, ...]
+    ) -> dict[str, Any] | None:
+        """The job's next message of one of `events` (others are dropped), or None when stdout ends."""
         assert proc.stdout is not None
         while line := await proc.stdout.readline():
             msg = decode(line)
-            if msg is not None and msg.get("id") == job_id and msg.get("event") == "result":
+            if msg is not None and msg.get("id") == job_id and msg.get("event") in events:
                 return msg
         return None

@@ -4,6 +4,8 @@ Server → worker: {"id", "kind": one of JOB_KINDS, "uri", "path", "text", "targ
                   "fake": str|null}
                  {"id", "cancel": true}: stop job `id` at its next step boundary (`server.worker.control`)
 Worker → server: {"id", "event": "progress", "message", "percentage"}
+                 {"id", "event": "cancelling", "step"}: the answer to a cancel; the job's result follows
+                 once the step under way has finished
                  {"id", "event": "result", "status", "message", "diagnostics": [...], "result": {...}|null,
                   "fatal": bool}
 

@@ -1,7 +1,8 @@
 """Cooperative cancellation (issue 21): a cancelled job stops at its next step boundary, a compile under way
 finishes first, and the worker process lives on, warm, for the next job; a worker that does not answer the
-cancel within the grace period is killed and restarted. Fake jobs (TL_WORKER_FAKE, server/worker/fake.py)
-in a real worker process, and the worker's job thread (`server.worker.control`) in-process."""
+cancel within the grace period is killed and restarted, and so is a cancelled job past its timeout. Fake
+jobs (TL_WORKER_FAKE, server/worker/fake.py) in a real worker process, and the worker's job thread
+(`server.worker.control`) in-process."""
 
 from __future__ import annotations
 
@@ -68,8 +69,10 @@ async def test_a_cancel_during_the_compile_lets_it_finish_and_keeps_the_worker_w
     assert out.status == "ok" and out.result is not None
     assert out.result["worker"] == {"pid": pid, "jobs": 2}  # the same process ran both jobs
     assert m.started == 1 and m.restarts == 0
-    # The first job's compile finished, then it stopped at the next step boundary.
-    assert "cancelled job 1 answered: cancelled before loading the kernel (fake)" in caplog.text
+    # The worker answered the cancel during the compile; the compile finished, then the job stopped at the
+    # next step boundary.
+    assert "job 1 stops after: compiling with NVRTC (fake)" in caplog.text
+    assert "job 1: cancelled before loading the kernel (fake)" in caplog.text
 
 
 async def test_a_job_cancelled_between_steps_stops_at_once_and_the_next_one_runs() -> None:
@@ -82,9 +85,9 @@ async def test_a_job_cancelled_between_steps_stops_at_once_and_the_next_one_runs
     assert m.restarts == 0
 
 
-async def test_a_worker_that_ignores_the_cancel_is_killed_after_the_grace_period() -> None:
-    m = manager("delay=30,ignore-cancel")
-    pid, _ = await cancel_once(m, "fake compile", cancel_grace=0.5)
+async def test_a_worker_that_does_not_answer_the_cancel_is_killed_after_the_grace_period() -> None:
+    m = manager("deaf=30")  # the job keeps the GIL: the worker cannot read the cancel
+    pid, _ = await cancel_once(m, "fake deaf step", cancel_grace=0.5)
     out = await asyncio.wait_for(m.run({**request(), **QUICK}, lambda *_: None, timeout=60), 15)
     await m.stop()
     assert out.status == "ok" and out.result is not None
@@ -92,18 +95,49 @@ async def test_a_worker_that_ignores_the_cancel_is_killed_after_the_grace_period
     assert m.restarts == 1 and await gone(pid)
 
 
+async def test_a_cancelled_job_still_running_at_its_timeout_is_killed() -> None:
+    """The worker answers the cancel, but the compile it lets finish outlives the job's timeout."""
+    m = manager("compile=30")
+    reached = asyncio.Event()
+    task = asyncio.ensure_future(m.run(request(), lambda *_: reached.set(), timeout=1.5, cancel_grace=60))
+    await asyncio.wait_for(reached.wait(), 20)
+    pid = m.pid
+    assert pid is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    out = await asyncio.wait_for(m.run({**request(), **QUICK}, lambda *_: None, timeout=60), 15)
+    await m.stop()
+    assert out.status == "ok" and out.result is not None and out.result["worker"]["pid"] != pid
+    assert m.restarts == 1 and await gone(pid)
+
+
 async def test_restarting_the_worker_does_not_wait_for_a_cancelled_job() -> None:
-    m = manager("delay=30,ignore-cancel")
-    pid, _ = await cancel_once(m, "fake compile", cancel_grace=60)
+    m = manager("compile=30")
+    pid, _ = await cancel_once(m, "compiling with NVRTC", cancel_grace=60)
     await asyncio.wait_for(m.restart(), 10)
     new_pid = m.pid
     await m.stop()
     assert new_pid is not None and new_pid != pid and await gone(pid)
 
 
+async def test_a_restart_right_after_the_cancel_does_not_wait_either() -> None:
+    """As `tl.restartWorker` does: cancel the job and restart at once, before the job saw its cancel."""
+    m = manager("compile=30")
+    reached = asyncio.Event()
+    task = asyncio.ensure_future(m.run(request(), lambda *_: reached.set(), timeout=120, cancel_grace=60))
+    await asyncio.wait_for(reached.wait(), 20)
+    pid = m.pid
+    task.cancel()
+    await asyncio.wait_for(m.restart(), 10)
+    new_pid = m.pid
+    await m.stop()
+    assert task.cancelled() and pid is not None and new_pid != pid and await gone(pid)
+
+
 async def test_stop_ends_a_cancelled_job_still_stopping() -> None:
-    m = manager("delay=30,ignore-cancel")
-    pid, _ = await cancel_once(m, "fake compile")
+    m = manager("compile=30")
+    pid, _ = await cancel_once(m, "compiling with NVRTC")
     await asyncio.wait_for(m.stop(), 10)
     assert not m.busy and await gone(pid)
 
@@ -150,6 +184,7 @@ def test_a_cancelled_job_stops_at_its_next_step_even_inside_a_fault_handler() ->
     jobs.cancel(1)
     compile_done.set()
     jobs.close()
+    assert {"id": 1, "event": "cancelling", "step": "compiling"} in out.lines  # answered at once
     (reply,) = out.results().values()
     assert reply["status"] == "cancelled" and not reply.get("fatal")
     assert reply["message"] == "cancelled before loading the kernel"
@@ -181,3 +216,5 @@ def test_a_queued_job_cancelled_never_runs_and_a_late_cancel_changes_nothing() -
     assert ran == [1, 3]
     assert replies[1]["status"] == "ok" and replies[3]["status"] == "ok"
     assert replies[2]["status"] == "cancelled" and replies[2]["message"] == "cancelled before it started"
+    answers = [m for m in out.lines if m["event"] == "cancelling"]
+    assert answers == [{"id": 2, "event": "cancelling", "step": "nothing yet"}]  # none for the answered job
