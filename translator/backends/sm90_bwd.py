@@ -111,17 +111,18 @@ def generate_backward_sm90(
 
 
 def _check(plan: KernelPlan) -> None:
-    from tl_language.source import Range
-
-    def fail(why: str) -> TranslateError:
-        return TranslateError([unsupported(Range.of(0, 0, 0), f"the sm_90 backward: {why}")])
+    def fail(why: str, *keys: str) -> TranslateError:
+        """Reported on the first TL line of `keys` the plan knows, else on the Kernel line."""
+        return TranslateError([unsupported(plan.range_of(*keys, "kernel"), f"the sm_90 backward: {why}")])
 
     if plan.compute_capability < (9, 0):
-        raise fail(f"{plan.arch}: wgmma needs sm_90 (the default backward runs on {plan.arch})")
+        raise fail(f"{plan.arch}: wgmma needs sm_90 (the default backward runs on {plan.arch})", "target")
     if plan.head_dim_qk not in HEAD_DIMS:
         raise fail(
             f"head dim {plan.head_dim_qk}: this skeleton covers {' and '.join(map(str, HEAD_DIMS))} "
-            "(the default backward covers the others)"
+            "(the default backward covers the others)",
+            "d",
+            "load_q",
         )
 
 
