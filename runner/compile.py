@@ -257,7 +257,8 @@ class _Pch:
         """Share headers with later processes, if NVRTC's heap can sit at the same address in them."""
         from runner import pch_heap
 
-        if not pch_heap.randomization_off() or not pch_heap.pin(PCH_ON_DISK_HEAP_BYTES):
+        shareable = pch_heap.wanted() and pch_heap.randomization_off()
+        if not shareable or not pch_heap.pin(PCH_ON_DISK_HEAP_BYTES):
             return
         layout = {"python": sys.version, "executable": sys.executable, "heap": PCH_ON_DISK_HEAP_BYTES}
         shared = hashlib.sha256(

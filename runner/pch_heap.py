@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
+ON_DISK_ENV = "TL_PCH_ON_DISK"  # "0": never share headers between processes (nor spawn without randomisation)
 _QUERY = 0xFFFFFFFF  # personality(0xffffffff) returns the current persona without changing it
 _pinned_bytes = 0
 
@@ -53,10 +55,16 @@ def _no_randomization() -> None:  # runs in the child between fork and exec
         libc.personality(ctypes.c_ulong(persona | ADDR_NO_RANDOMIZE))
 
 
+def wanted() -> bool:
+    """Unless `$TL_PCH_ON_DISK` is "0"."""
+    return os.environ.get(ON_DISK_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+
+
 def spawn_options() -> dict[str, Callable[[], None]]:
     """Keyword arguments for `subprocess.Popen` / `asyncio.create_subprocess_exec` that start the child
-    without address-space randomisation (empty off Linux). The child alone: this process is unchanged."""
-    return {"preexec_fn": _no_randomization} if sys.platform.startswith("linux") else {}
+    without address-space randomisation (empty off Linux, or with `$TL_PCH_ON_DISK=0`). The child alone:
+    this process is unchanged."""
+    return {"preexec_fn": _no_randomization} if sys.platform.startswith("linux") and wanted() else {}
 
 
 def pin(heap_bytes: int) -> bool:

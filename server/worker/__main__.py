@@ -23,9 +23,25 @@ def _channel() -> BinaryIO:
     return out
 
 
+def _headers_on_disk() -> None:
+    """Map NVRTC's precompiled-header heap before anything else, so headers written by an earlier worker
+    (kept on disk, `runner.pch_heap`) are readable here; a no-op with randomisation on or without NVRTC."""
+    from server.worker.fake import ENV as FAKE_ENV
+
+    if os.environ.get(FAKE_ENV):
+        return
+    try:
+        from runner.compile import use_precompiled_headers
+    except ImportError:
+        return  # no NVRTC here: the jobs say so
+    shared = use_precompiled_headers(True, prelude=True, on_disk=True)
+    logging.getLogger(__name__).info("precompiled headers %s", "kept on disk" if shared else "per process")
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="tl-worker %(levelname)s %(message)s")
     out = _channel()
+    _headers_on_disk()
     from server.worker.control import JobRunner
     from server.worker.jobs import run_job
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.pch_heap import spawn_options
 from server.worker.protocol import cancel_message, decode, encode
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class WorkerManager:
     async def _ensure(self) -> asyncio.subprocess.Process:
         if self._proc is None or self._proc.returncode is not None:
             env = dict(os.environ if self.env is None else self.env)
+            # Without address-space randomisation, so its precompiled headers serve the next worker too
+            # (runner.pch_heap: a restart, or the next editor session, compiles a known skeleton warm).
             self._proc = await asyncio.create_subprocess_exec(
                 *self.command,
                 stdin=asyncio.subprocess.PIPE,
@@ -96,6 +99,7 @@ class WorkerManager:
                 stderr=None,
                 env=env,
                 limit=_LINE_LIMIT,
+                **spawn_options(),
             )
             self.started += 1
             log.info("worker started (pid %s)", self._proc.pid)
