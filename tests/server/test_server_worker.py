@@ -1,6 +1,6 @@
-"""The worker process and its manager: results, progress, crashes, segfaults, hangs and a cancel without a
-grace period each end with a clear outcome and a fresh worker (fake jobs via TL_WORKER_FAKE, see
-server/worker/fake.py); the cooperative cancel that keeps the worker is in test_server_worker_cancel.py."""
+"""The worker process and its manager: results, progress, crashes, segfaults and hangs each end with a clear
+outcome and a fresh worker (fake jobs via TL_WORKER_FAKE, see server/worker/fake.py); cancellation is in
+test_server_worker_cancel.py."""
 
 from __future__ import annotations
 
@@ -84,25 +84,6 @@ async def test_a_hanging_worker_times_out_and_is_restarted() -> None:
     await m.stop()
     assert out.status == "timeout" and "1.5 s" in out.message and m.restarts == 1
     assert pid is None or isinstance(pid, int)
-
-
-async def test_cancelling_without_a_grace_period_kills_the_worker() -> None:
-    """`tl.worker.cancelGraceSeconds = 0`: no cooperative stop (test_server_worker_cancel.py has that)."""
-    m = manager("delay=30")
-    started = asyncio.Event()
-    task = asyncio.ensure_future(m.run(request(), lambda *_: started.set(), timeout=60, cancel_grace=0))
-    await asyncio.wait_for(started.wait(), 20)
-    first_pid = m.pid
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert first_pid is not None
-    with pytest.raises(ProcessLookupError):
-        for _ in range(100):  # the killed process disappears (reaped by the manager)
-            os.kill(first_pid, 0)
-            await asyncio.sleep(0.05)
-    await m.stop()
-    assert m.restarts == 1
 
 
 def test_describe_exit() -> None:

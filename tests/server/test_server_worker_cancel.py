@@ -23,21 +23,26 @@ from server.worker.manager import WorkerManager
 QUICK = {"fake": "delay=0"}  # a request's own fake spec wins over TL_WORKER_FAKE
 
 
-async def cancel_once(
-    m: WorkerManager, until: str, kind: str = "compile", cancel_grace: float = 60.0
-) -> tuple[int, float]:
-    """Start a job, cancel it once it reports `until`: (the worker's pid, seconds the cancel kept the
-    caller)."""
+async def running(
+    m: WorkerManager, until: str, *, kind: str = "compile", timeout: float = 120, cancel_grace: float = 60
+) -> tuple[asyncio.Future[Any], int]:
+    """Start a job and wait until it reports `until`: (its task, the worker's pid)."""
     reached = asyncio.Event()
 
     def progress(message: str, percentage: int | None) -> None:
         if until in message:
             reached.set()
 
-    task = asyncio.ensure_future(m.run(request(kind), progress, timeout=120, cancel_grace=cancel_grace))
+    task = asyncio.ensure_future(m.run(request(kind), progress, timeout=timeout, cancel_grace=cancel_grace))
     await asyncio.wait_for(reached.wait(), 20)
-    pid = m.pid
-    assert pid is not None
+    assert m.pid is not None
+    return task, m.pid
+
+
+async def cancel_once(m: WorkerManager, until: str, **options: Any) -> tuple[int, float]:
+    """Start a job, cancel it once it reports `until`: (the worker's pid, seconds the cancel kept the
+    caller)."""
+    task, pid = await running(m, until, **options)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     task.cancel()
@@ -85,6 +90,15 @@ async def test_a_job_cancelled_between_steps_stops_at_once_and_the_next_one_runs
     assert m.restarts == 0
 
 
+async def test_cancelling_without_a_grace_period_kills_the_worker() -> None:
+    """`tl.worker.cancelGraceSeconds = 0`: no cooperative stop, the worker is killed at once."""
+    m = manager("delay=30")
+    pid, _ = await cancel_once(m, "fake compile", cancel_grace=0)
+    assert await gone(pid)  # reaped by the manager
+    await m.stop()
+    assert m.restarts == 1
+
+
 async def test_a_worker_that_does_not_answer_the_cancel_is_killed_after_the_grace_period() -> None:
     m = manager("deaf=30")  # the job keeps the GIL: the worker cannot read the cancel
     pid, _ = await cancel_once(m, "fake deaf step", cancel_grace=0.5)
@@ -98,14 +112,7 @@ async def test_a_worker_that_does_not_answer_the_cancel_is_killed_after_the_grac
 async def test_a_cancelled_job_still_running_at_its_timeout_is_killed() -> None:
     """The worker answers the cancel, but the compile it lets finish outlives the job's timeout."""
     m = manager("compile=30")
-    reached = asyncio.Event()
-    task = asyncio.ensure_future(m.run(request(), lambda *_: reached.set(), timeout=1.5, cancel_grace=60))
-    await asyncio.wait_for(reached.wait(), 20)
-    pid = m.pid
-    assert pid is not None
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    pid, _ = await cancel_once(m, "compiling with NVRTC", timeout=1.5)
     out = await asyncio.wait_for(m.run({**request(), **QUICK}, lambda *_: None, timeout=60), 15)
     await m.stop()
     assert out.status == "ok" and out.result is not None and out.result["worker"]["pid"] != pid
@@ -124,15 +131,12 @@ async def test_restarting_the_worker_does_not_wait_for_a_cancelled_job() -> None
 async def test_a_restart_right_after_the_cancel_does_not_wait_either() -> None:
     """As `tl.restartWorker` does: cancel the job and restart at once, before the job saw its cancel."""
     m = manager("compile=30")
-    reached = asyncio.Event()
-    task = asyncio.ensure_future(m.run(request(), lambda *_: reached.set(), timeout=120, cancel_grace=60))
-    await asyncio.wait_for(reached.wait(), 20)
-    pid = m.pid
+    task, pid = await running(m, "compiling with NVRTC")
     task.cancel()
     await asyncio.wait_for(m.restart(), 10)
     new_pid = m.pid
     await m.stop()
-    assert task.cancelled() and pid is not None and new_pid != pid and await gone(pid)
+    assert task.cancelled() and new_pid != pid and await gone(pid)
 
 
 async def test_stop_ends_a_cancelled_job_still_stopping() -> None:
