@@ -23,7 +23,9 @@ def test_each_edit_is_a_different_score_line() -> None:
 
 def test_saves_are_timed_to_their_own_result(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TL_WORKER_FAKE", "delay=0.2,rel-l2=1e-3,tflops=100")
-    args = argparse.Namespace(file=ll.DEFAULT_FILE, target="sm_90", saves=3, twice=False, json=None)
+    args = argparse.Namespace(
+        file=ll.DEFAULT_FILE, target="sm_90", saves=3, twice=False, restart=False, json=None
+    )
     result = asyncio.run(asyncio.wait_for(ll.run(args), 60))
     saves = result["saves"]
     assert [s["save"] for s in saves] == [1, 2, 3]
@@ -37,7 +39,9 @@ def test_saving_twice_times_the_second_save_and_sees_the_worker_kept(monkeypatch
     """The second save goes out during the first's (fake, 1 s) compile; the first job ends cancelled, and
     the second's result is the one timed."""
     monkeypatch.setenv("TL_WORKER_FAKE", "compile=1,rel-l2=1e-3,tflops=100")
-    args = argparse.Namespace(file=ll.DEFAULT_FILE, target="sm_90", saves=1, twice=True, json=None)
+    args = argparse.Namespace(
+        file=ll.DEFAULT_FILE, target="sm_90", saves=1, twice=True, restart=False, json=None
+    )
     result = asyncio.run(asyncio.wait_for(ll.run(args), 60))
     twice = result["twice"]
     assert twice["first_job_ended"] == "cancelled"
