@@ -23,7 +23,7 @@ import ctypes.util
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +55,17 @@ def _no_randomization() -> None:  # runs in the child between fork and exec
         libc.personality(ctypes.c_ulong(persona | ADDR_NO_RANDOMIZE))
 
 
-def wanted() -> bool:
-    """Unless `$TL_PCH_ON_DISK` is "0"."""
-    return os.environ.get(ON_DISK_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+def wanted(env: Mapping[str, str] | None = None) -> bool:
+    """Unless `TL_PCH_ON_DISK` is "0" in `env` (default: this process's environment)."""
+    value = (os.environ if env is None else env).get(ON_DISK_ENV, "")
+    return value.strip().lower() not in ("0", "off", "false", "no")
 
 
-def spawn_options() -> dict[str, Callable[[], None]]:
+def spawn_options(env: Mapping[str, str] | None = None) -> dict[str, Callable[[], None]]:
     """Keyword arguments for `subprocess.Popen` / `asyncio.create_subprocess_exec` that start the child
-    without address-space randomisation (empty off Linux, or with `$TL_PCH_ON_DISK=0`). The child alone:
-    this process is unchanged."""
-    return {"preexec_fn": _no_randomization} if sys.platform.startswith("linux") and wanted() else {}
+    without address-space randomisation (empty off Linux, or with `TL_PCH_ON_DISK=0` in `env`, the child's
+    environment). The child alone: this process is unchanged."""
+    return {"preexec_fn": _no_randomization} if sys.platform.startswith("linux") and wanted(env) else {}
 
 
 def pin(heap_bytes: int) -> bool:

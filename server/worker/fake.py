@@ -19,7 +19,8 @@ TL_WORKER_FAKE is a comma list:
   bwd-fail=NAME      the backward's gradient NAME (dk, dslopes, ...) fails verification
 A backward job without bwd-rel-l2 or bwd-fail answers as the real one does without a CUDA device.
 Every result carries "worker": {"pid", "jobs"}, the process and how many jobs it has run, so a test can
-tell a warm worker from a fresh one.
+tell a warm worker from a fresh one, and "randomisation_off": whether the process runs without
+address-space randomisation (its headers then serve later workers, runner.pch_heap).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from runner.pch_heap import randomization_off
 from server.worker.control import Emit
 from server.worker.protocol import BACKWARD_KINDS, GPU_KINDS
 
@@ -83,6 +85,7 @@ def run(spec: str, req: dict[str, Any], emit: Emit) -> dict[str, Any]:
         "compile_seconds": delay + compile_s,
         "device": None,
         "worker": {"pid": os.getpid(), "jobs": _jobs_run},
+        "randomisation_off": randomization_off(),
     }
     if compile_s and req.get("kind") in GPU_KINDS:
         emit("loading the kernel (fake)", 40)

@@ -99,7 +99,7 @@ class WorkerManager:
                 stderr=None,
                 env=env,
                 limit=_LINE_LIMIT,
-                **spawn_options(),
+                **spawn_options(env),
             )
             self.started += 1
             log.info("worker started (pid %s)", self._proc.pid)

@@ -6,12 +6,12 @@ survived, a failure naming its gradient, a stale mark after an edit — driven b
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_lsp
-from conftest import CRASH_MARKER
 from lsp_harness import (
     change,
     command,
@@ -45,7 +45,11 @@ async def failing_client(lsp_client: LanguageClient):  # type: ignore[no-untyped
     await lsp_client.shutdown_session()
 
 
-@pytest_lsp.fixture(config=server_config(TL_WORKER_FAKE=f"delay=0.2,crash-once={CRASH_MARKER}.bwd"))
+# its own marker: `conftest` as a module name is whichever test directory's conftest came first
+CRASH_MARKER = Path(tempfile.mkdtemp(prefix="tl-lsp-crash-bwd-")) / "crashed"
+
+
+@pytest_lsp.fixture(config=server_config(TL_WORKER_FAKE=f"delay=0.2,crash-once={CRASH_MARKER}"))
 async def crash_once_client(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
     yield
     await lsp_client.shutdown_session()

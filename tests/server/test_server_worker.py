@@ -42,6 +42,26 @@ async def test_fake_job_reports_progress_and_result() -> None:
     assert seen and seen[-1][1] == 100
 
 
+async def test_the_worker_runs_without_address_randomisation_unless_told_not_to() -> None:
+    """So its precompiled headers serve the next worker (runner.pch_heap); TL_PCH_ON_DISK=0 keeps the
+    ordinary process."""
+    from runner.pch_heap import randomization_off, spawn_options
+
+    if not spawn_options():
+        pytest.skip("not Linux")
+    m = manager("delay=0")
+    out = await m.run(request(), lambda msg, pct: None, timeout=20)
+    await m.stop()
+    assert out.result is not None
+    if not out.result["randomisation_off"] and not randomization_off():
+        pytest.skip("this sandbox refuses personality(ADDR_NO_RANDOMIZE)")
+    assert out.result["randomisation_off"]
+    plain = WorkerManager(env={**m.env, "TL_PCH_ON_DISK": "0"} if m.env else None)
+    out = await plain.run(request(), lambda msg, pct: None, timeout=20)
+    await plain.stop()
+    assert out.result is not None and out.result["randomisation_off"] == randomization_off()
+
+
 async def test_nvrtc_errors_become_tl502_on_the_tl_line() -> None:
     m = manager('nvrtc-error=14:identifier "tOrQ" is undefined')
     out = await m.run(request(), lambda *_: None, timeout=20)
