@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.abi import ATTENTION_PARAMS, LaunchSpec, program_params
+from tl_language.inference import Inference
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -45,3 +46,15 @@ def launch_spec(
         program=program,
         **extra,
     )
+
+
+def inference_spec(inf: Inference, combine: str | None) -> dict[str, Any]:
+    """`LaunchSpec.inference` of a kernel with the inference ABI: its inference Params and the name of
+    its combine kernel (None: it has none)."""
+    return {
+        "splits": inf.splits,
+        "page_size": inf.page_size,
+        "pack_gqa": inf.pack_gqa,
+        "varlen": inf.varlen,
+        "combine": combine,
+    }

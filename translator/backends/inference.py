@@ -16,7 +16,7 @@ from __future__ import annotations
 from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec, program_params
 from tl_language.inference import MAX_SPLITS
 from translator.backends.arch import ELEMENT, arch_facts, smem_bytes
-from translator.backends.finish import launch_spec, render
+from translator.backends.finish import inference_spec, launch_spec, render
 from translator.backends.inference_steps import NEG_INF, POS_INF, InferenceEmit
 from translator.backends.sm80 import _emit_traits  # the mma.sync traits: the same tiles and layouts
 from translator.backends.sm80_helpers import emit_helpers
@@ -49,13 +49,7 @@ def generate(
         shared_bytes=smem_bytes(plan)["total"],
         arch=plan.arch,
         params=tuple(p[0] for p in INFERENCE_PARAMS),
-        inference={
-            "splits": inf.splits,
-            "page_size": inf.page_size,
-            "pack_gqa": inf.pack_gqa,
-            "varlen": inf.varlen,
-            "combine": f"{plan.kernel_name}_combine",
-        },
+        inference=inference_spec(inf, f"{plan.kernel_name}_combine"),
     )
     assert launch.params[len(INFERENCE_PARAMS) :] == tuple(p[0] for p in program_params(program))
     return source, smap, launch

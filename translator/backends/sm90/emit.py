@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from runner.abi import ATTENTION_PARAMS, INFERENCE_PARAMS, TMA_PARAMS, LaunchSpec, program_params
-from translator.backends.finish import launch_spec, render
+from translator.backends.finish import inference_spec, launch_spec, render
 from translator.backends.regions import (
     Regions,
     emit_block_class,
@@ -123,7 +123,7 @@ def emit_sm90(
         arch=NVRTC_ARCH,
         params=tuple(p[0] for p in _base_params(cfg)) + TMA_PARAMS,  # then the program's (finish.py)
         persistent=cfg.persistent,
-        inference=_packed_batch() if cfg.varlen else None,
+        inference=inference_spec(plan.inference, None) if plan.inference and cfg.varlen else None,
     )
     return source, launch, smap
 
@@ -131,11 +131,6 @@ def emit_sm90(
 def _base_params(cfg: HopperConfig) -> tuple[tuple[str, str, str], ...]:
     """The attention ABI, or the inference ABI for a packed batch (its cu_seqlens and the maxima)."""
     return INFERENCE_PARAMS if cfg.varlen else ATTENTION_PARAMS
-
-
-def _packed_batch() -> dict[str, object]:
-    """`LaunchSpec.inference` of a packed prefill: one block per tile, no combine kernel."""
-    return {"splits": 1, "page_size": 0, "pack_gqa": False, "varlen": True, "combine": None}
 
 
 def generate(
