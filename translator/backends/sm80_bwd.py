@@ -452,6 +452,17 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1) -> None:
     w.line()
 
 
+def emit_dkdv_accumulators(w: CodeWriter) -> None:
+    """dK and dV of the key block in fp32 registers, cleared before the loop over the group's heads
+    (both skeletons)."""
+    w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+    w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+    w.line("clear(acc_dk);")
+    w.line("clear(acc_dv);")
+    w.line()
+    w.comment("every query head of the group, so dK and dV are summed over it in registers")
+
+
 def _emit_main(
     w: CodeWriter,
     plan: KernelPlan,
@@ -593,12 +604,7 @@ def _emit_key_block(
     """One key block: its K and V into shared memory, dK and dV over every query block of its group's
     heads, dQ's share added into dq_slice, dK and dV stored."""
     _emit_load_kv(w, deterministic)
-    w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
-    w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
-    w.line("clear(acc_dk);")
-    w.line("clear(acc_dv);")
-    w.line()
-    w.comment("every query head of the group, so dK and dV are summed over it in registers")
+    emit_dkdv_accumulators(w)
     with w.block("for (int g = 0; g < group; ++g)"):
         summed = _emit_group_head(w, reg, softmax, partials)
         w.line("CUTE_NO_UNROLL")

@@ -293,12 +293,7 @@ def _emit_key_block(
     """One key block: K and V in, dK and dV over every query block of the group's heads, dQ's share
     added into dq_slice, dK and dV stored."""
     fa2._emit_load_kv(w, deterministic)
-    w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
-    w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
-    w.line("clear(acc_dk);")
-    w.line("clear(acc_dv);")
-    w.line()
-    w.comment("every query head of the group, so dK and dV are summed over it in registers")
+    fa2.emit_dkdv_accumulators(w)
     with w.block("for (int g = 0; g < group; ++g)"):
         with w.tl(
             plan.line_of("mask") if plan.mask != "none" else None, "block classes: skip empty query blocks"
