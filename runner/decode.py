@@ -222,6 +222,7 @@ class _Plan:
     empty: bool  # nothing to compute (no sequence, row or head): the outputs come back unwritten
     used: tuple[bool, bool, bool, bool]  # the kernel reads block_table, cache_seqlens, cu_seqlens_q/_k
     tail: Any = None  # (extras) -> program values, when the program has runtime scalars or side tensors
+    tma: bool = False  # TMA descriptors of q, k, v, o follow the ABI (the sm_90 packed prefill)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run(
@@ -253,7 +254,7 @@ class _Plan:
             values.update(self.tail(extras))
         stream = _stream_handle(self.device)
         spec = self.loaded.spec
-        maps = _tensor_maps(spec, q, k, v, o) if spec.uses_tma else ()
+        maps = _tensor_maps(spec, q, k, v, o) if self.tma else ()
         with self.lock:  # the argument structs are shared by every thread calling this signature
             self.main.set(values)
             for name, tensor_map in zip(TMA_PARAMS, maps, strict=False):
@@ -416,6 +417,7 @@ def _plan(
         combine_grid=(math.ceil(rows / (COMBINE_THREADS // 32)), 1, 1), o_shape=o_shape, lse_shape=lse_shape,
         accum_numel=accum, dtype=dtype, device=device, empty=batch == 0 or total_q == 0 or heads == 0,
         used=(bool(page), not varlen and cache_seqlens is not None, varlen, varlen), tail=tail,
+        tma=spec.uses_tma,
     )  # fmt: skip
 
 
