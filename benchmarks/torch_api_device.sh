@@ -20,7 +20,7 @@ export PYTHONPATH="$PWD:$SITE" TL_CACHE_DIR="${TL_CACHE_DIR:-/tmp/tlcache}" PYTH
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 # Compile every kernel first, in parallel (the benchmark's is one of the tests' models'), and their derived
 # backward kernels into the same disk cache, so no test or timed step compiles one after another.
-timeout --kill-after=5 "${TL_WARM_S:-60}" python3 -c "
+timeout --kill-after=5 "${TL_WARM_S:-200}" python3 -c "
 import sys, time; sys.path.insert(0, 'tests/gpu')
 import tl_attention, test_torch_api_gpu as t
 from pipeline.backward import backward_provider, _BUILDS
@@ -36,5 +36,5 @@ print(f'{len(jobs)} backward sources compiled in {time.perf_counter() - start:.1
 " 2>&1 | tee "$OUT/warm.log"
 timeout --kill-after=5 "${TL_BENCH_S:-70}" python3 benchmarks/model_step.py --out "$OUT/model_step.json" "$@" \
     2>&1 | tee "$OUT/model_step.log" | tail -n 25
-timeout --kill-after=5 "${TL_TESTS_S:-60}" python3 -m pytest tests/gpu/test_torch_api_gpu.py -m gpu \
+timeout --kill-after=5 "${TL_TESTS_S:-200}" python3 -m pytest tests/gpu/test_torch_api_gpu.py -m gpu \
     -p no:cacheprovider -rfE -s -q -p no:logging 2>&1 | grep -v "^DEBUG " | tee "$OUT/torch_api_tests.log" | tail -n 40

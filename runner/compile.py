@@ -708,7 +708,7 @@ WORKER_TIMEOUT_S = 900  # one NVRTC compile; a CuTe attention kernel takes 20–
 
 
 def compile_many(
-    jobs: Iterable[CompileJob], *, max_workers: int | None = None
+    jobs: Iterable[CompileJob], *, max_workers: int | None = None, isolated: bool = False
 ) -> list[CompiledKernel | CompileError]:
     """Compile every job, in parallel processes; results in job order, failures as `CompileError` values.
 
@@ -719,6 +719,9 @@ def compile_many(
     re-imports the caller's `__main__`, which breaks unguarded scripts. A worker that gets more than one
     job writes a precompiled header on its first and reads it on the others, so the misses are ordered by
     include block: jobs that share one follow each other.
+
+    `isolated`: a single miss goes to a worker process too (otherwise it compiles here), for callers whose
+    process must outlive an NVRTC crash, such as a torch program calling the op's backward.
     """
     jobs = list(jobs)
     results: list[CompiledKernel | CompileError | None] = [None] * len(jobs)
@@ -740,7 +743,7 @@ def compile_many(
     blocks = {i: (header_prefix(jobs[i].source), jobs[i].arch, jobs[i].device_arch or "") for i in pending}
     shared = Counter(blocks.values())
     todo = {i: jobs[i] if shared[blocks[i]] > 1 else replace(jobs[i], new_header=False) for i in pending}
-    if len(pending) == 1 or workers == 1:
+    if (len(pending) == 1 or workers == 1) and not isolated:
         with _precompiled_headers_while(len(pending) > 1):
             for i in pending:
                 results[i] = _run_job(todo[i])
