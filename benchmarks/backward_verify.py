@@ -76,9 +76,12 @@ def _text(path: str, d: int) -> str:
     return text.replace("Param d = 128", f"Param d = {d}") if d != 128 else text
 
 
-# --skeleton: the keywords of `translate_backward` and the suffix of the case tags ("sm90": the experimental
-# dQ/dK/dV kernel on wgmma, an sm_90a cubin, timed beside the default by `backward.py --also _sm90`)
-SKELETONS = {"sm80": ({"arch": "sm_80"}, ""), "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90")}
+# --skeleton: the keywords of `translate_backward` and the suffix of the case tags ("sm90": the wgmma
+# dQ/dK/dV kernel, an sm_90a cubin, timed beside the sm80 skeleton by `backward.py --also _sm90`)
+SKELETONS = {
+    "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
+    "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
+}
 
 
 def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: str = "sm80") -> None:

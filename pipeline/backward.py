@@ -16,13 +16,14 @@ from typing import Any
 
 from runner.abi import BackwardSpec
 from runner.cache import atomic_write
-from runner.compile import CompiledKernel, compile_source
+from runner.compile import CompiledKernel, CompileError, CompileJob, compile_many
 from tl_language.diagnostics import Severity
 
 ARCH_CC = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_90": (9, 0)}
-# "sm80": FA2's structure on mma.sync (every target, the default); "sm90": the dQ/dK/dV kernel on wgmma
-# (sm_90a), experimental until verified on a GPU
-SKELETONS = ("sm80", "sm90")
+# "sm80": FA2's structure on mma.sync (every target); "sm90": the dQ/dK/dV kernel on wgmma (sm_90a),
+# 1.2-1.3x the sm80 skeleton on the H200 (docs/results/2026-12-01-h200-backward-sm90-sweep.json);
+# "auto": sm90 for a TL whose Target is sm_90 and that the sm90 skeleton covers, else sm80.
+SKELETONS = ("auto", "sm80", "sm90")
 
 
 class BackwardBuildError(ValueError):
@@ -45,8 +46,15 @@ class BackwardBuild:
 
     def compile(self, device_arch: str | None = None) -> CompiledKernel:
         """NVRTC for the spec's arch (PTX finalised for `device_arch` when that is newer)."""
+        # In a worker process, as the forward's builds are: NVRTC crashed in a torch process that had run
+        # inductor (docs/results/2026-12-01-h200-torch-api-tests-segfault.log), and a crash there must
+        # not take the caller's process down; a cache hit is still answered here.
         name = self.cu_path.name if self.cu_path else f"{self.spec.name}.bwd.cu"
-        self.compiled = compile_source(self.source, arch=self.spec.arch, device_arch=device_arch, name=name)
+        job = CompileJob(source=self.source, arch=self.spec.arch, device_arch=device_arch, name=name)
+        (result,) = compile_many([job], max_workers=1, isolated=True)
+        if isinstance(result, CompileError):
+            raise result
+        self.compiled = result
         return self.compiled
 
     def load(self) -> Any:
@@ -94,21 +102,20 @@ def translate_backward(
     tl: str | Path,
     *,
     dtype: str | None = None,
-    arch: str | None = "sm_80",
+    arch: str | None = None,
     learnable: tuple[str, ...] | None = None,
     deterministic: bool = False,
-    skeleton: str = "sm80",
+    skeleton: str = "auto",
 ) -> BackwardBuild:
     """The backward of the TL file (a Path, or a str naming an existing .tl file) or TL text (any other
-    str). `dtype` overrides the TL's Dtype, `arch` its Target (default sm_80: the FA2-structured
-    kernels, which run on sm_90 too). `learnable`: side tensors whose gradient the kernels compute
+    str). `dtype` overrides the TL's Dtype. `learnable`: side tensors whose gradient the kernels compute
     (default: those the TL marks `with learnable`). `deterministic`: dQ, dK and dV bit-identical from
-    run to run (dQ without cross-block atomics). `skeleton`: "sm80" (the default, FA2's structure on
-    mma.sync, every target) or "sm90" (experimental, not yet verified on a GPU: the dQ/dK/dV kernel on
-    wgmma for sm_90a, `translator.backends.sm90_bwd`; needs arch sm_90). Raises BackwardBuildError."""
+    run to run (dQ without cross-block atomics). `skeleton`: "sm80" (FA2's structure on mma.sync, built
+    for `arch`, default sm_80, whose PTX runs on sm_90 too), "sm90" (the dQ/dK/dV kernel on wgmma for
+    sm_90a, `translator.backends.sm90_bwd`; arch sm_90) or "auto" (the default: sm90 where the TL's
+    Target, or `arch`, is sm_90 and that skeleton covers the program, else sm80). Raises
+    BackwardBuildError."""
     from tl_language import analyze
-    from translator.backends.sm80_bwd import generate_backward
-    from translator.backends.sm90_bwd import generate_backward_sm90
     from translator.errors import TranslateError
     from translator.plan import make_plan
 
@@ -126,8 +133,10 @@ def translate_backward(
         raise BackwardBuildError(
             f"{where}: the backward skeletons are {', '.join(SKELETONS)}, not {skeleton}"
         )
-    if skeleton == "sm90" and arch != "sm_90":
+    if skeleton == "sm90" and arch not in (None, "sm_90"):
         raise BackwardBuildError(f"{where}: the sm90 backward skeleton needs arch sm_90, not {arch}")
+    if arch is not None and arch not in ARCH_CC:
+        raise BackwardBuildError(f"{where}: the backward targets {', '.join(ARCH_CC)}, not {arch}")
     analysis = analyze(text)
     errors = [d for d in analysis.diagnostics if d.severity == Severity.ERROR]
     if errors:
@@ -135,23 +144,39 @@ def translate_backward(
         raise BackwardBuildError(
             f"{where}:{first.range.start.line + 1}: {first.code} {first.message} ({len(errors)} error(s))"
         )
+    names = tuple(learnable) if learnable is not None else marked_learnable(analysis.model)
     try:
         plan = make_plan(analysis.model, analysis.text)
         if dtype is not None:
             plan = dataclasses.replace(plan, dtype=dtype)
-        if arch is not None:
-            if arch not in ARCH_CC:
-                raise BackwardBuildError(f"{where}: the backward targets {', '.join(ARCH_CC)}, not {arch}")
-            plan = dataclasses.replace(plan, arch=arch, compute_capability=ARCH_CC[arch])
-        names = tuple(learnable) if learnable is not None else marked_learnable(analysis.model)
-        generate = generate_backward_sm90 if skeleton == "sm90" else generate_backward
-        source, spec = generate(
-            plan, learnable=names, tl_file=str(path) if path else None, deterministic=deterministic
-        )
+        tries = _skeleton_tries(skeleton, arch, plan.arch)
+        for n, (target, generate) in enumerate(tries):
+            at = dataclasses.replace(plan, arch=target, compute_capability=ARCH_CC[target])
+            try:
+                source, spec = generate(
+                    at, learnable=names, tl_file=str(path) if path else None, deterministic=deterministic
+                )
+                break
+            except TranslateError:
+                if n == len(tries) - 1:
+                    raise
     except TranslateError as exc:
         d = exc.diagnostics[0]
         raise BackwardBuildError(f"{where}:{d.range.start.line + 1}: {d.code} {d.message}") from None
     return BackwardBuild(tl_path=path, source=source, spec=spec)
+
+
+def _skeleton_tries(skeleton: str, requested: str | None, target: str) -> list[tuple[str, Any]]:
+    """(arch, generator) to try in order: `requested` is the caller's arch, `target` the TL's Target."""
+    from translator.backends.sm80_bwd import generate_backward
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    sm80 = (requested or "sm_80", generate_backward)
+    if skeleton == "sm90":
+        return [("sm_90", generate_backward_sm90)]
+    if skeleton == "auto" and (requested or target) == "sm_90":
+        return [("sm_90", generate_backward_sm90), sm80]
+    return [sm80]
 
 
 def marked_learnable(model: Any) -> tuple[str, ...]:
@@ -167,12 +192,12 @@ def marked_learnable(model: Any) -> tuple[str, ...]:
 def build_backward(
     tl: str | Path,
     dtype: str | None = None,
-    arch: str | None = "sm_80",
+    arch: str | None = None,
     *,
     learnable: tuple[str, ...] | None = None,
     device_arch: str | None = None,
     deterministic: bool = False,
-    skeleton: str = "sm80",
+    skeleton: str = "auto",
 ) -> BackwardBuild:
     """`translate_backward`, then compiled (for `device_arch`, or the current device's when one is
     visible, or build-only)."""
@@ -193,7 +218,8 @@ def backward_provider(kernel: Any) -> Any:
     function `fn(q, k, v, o, lse, grad_o, *, scale, window, tensors, scalars) -> (dq, dk, dv,
     side_grads)` backed by the derived kernels, with every float32 side tensor the regions read
     learnable (side_grads names each; the others are not differentiable). None when the program has no
-    derivable backward (unequal head dims, a head dim that is not a multiple of 64, …). Builds once per
+    derivable backward (unequal head dims, a head dim that is not a multiple of 64, …). The skeleton is
+    `translate_backward`'s choice: the wgmma one for a forward that targets sm_90. Builds once per
     (TL text, dtype) and process."""
     key = (kernel.text, kernel.spec.dtype)
     build = _BUILDS.get(key)

@@ -8,10 +8,11 @@ from pipeline.backward import BackwardBuild, BackwardBuildError, translate_backw
 from pipeline.cli import EXIT_FAILED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, _err, _out
 
 
-def skeleton(args: argparse.Namespace) -> tuple[str, str]:
-    """(arch, skeleton) for `translate_backward`: `--sm90-backward` picks the experimental wgmma skeleton
-    (arch sm_90); otherwise the defaults."""
-    return ("sm_90", "sm90") if getattr(args, "sm90_backward", False) else ("sm_80", "sm80")
+def skeleton(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(arch, skeleton) for `translate_backward`: `--backward-skeleton sm90` the wgmma one (arch sm_90),
+    `sm80` the mma.sync one (arch sm_80), `auto` (the default) the TL Target's choice."""
+    chosen = getattr(args, "backward_skeleton", None) or "auto"
+    return {"sm90": "sm_90", "sm80": "sm_80"}.get(chosen), chosen
 
 
 def cmd_build_backward(args: argparse.Namespace) -> int:

@@ -64,9 +64,11 @@ def register(subparsers: Any) -> None:
             help="with --backward: dQ without cross-block atomics, the same bits every run",
         )
         sub.add_argument(
-            "--sm90-backward",
-            action="store_true",
-            help="with --backward: dQ/dK/dV on wgmma for sm_90a (experimental: not yet verified on a GPU)",
+            "--backward-skeleton",
+            choices=("auto", "sm80", "sm90"),
+            default="auto",
+            help="with --backward: sm90 = dQ/dK/dV on wgmma for sm_90a, sm80 = FlashAttention-2's mma.sync "
+            "kernels (PTX that runs on sm_80 and later), auto = sm90 for a Target sm_90 program it covers",
         )
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from runner.compile import CompileError, CompileJob, CompileWorker, read_frame, write_frame
 
+ROOT = Path(__file__).resolve().parents[2]
 JOB = CompileJob(source='extern "C" __global__ void k() {}\n', arch="sm_80", name="k.cu")
 
 
@@ -111,3 +113,39 @@ def test_only_jobs_that_share_an_include_block_may_write_a_header(tmp_path, monk
     monkeypatch.setattr(rc, "_run_job", lambda job: seen.update({job.name: job.new_header}) or JOB)
     rc.compile_many(jobs, max_workers=1)
     assert seen == {"a.cu": True, "b.cu": False, "c.cu": True, "d.cu": False}
+
+
+def test_an_isolated_single_miss_compiles_in_a_worker_process(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cutlass_library")
+    from runner import compile as rc
+
+    monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path / "cache"))
+    here: list[str] = []
+    workers: list[list[str]] = []
+    monkeypatch.setattr(rc, "_run_job", lambda job: here.append(job.name) or JOB)
+    monkeypatch.setattr(
+        rc,
+        "_run_in_workers",
+        lambda items, n: workers.append([job.name for _, job in items]) or [(i, JOB) for i, _ in items],
+    )
+    job = CompileJob(source="int x;\n", arch="sm_80", name="x.cu")
+    rc.compile_many([job])
+    assert here == ["x.cu"] and not workers  # one miss compiles here by default
+    rc.compile_many([job], isolated=True)
+    assert workers == [["x.cu"]] and here == ["x.cu"]
+
+
+def test_the_backward_compiles_in_an_isolated_worker(monkeypatch) -> None:
+    from pipeline import backward as pb
+
+    calls: list[tuple[int, bool]] = []
+
+    def fake(jobs, *, max_workers=None, isolated=False):
+        jobs = list(jobs)
+        calls.append((len(jobs), isolated))
+        return [JOB]
+
+    monkeypatch.setattr(pb, "compile_many", fake)
+    build = pb.translate_backward(str(ROOT / "examples" / "mha_fwd.tl"))
+    assert build.compile() is JOB and calls == [(1, True)]

@@ -1,7 +1,8 @@
-"""The experimental sm_90 backward (`translator.backends.sm90_bwd`): opt-in only (the default backward for
-arch sm_90 stays the sm_80 skeleton), the wgmma atoms it names, the five GEMMs of FA3's dataflow, dQ's
-atomics in the order the shared convert kernel reads, the masks' block classes, the transposed score
-rows, and one NVRTC compile (marked) of the plain kernel and ALiBi with learnable slopes for sm_90a."""
+"""The sm_90 backward (`translator.backends.sm90_bwd`): chosen by default for a Target sm_90 program it
+covers (the sm_80 skeleton otherwise, and on request), the wgmma atoms it names, the five GEMMs of FA3's
+dataflow, dQ's atomics in the order the shared convert kernel reads, the masks' block classes, the
+transposed score rows, and one NVRTC compile (marked) of the plain kernel and ALiBi with learnable slopes
+for sm_90a."""
 
 from __future__ import annotations
 
@@ -32,11 +33,26 @@ def _signature(source: str, kernel: str) -> list[str]:
     return [p.strip().split()[-1] for p in m.group(1).split(",")]
 
 
-def test_the_default_backward_for_sm_90_is_still_the_mma_sync_skeleton():
-    b = translate_backward(MHA, arch="sm_90")
-    assert b.spec.arch == "sm_90" and b.spec.threads == 256
-    assert "SM80_16x8x16_F32BF16BF16F32_TN" in b.source and "GMMA" not in b.source
-    assert translate_backward(MHA, arch="sm_90", skeleton="sm80").source == b.source
+def test_the_default_backward_follows_the_target():
+    hopper = translate_backward(ROOT / "examples" / "hopper_mha_fwd.tl")
+    assert hopper.spec.arch == "sm_90a" and "GMMA" in hopper.source
+    assert translate_backward(MHA, arch="sm_90").source == _sm90(MHA).source
+    ampere = translate_backward(MHA)  # Target sm_80
+    assert ampere.spec.arch == "sm_80" and "GMMA" not in ampere.source
+    forced = translate_backward(MHA, arch="sm_90", skeleton="sm80")
+    assert forced.spec.arch == "sm_90" and forced.spec.threads == 256
+    assert "SM80_16x8x16_F32BF16BF16F32_TN" in forced.source and "GMMA" not in forced.source
+
+
+def test_auto_falls_back_to_the_mma_sync_skeleton_where_wgmma_does_not_cover_the_program():
+    text = (
+        MHA.read_text()
+        .replace("Param d = 128", "Param d = 256")
+        .replace("Param stages = 2", "Param stages = 1")
+    )
+    text = text.replace("Param BM = 128", "Param BM = 64")
+    b = translate_backward(text, arch="sm_90")
+    assert b.spec.head_dim == 256 and "GMMA" not in b.source and b.spec.arch == "sm_90"
 
 
 def test_the_sm90_skeleton_targets_sm_90a_with_the_same_launch_shape():
@@ -45,7 +61,7 @@ def test_the_sm90_skeleton_targets_sm_90a_with_the_same_launch_shape():
     assert (s.arch, s.block_m, s.block_n, s.threads, s.preprocess_rows) == ("sm_90a", 64, 128, 256, 32)
     # K, V (128 × 128), dS (64 × 128), two stages of Q and dO (64 × 128), bf16; LSE and D; the 1 KB rounding
     assert s.shared_bytes == 2 * (2 * 128 * 128 + 64 * 128 + 4 * 64 * 128) + 2 * 2 * 64 * 4 + 1024
-    assert "experimental: not yet verified on a GPU" in b.source
+    assert "verified on the H200" in b.source
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in VARIANTS.glob("*.tl")))
@@ -157,7 +173,7 @@ def test_blocks_are_tagged_with_their_tl_lines_and_line_directives():
     ("kw", "why"),
     [
         ({"arch": "sm_80", "skeleton": "sm90"}, "needs arch sm_90"),
-        ({"arch": "sm_90", "skeleton": "sm100"}, "skeletons are sm80, sm90"),
+        ({"arch": "sm_90", "skeleton": "sm100"}, "skeletons are auto, sm80, sm90"),
     ],
 )
 def test_the_skeleton_choice_is_checked(kw, why):
@@ -176,23 +192,21 @@ def test_head_dims_beyond_the_skeleton_are_a_clear_error():
         _sm90(text)
 
 
-def test_the_cli_flag_is_documented_as_experimental():
+def test_the_cli_picks_the_skeleton():
     import argparse
 
+    from pipeline.backward_cli import skeleton
     from pipeline.cli import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["build", "--backward", "--sm90-backward", "x.tl"])
-    assert args.sm90_backward
-    from pipeline.backward_cli import skeleton
-
-    assert skeleton(args) == ("sm_90", "sm90")
-    assert skeleton(parser.parse_args(["build", "--backward", "x.tl"])) == ("sm_80", "sm80")
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert "not yet verified on a GPU" in sub.choices["build"].format_help().replace("\n", " ").replace(
-        "  ", " "
+    parse = parser.parse_args
+    assert skeleton(parse(["build", "--backward", "--backward-skeleton", "sm90", "x.tl"])) == (
+        "sm_90",
+        "sm90",
     )
+    assert skeleton(parse(["run", "--backward", "--backward-skeleton", "sm80", "x.tl"])) == ("sm_80", "sm80")
+    assert skeleton(parse(["build", "--backward", "x.tl"])) == (None, "auto")
 
 
 @pytest.mark.nvrtc
