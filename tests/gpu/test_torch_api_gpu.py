@@ -177,7 +177,10 @@ def test_learnable_alibi_slopes_train_through_the_op(kernels: dict[str, Any]) ->
         pytest.skip("no backward provider covers alibi_fwd yet")
     heads = 8
     q0, k0, v0 = qkv(batch=2, heads=heads, heads_kv=2, seqlen=1000, seed=11)
-    grad_o = torch.randn(q0.shape, generator=torch.Generator(device="cuda").manual_seed(12), device="cuda")
+    # dO as the kernel sees it (the bf16 output's gradient): the slopes' gradient Σ dS·(j − i) weighs each
+    # row by up to seqlen, so a float32 dO on the reference's side alone moves it by up to 4 %.
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    grad_o = torch.randn(q0.shape, generator=gen, device="cuda", dtype=BF16).float()
     start = torch.exp2(-8.0 * torch.arange(1, heads + 1, device="cuda") / heads)
     slopes = torch.nn.Parameter(start.clone())
     ref_slopes = torch.nn.Parameter(start.clone())
@@ -190,7 +193,9 @@ def test_learnable_alibi_slopes_train_through_the_op(kernels: dict[str, Any]) ->
         leaves = [t.detach().float().requires_grad_() for t in (q0, k0, v0)]
         (alibi_reference(*leaves, scale, ref_slopes) * grad_o).sum().backward()
         assert slopes.grad is not None and ref_slopes.grad is not None
-        torch.testing.assert_close(slopes.grad, ref_slopes.grad, atol=2e-2, rtol=2e-2, msg=f"dslopes {step}")
+        torch.testing.assert_close(
+            slopes.grad, ref_slopes.grad, atol=1e-2, rtol=1e-2, msg=lambda m, s=step: f"dslopes {s}: {m}"
+        )
         for name, got, want in zip("qkv", (q.grad, k.grad, v.grad), (t.grad for t in leaves), strict=True):
             assert got is not None and want is not None
             torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2, msg=f"d{name} {step}")
