@@ -112,6 +112,8 @@ async def test_a_worker_that_does_not_answer_the_cancel_is_killed_after_the_grac
 async def test_a_cancelled_job_still_running_at_its_timeout_is_killed() -> None:
     """The worker answers the cancel, but the compile it lets finish outlives the job's timeout."""
     m = manager("compile=30")
+    # the worker is started first: its start (and, under load, its imports) must not eat the 1.5 s
+    await asyncio.wait_for(m.run({**request(), **QUICK}, lambda *_: None, timeout=60), 30)
     pid, _ = await cancel_once(m, "compiling with NVRTC", timeout=1.5)
     out = await asyncio.wait_for(m.run({**request(), **QUICK}, lambda *_: None, timeout=60), 15)
     await m.stop()
