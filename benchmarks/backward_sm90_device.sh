@@ -13,9 +13,13 @@
 # there in an earlier run: with ONLY narrowed, not the whole catalogue). ONLY selects the sm_90 cases
 # (regex over stem_dtype_dN, default all), BENCH the timing sweep. The steps run under their own timeouts
 # (smoke 90 s, verification 330 s, timing 150 s) so the table still prints inside a 600 s call.
+# Beside them the A/B variant sm90ovl (`generate_backward_sm90(overlap_p=True)`: P computed while dP's
+# wgmma runs, tags _sm90ovl) for the OVL cases: smoked, verified and timed in the same call (its own
+# table column and its ratio to _sm90).
 set -u
 DIR=${DIR:-.cache/bwd90}
 ONLY=${ONLY:-'.'}
+OVL=${OVL:-'^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bias)_bf16_d128)$'}
 BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
 NVCC_FLAG="--nvcc"
 [ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
@@ -23,6 +27,7 @@ if [ "${1:-}" = build ]; then  # on the VM, before the call: the cubins the call
   export PYTHONPATH=$PWD
   python3 benchmarks/backward_verify.py --build "$DIR" --only '^(causal_)?mha_fwd_bf16_d128$' --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" --nvcc
+  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" --nvcc
   du -sh "$DIR"
   exit 0
 fi
@@ -38,25 +43,31 @@ SM80=$!
 # shellcheck disable=SC2086
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" $NVCC_FLAG \
   > "$OUT/build_sm90.log" 2>&1
+# shellcheck disable=SC2086
+python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" $NVCC_FLAG \
+  > "$OUT/build_sm90ovl.log" 2>&1
 wait $SM80
-grep -i "fail\|error" "$OUT/build_sm80.log" "$OUT/build_sm90.log" | head -5
-tail -qn1 "$OUT/build_sm80.log" "$OUT/build_sm90.log"
+grep -i "fail\|error" "$OUT/build_sm80.log" "$OUT/build_sm90.log" "$OUT/build_sm90ovl.log" | head -5
+tail -qn1 "$OUT/build_sm80.log" "$OUT/build_sm90.log" "$OUT/build_sm90ovl.log"
 echo "built at ${SECONDS}s"
 if command -v cuobjdump > /dev/null; then
-  for tag in mha_fwd_bf16_d128_sm90 causal_mha_fwd_bf16_d128_sm90 softcap_bf16_d128_sm90 alibi_bf16_d128_sm90; do
+  for tag in mha_fwd_bf16_d128_sm90 causal_mha_fwd_bf16_d128_sm90 softcap_bf16_d128_sm90 alibi_bf16_d128_sm90 \
+    mha_fwd_bf16_d128_sm90ovl causal_mha_fwd_bf16_d128_sm90ovl alibi_bf16_d128_sm90ovl; do
     [ -f "$DIR/$tag.cubin" ] || continue
     cuobjdump -res-usage "$DIR/$tag.cubin" 2>&1 | grep -A1 "dq_dk_dv" | tail -1 | sed "s/^/$tag: /"
   done
 fi
 
-# smoke: the plain kernel at one shape; 124 = it hung
+# smoke: the plain kernel (and its overlap_p variant) at one shape; 124 = one hung
 mkdir -p "$DIR/smoke"
-cp "$DIR/mha_fwd_bf16_d128_sm90.json" "$DIR/mha_fwd_bf16_d128_sm90.cubin" "$DIR/smoke/"
+for tag in mha_fwd_bf16_d128_sm90 mha_fwd_bf16_d128_sm90ovl; do
+  [ -f "$DIR/$tag.cubin" ] && cp "$DIR/$tag.json" "$DIR/$tag.cubin" "$DIR/smoke/"
+done
 timeout 90 python3 benchmarks/backward_verify.py --run "$DIR/smoke" --shapes "2,4,2,1000,1000" > "$OUT/smoke.log" 2>&1
 rc=$?
 tail -n3 "$OUT/smoke.log"
 if [ $rc = 124 ]; then
-  echo "smoke: the sm_90 kernel HUNG (killed after 90 s); nothing else runs"
+  echo "smoke: an sm_90 kernel HUNG (killed after 90 s; smoke.log says which); nothing else runs"
   exit 1
 fi
 echo "smoke rc=$rc at ${SECONDS}s"
@@ -66,9 +77,11 @@ echo "verify rc=$? at ${SECONDS}s"
 grep -v ": ok" "$OUT/verify.log" | tail -40
 grep -c "_sm90: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 verified ok: /'
 grep "_sm90: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 not ok: /'
+grep -c "_sm90ovl: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 overlap_p verified ok: /'
+grep "_sm90ovl: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 overlap_p not ok: /'
 
 # shellcheck disable=SC2086
-timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH --also _sm90 --json "$OUT/bench.json" \
+timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH --also _sm90,_sm90ovl --json "$OUT/bench.json" \
   > "$OUT/bench.log" 2>&1
 echo "benchmarked at ${SECONDS}s"
 tail -n6 "$OUT/bench.log"
@@ -79,16 +92,18 @@ try:
     rows = json.load(open(sys.argv[1]))["rows"]
 except (OSError, ValueError, KeyError):
     sys.exit("no bench.json")
-print(f"{'d':>4} {'causal':>6} {'seqlen':>6} {'sm90':>7} {'sm80':>7} {'flash':>7} {'cudnn':>7} "
-      f"{'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10}")
+print(f"{'d':>4} {'causal':>6} {'seqlen':>6} {'sm90':>7} {'sm90ovl':>7} {'sm80':>7} {'flash':>7} {'cudnn':>7} "
+      f"{'ovl/sm90':>8} {'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10}")
 for r in rows:
     if r["pass"] != "bwd":
         continue
-    v = {k: r.get(k) for k in ("tl_sm90", "tl", "sdpa-flash", "sdpa-cudnn")}
+    v = {k: r.get(k) for k in ("tl_sm90", "tl_sm90ovl", "tl", "sdpa-flash", "sdpa-cudnn")}
     cell = lambda x: f"{x:7.1f}" if x else f"{'n/a':>7}"
     ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
     print(f"{r['d']:>4} {r['causal']!s:>6} {r['seqlen']:>6} " + " ".join(cell(x) for x in v.values())
+          + f" {ratio(v['tl_sm90ovl'], v['tl_sm90']):>8}"
           + f" {ratio(v['tl_sm90'], v['tl']):>9} {ratio(v['tl_sm90'], v['sdpa-flash']):>10}"
           f" {ratio(v['tl_sm90'], v['sdpa-cudnn']):>10}")
-print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton")
+print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton,")
+print("sm90ovl = it with overlap_p (P while dP's wgmma runs)")
 EOF

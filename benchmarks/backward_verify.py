@@ -77,15 +77,43 @@ def _text(path: str, d: int) -> str:
 
 
 # --skeleton: the keywords of `translate_backward` and the suffix of the case tags ("sm90": the wgmma
-# dQ/dK/dV kernel, an sm_90a cubin, timed beside the sm80 skeleton by `backward.py --also _sm90`)
+# dQ/dK/dV kernel, an sm_90a cubin, timed beside the sm80 skeleton by `backward.py --also _sm90`;
+# "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`,
+# an A/B variant translate_backward does not expose, so `_translate` calls the generator; it refuses
+# programs whose dS reads the raw score (softcap, sigmoid, ReLU): pick the others with --only)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
+    "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "overlap_p": True}, "_sm90ovl"),
 }
 
 
+def _translate(text: str, *, overlap_p: bool = False, **keywords: Any) -> Any:
+    """`translate_backward(text, **keywords)`; with `overlap_p`, `generate_backward_sm90` on the plan
+    translate_backward makes for skeleton sm90 (the TL's plan, `dtype`, arch sm_90), no file."""
+    import dataclasses
+
+    from pipeline.backward import ARCH_CC, BackwardBuild, translate_backward
+
+    if not overlap_p:
+        return translate_backward(text, **keywords)
+    from tl_language import analyze
+    from translator.backends.sm90_bwd import generate_backward_sm90
+    from translator.plan import make_plan
+
+    assert keywords["skeleton"] == "sm90" and keywords["arch"] == "sm_90"
+    analysis = analyze(text)
+    plan = make_plan(analysis.model, analysis.text)
+    plan = dataclasses.replace(
+        plan, dtype=keywords["dtype"], arch="sm_90", compute_capability=ARCH_CC["sm_90"]
+    )
+    source, spec = generate_backward_sm90(
+        plan, learnable=keywords["learnable"], deterministic=keywords["deterministic"], overlap_p=True
+    )
+    return BackwardBuild(tl_path=None, source=source, spec=spec)
+
+
 def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: str = "sm80") -> None:
-    from pipeline.backward import translate_backward
     from runner.compile import CompileJob, compile_many
 
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +121,7 @@ def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: s
     keywords, suffix = SKELETONS[skeleton]
     for case in cases(full, only):
         path, learn, dtype, d, det = case
-        b = translate_backward(_text(path, d), dtype=dtype, learnable=learn, deterministic=det, **keywords)
+        b = _translate(_text(path, d), dtype=dtype, learnable=learn, deterministic=det, **keywords)
         name = tag(*case) + suffix
         cu = out / f"{name}.bwd.cu"
         if cu.exists() and cu.read_text() == b.source and (out / f"{name}.cubin").exists():
@@ -104,7 +132,7 @@ def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: s
         builds.append(name)
         jobs.append(CompileJob(source=b.source, arch=b.spec.arch, name=f"{name}.bwd.cu", device_arch="sm_90"))
     start = time.perf_counter()
-    arch = "sm_90a" if skeleton == "sm90" else "sm_90"
+    arch = "sm_90a" if skeleton.startswith("sm90") else "sm_90"
     results = _nvcc_many(out, builds, arch) if nvcc else compile_many(jobs)
     for name, r in zip(builds, results, strict=True):
         if isinstance(r, Exception):
@@ -221,7 +249,8 @@ def main() -> int:
         "--skeleton",
         choices=tuple(SKELETONS),
         default="sm80",
-        help="--build: sm90 = the experimental wgmma dQ/dK/dV kernel (not yet verified on a GPU), tags _sm90",
+        help="--build: sm90 = the wgmma dQ/dK/dV kernel, tags _sm90; sm90ovl = it with P overlapping dP's "
+        "wgmma (overlap_p, not yet run on a GPU), tags _sm90ovl",
     )
     args = ap.parse_args()
     if args.build:

@@ -220,3 +220,155 @@ def test_the_plain_and_alibi_backwards_compile_for_sm_90a():
     failed = [str(r)[:800] for r in results if isinstance(r, CompileError)]
     assert not failed, "\n".join(failed)
     assert all(r.kind == "cubin" and r.target == "sm_90a" for r in results)
+
+
+# ---- overlap_p: the opt-in A/B variant that computes P while dP's wgmma runs ----
+
+
+def _plan(tl: Path | str, dtype: str | None = None):
+    """The plan translate_backward hands the sm90 generator (no file: the source names no .tl)."""
+    import dataclasses
+
+    from tl_language import analyze
+    from translator.plan import make_plan
+
+    text = tl.read_text() if isinstance(tl, Path) else tl
+    analysis = analyze(text)
+    plan = make_plan(analysis.model, analysis.text)
+    plan = dataclasses.replace(plan, arch="sm_90", compute_capability=(9, 0))
+    return dataclasses.replace(plan, dtype=dtype) if dtype else plan
+
+
+def _overlapped(tl: Path | str, **kw) -> str:
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    return generate_backward_sm90(_plan(tl), overlap_p=True, **kw)[0]
+
+
+S_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);"
+DP_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);"
+P_EXP2 = "scores(r, c) = keep ? tl::exp2_approx(x * 1.44269504088896340736f - lse_log2) : 0.f;"
+DS = "dscores(r, c) = keep ? dx * dx_ds : 0.f;"
+
+
+@pytest.mark.parametrize(
+    ("tl", "learn"),
+    [(MHA, ()), (ROOT / "examples" / "causal_mha_fwd.tl", ()), (VARIANTS / "alibi.tl", ("slopes",))],
+)
+def test_overlap_p_is_off_by_default_and_the_default_source_is_unchanged(tl, learn):
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    plan = _plan(tl)
+    default, spec = generate_backward_sm90(plan, learnable=learn)
+    assert generate_backward_sm90(plan, learnable=learn, overlap_p=False) == (default, spec)
+    assert (
+        default == translate_backward(tl.read_text(), arch="sm_90", skeleton="sm90", learnable=learn).source
+    )
+    # both SS wgmmas, then one wait for both before any score math
+    assert f"{S_GEMM}\n        {DP_GEMM}\n        warpgroup_wait<0>();\n" in default
+    assert "pass 1: P from S alone" not in default and "tl::block_boundary(seqlen_k >> 30);" not in _main(
+        default
+    )
+    overlapped, ospec = generate_backward_sm90(plan, learnable=learn, overlap_p=True)
+    assert overlapped != default and ospec == spec  # the same launch: only the main loop's order moves
+
+
+def _after(main: str, needles: list[str]) -> list[int]:
+    at = [main.index(needles[0])]
+    for n in needles[1:]:
+        at.append(main.index(n, at[-1]))  # each after the one before it
+    return at
+
+
+@pytest.mark.parametrize("tl", [MHA, ROOT / "examples" / "causal_mha_fwd.tl", VARIANTS / "sliding_window.tl"])
+def test_overlap_p_waits_for_s_computes_p_then_waits_for_dp(tl):
+    main = _main(_overlapped(tl))
+    _, _, wait1, p, _, wait0, ds = _after(
+        main,
+        [
+            S_GEMM,
+            DP_GEMM,
+            "warpgroup_wait<1>();  // Sᵀ only",
+            P_EXP2,
+            "tl::block_boundary(seqlen_k >> 30);",
+            "warpgroup_wait<0>();",
+            DS,
+        ],
+    )
+    assert main[wait1:].index("warpgroup_fence_operand(acc_s);") < p - wait1
+    assert "warpgroup_fence_operand(acc_dp);" in main[wait0:ds]
+    # pass 1 (both block classes) reads S only: no dP and no derivative before the wait for dP
+    pass1 = main[wait1:wait0]
+    assert pass1.count(P_EXP2) == 2 and "dscores(r, c)" not in pass1 and "dx_ds" not in pass1
+    code = [ln.split("//")[0] for ln in pass1.splitlines() if "Tensor dscores = make_tensor(" not in ln]
+    assert not [ln for ln in code if "acc_dp" in ln or "dscores" in ln]  # its only view is declared
+    # pass 2 (both classes) reads back the P pass 1 left, with the same masks, and writes dS
+    pass2 = main[wait0 : main.index("Tensor rP = tl::convert_fragment<Element>(acc_s);")]
+    assert pass2.count("const float p = scores(r, c);") == 2 and pass2.count(DS) == 2
+    assert "tl::exp2_approx" not in pass2 and "const float x =" not in pass2
+    assert "const bool keep = true;" in pass2 and "const bool keep = row_in && (!masked ||" in pass2
+    # the rest of the block is the default's: dV, dQ and dK after dS
+    _after(
+        main[ds:], ["tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);", "acc_dq);", "acc_dk);"]
+    )
+
+
+def test_overlap_p_sums_alibi_rows_after_the_wait_for_dp():
+    main = _main(_overlapped(VARIANTS / "alibi.tl", learnable=("slopes",)))
+    wait0 = main.index("warpgroup_wait<0>();")
+    assert main.index("tl_ps += p;") > wait0 and main.index("tl_pdp += pdp;") > wait0
+    assert main.index("if (row_in && tidx % 32 < 4) {") > wait0
+    assert "float tl_ps = 0.f" not in main[:wait0]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"), [("softcap", "dX/ds = "), ("sigmoid_attention", "dX/ds = "), ("relu_attention", "dX/ds")]
+)
+def test_overlap_p_refuses_programs_whose_ds_reads_the_raw_score(name, why):
+    from translator.errors import TranslateError
+
+    with pytest.raises(TranslateError) as err:
+        _overlapped(VARIANTS / f"{name}.tl")
+    msg = err.value.diagnostics[0].message
+    assert "overlap_p computes P over the raw score before dP is ready" in msg and why in msg
+    assert "build without overlap_p" in msg
+
+
+def test_backward_verify_builds_sm90ovl_through_the_generator():
+    from benchmarks.backward_verify import SKELETONS, _translate
+
+    keywords, suffix = SKELETONS["sm90ovl"]
+    assert suffix == "_sm90ovl"
+    b = _translate(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **keywords)
+    assert b.source == _overlapped(MHA) and b.spec.arch == "sm_90a"
+    plain, plain_suffix = SKELETONS["sm90"]
+    assert plain_suffix == "_sm90"
+    default = _translate(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **plain)
+    assert default.source == translate_backward(MHA.read_text(), arch="sm_90", skeleton="sm90").source
+
+
+@pytest.mark.nvrtc
+@pytest.mark.slow
+def test_the_overlapped_plain_backward_compiles_for_sm_90a_with_p_beside_dp():
+    """NVRTC for sm_90a, and where a disassembler is at hand, the SASS: every exp2 of P between the wait
+    for Sᵀ (`DEPBAR.LE gsb0, 0x1`) and the wait for dPᵀ (`0x0`), none after it."""
+    from runner.compile import CompileError, CompileJob, compile_many
+    from runner.sass import SassError, disassemble
+
+    source = _overlapped(MHA)
+    (result,) = compile_many([CompileJob(source=source, arch="sm_90a", name="mha_fwd.ovl.bwd.cu")])
+    assert not isinstance(result, CompileError), str(result)[:800]
+    assert result.kind == "cubin" and result.target == "sm_90a"
+    try:
+        sass = disassemble(result.code)
+    except SassError as exc:
+        pytest.skip(str(exc))
+    main = next(
+        f for f in sass.split("Function : ")[1:] if f.split("\n")[0].strip().endswith("_bwd_dq_dk_dv")
+    )
+    lines = main.splitlines()
+    s_done = next(i for i, ln in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ln)
+    dp_done = next(i for i, ln in enumerate(lines[s_done:], s_done) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in ln)
+    exps = sum("MUFU.EX2" in ln for ln in lines[s_done:dp_done])
+    assert exps >= 32, f"only {exps} MUFU.EX2 while dPᵀ's wgmma runs"  # 64 key rows × 64 queries / 128
+    assert exps == sum("MUFU.EX2" in ln for ln in lines), "exp2s of P after the wait for dPᵀ"

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernel_ir import grad, passes
-from kernel_ir.expr import Expr, Load
+from kernel_ir.expr import Expr, Load, text, walk
 from kernel_ir.program import Forward
 from runner.abi import (
     BACKWARD_CONVERT_PARAMS,
@@ -883,13 +883,22 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
 
 
 def _emit_scores(
-    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]], *, transposed: bool = False
+    w: CodeWriter,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    *,
+    transposed: bool = False,
+    wait_dp: Callable[[], None] | None = None,
 ) -> None:
     """P and dS on every score of the block: P = exp(X − LSE) (or X), dS = dX · dX/ds. A block whose
     scores are all kept and whose rows are all inside seqlen_q takes a copy of the loop without the
     per-score mask and bounds selects (FA2's unmasked path). `transposed`: the accumulators hold Sᵀ and
     dPᵀ (key rows, the sm_90 kernel's), seen through `tl::acc_colrow` as (query rows, key columns), and
-    `coords` gives (key, query)."""
+    `coords` gives (key, query). `wait_dp`: the scores run in two passes, P from S alone (dP's GEMM may
+    still be writing acc_dp), then what `wait_dp` emits (the wait for dP), then dS from P, read back from
+    acc_s; only for programs whose dX/ds, masks and partials do not read the raw score
+    (`overlap_blockers`), since P has overwritten it by then."""
     view = "tl::acc_colrow" if transposed else "tl::acc_rowcol"
     w.comment("X, dX/ds and the masks per score; P overwrites S and dS overwrites dP in place")
     w.line(f"Tensor scores = make_tensor(acc_s.data(), {view}(acc_s.layout()));")
@@ -897,10 +906,41 @@ def _emit_scores(
     w.line(f"Tensor coords = make_tensor(tScS.data(), {view}(tScS.layout()));")
     if softmax:
         w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
-    with w.block("if (!masked && (m_block + 1) * kBlockM <= seqlen_q)"):
-        _emit_score_rows(w, reg, softmax, partials, every_score_kept=True, transposed=transposed)
-    with w.block("else"):
-        _emit_score_rows(w, reg, softmax, partials, every_score_kept=False, transposed=transposed)
+    phases = ("both",) if wait_dp is None else ("p", "ds")
+    for phase in phases:
+        if phase == "ds":
+            assert wait_dp is not None
+            wait_dp()
+        if phase != "both":
+            w.comment(
+                "pass 1: P from S alone, into acc_s (acc_dp is not read: dP's GEMM may still run)"
+                if phase == "p"
+                else "pass 2: dS from dP and the P of pass 1 (the masks again: the same keep as pass 1)"
+            )
+        with w.block("if (!masked && (m_block + 1) * kBlockM <= seqlen_q)"):
+            _emit_score_rows(
+                w, reg, softmax, partials, every_score_kept=True, transposed=transposed, phase=phase
+            )
+        with w.block("else"):
+            _emit_score_rows(
+                w, reg, softmax, partials, every_score_kept=False, transposed=transposed, phase=phase
+            )
+
+
+def overlap_blockers(ir: Forward, partials: list[tuple[Load, Expr]]) -> list[str]:
+    """What dS's pass of a two-pass `_emit_scores` would read of the raw score s, which P has
+    overwritten by then: the score region's derivative (softcap's 1 − tanh², sigmoid's σ(1 − σ)), a
+    mask, the output scale, a learnable read's partial. Empty: the two passes are exact."""
+    named = [("dX/ds", grad.derivative(_score(ir))), *((f"mask `{text(m)}`", m) for m in ir.masks)]
+    if ir.output_scale is not None:
+        named.append(("the output scale", ir.output_scale))
+    named += [(f"∂X/∂{ld.tensor}[…]", g) for ld, g in partials]
+
+    def short(e: Expr) -> str:
+        t = text(e)
+        return t if len(t) <= 80 else t[:77] + "..."
+
+    return [f"{what} = {short(e)}" for what, e in named if any(n == grad.S for n in walk(e))]
 
 
 def _emit_score_rows(
@@ -911,22 +951,31 @@ def _emit_score_rows(
     *,
     every_score_kept: bool,
     transposed: bool = False,
+    phase: str = "both",
 ) -> None:
+    """`phase` (`_emit_scores`' passes): "both" P and dS in one loop, "p" P alone (reads S, writes P into
+    it), "ds" dS alone (reads the P that "p" left in S, and dP)."""
     ir = reg.ir
     q_of, k_of = ("get<1>", "get<0>") if transposed else ("get<0>", "get<1>")
     score = _score(ir)
     deriv = grad.derivative(score)
     roots = _roots(reg, partials)
+    if phase == "p":  # what P needs: the score and the masks (no derivative, no partials)
+        roots = [score, *ir.masks, *([ir.output_scale] if ir.output_scale is not None else [])]
+    elif phase == "ds":  # no score: it is gone (P overwrote it), and `overlap_blockers` says none reads it
+        roots = [r for r in roots if r is not score]
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
         w.line(f"const int row = m_block * kBlockM + {q_of}(coords(r, 0));")
         w.line(f"const bool row_in = {'true' if every_score_kept else 'row < seqlen_q'};")
         if softmax:
             w.line(f"const int r_local = {q_of}(coords(r, 0));")
-            w.line(f"const float lse_log2 = row_in ? rows_s[r_local] * {LOG2E} : {POS_INF};")
-            w.line("const float d_row = row_in ? rows_s[kBlockM + r_local] : 0.f;  // rowsum(dO ∘ O)")
+            if phase != "ds":
+                w.line(f"const float lse_log2 = row_in ? rows_s[r_local] * {LOG2E} : {POS_INF};")
+            if phase != "p":
+                w.line("const float d_row = row_in ? rows_s[kBlockM + r_local] : 0.f;  // rowsum(dO ∘ O)")
         reg.hoist(w, roots, "row", prefix="tl_r")
-        corrected = row_corrected(ir, partials)
+        corrected = row_corrected(ir, partials) if phase != "p" else []
         if corrected:
             w.comment("this thread's keys of the row: Σ P, Σ P·dP and, per read, Σ P·g and Σ P·dP·g")
             w.line("float tl_ps = 0.f, tl_pdp = 0.f;")
@@ -939,37 +988,63 @@ def _emit_score_rows(
             w.line(f"const int col = n_block * kBlockN + {k_of}(coords(r, c));")
             reg.hoist(w, roots, "elem", prefix="tl_e")
             keep_expr = " && ".join(reg.c(m) for m in ir.masks)
-            w.line(f"const float x = {reg.c(score)};")
-            w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative")
+            if phase != "ds":
+                w.line(f"const float x = {reg.c(score)};")
+            if phase != "p":
+                w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative")
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             w.line(
                 f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
             )
-            if softmax:
-                w.line(f"const float p = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
-                w.line("const float dx = p * (dscores(r, c) - d_row);")
-                if corrected:
-                    w.line("const float pdp = p * dscores(r, c);")
-                    w.line("tl_ps += p;")
-                    w.line("tl_pdp += pdp;")
-                w.line("scores(r, c) = p;")
-            else:
-                scale = " * o_scale" if ir.output_scale is not None else ""
-                w.line(f"const float dx = keep ? dscores(r, c){scale} : 0.f;")
-                w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
-            w.line("dscores(r, c) = keep ? dx * dx_ds : 0.f;")
-            for i, (ld, g) in enumerate(partials):
-                if i in corrected:
-                    w.line(f"const float g{i} = keep ? {reg.c(g)} : 0.f;")
-                    w.line(f"tl_pg{i} += p * g{i};")
-                    w.line(f"tl_pdpg{i} += pdp * g{i};")
-                elif passes.level(ld) == "uniform":
-                    w.line(f"tl_g{i} += keep ? dx * ({reg.c(g)}) : 0.f;")
+            if phase == "p":
+                if softmax:
+                    w.line(f"scores(r, c) = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
                 else:
-                    w.line(
-                        f"if (keep) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], dx * ({reg.c(g)}));"
-                    )
+                    scale = " * o_scale" if ir.output_scale is not None else ""
+                    w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
+            else:
+                _emit_score_grads(w, reg, softmax, partials, corrected, phase)
         if corrected:
             emit_row_sums(w, corrected, transposed=transposed)
     for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:
         del reg.temps[n]
+
+
+def _emit_score_grads(
+    w: CodeWriter,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    corrected: list[int],
+    phase: str,
+) -> None:
+    """One score's dX, dS (into dscores) and its learnable reads' shares, P from `x` ("both": P is
+    computed here and written over S) or from S ("ds": pass 1 put it there)."""
+    ir = reg.ir
+    if softmax:
+        if phase == "ds":
+            w.line("const float p = scores(r, c);  // pass 1's P (0 where not kept)")
+        else:
+            w.line(f"const float p = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
+        w.line("const float dx = p * (dscores(r, c) - d_row);")
+        if corrected:
+            w.line("const float pdp = p * dscores(r, c);")
+            w.line("tl_ps += p;")
+            w.line("tl_pdp += pdp;")
+        if phase == "both":
+            w.line("scores(r, c) = p;")
+    else:
+        scale = " * o_scale" if ir.output_scale is not None else ""
+        w.line(f"const float dx = keep ? dscores(r, c){scale} : 0.f;")
+        if phase == "both":
+            w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
+    w.line("dscores(r, c) = keep ? dx * dx_ds : 0.f;")
+    for i, (ld, g) in enumerate(partials):
+        if i in corrected:
+            w.line(f"const float g{i} = keep ? {reg.c(g)} : 0.f;")
+            w.line(f"tl_pg{i} += p * g{i};")
+            w.line(f"tl_pdpg{i} += pdp * g{i};")
+        elif passes.level(ld) == "uniform":
+            w.line(f"tl_g{i} += keep ? dx * ({reg.c(g)}) : 0.f;")
+        else:
+            w.line(f"if (keep) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], dx * ({reg.c(g)}));")

@@ -19,10 +19,17 @@ Loads: cp.async by the consumer threads into the GMMA-swizzled layouts (no TMA, 
 today), Q / dO (and the rows' LSE and D) double-buffered; a proxy fence makes those generic-proxy writes
 visible to wgmma. The block classification, the score rows, the learnable side tensors' gradients and
 the deterministic dQ are sm80_bwd's emitters.
+
+`overlap_p` (opt-in, the A/B variant `benchmarks/backward_verify.py --skeleton sm90ovl` builds): wait for
+Sᵀ alone (`warpgroup_wait<1>`), compute Pᵀ into acc_s while dPᵀ's wgmma runs, then wait for dPᵀ and
+compute dSᵀ from the Pᵀ left in acc_s (FA3's order); for programs whose dSᵀ does not read the raw score.
 """
 
 from __future__ import annotations
 
+import functools
+
+from kernel_ir import grad
 from kernel_ir.expr import Expr, Load
 from runner.abi import (
     BACKWARD_PARAMS,
@@ -77,11 +84,19 @@ def generate_backward_sm90(
     learnable: tuple[str, ...] = (),
     tl_file: str | None = None,
     deterministic: bool = False,
+    overlap_p: bool = False,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
-    (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover."""
+    (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover.
+    `overlap_p` (opt-in, an A/B variant not yet measured; off: the verified kernel, byte for byte): wait
+    for Sᵀ alone and compute Pᵀ while dPᵀ's wgmma still runs, then wait for dPᵀ and compute dSᵀ
+    (FlashAttention-3's order). Only for programs whose dX/ds, masks and partials do not read the raw
+    score, which Pᵀ overwrites (softcap's 1 − tanh² does): TranslateError otherwise, never a silent
+    fallback, so an A/B timing cannot compare the default with itself."""
     fa2._check(plan, learnable)
     _check(plan)
+    if overlap_p:
+        _check_overlap(plan, learnable)
     d = plan.head_dim_qk
 
     def defs(w: CodeWriter) -> None:
@@ -101,7 +116,7 @@ def generate_backward_sm90(
         ),
         includes=extended_includes(*atoms(plan.dtype, d).values()),
         emit_defs=defs,
-        emit_main=_emit_main,
+        emit_main=functools.partial(_emit_main, overlap_p=overlap_p),
         line_directives=True,
         block_m=BLOCK_M,
         block_n=BLOCK_N,
@@ -125,6 +140,22 @@ def _check(plan: KernelPlan) -> None:
             "d",
             "load_q",
         )
+
+
+def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
+    """overlap_p computes Pᵀ in place of Sᵀ before dPᵀ is ready, so dSᵀ's pass has no raw score: refuse
+    the programs that would read it there (keeping Sᵀ in a second fragment would cost 32 more registers
+    per thread in a kernel already at 255)."""
+    ir = plan.ir
+    partials = grad.tensor_partials(fa2._score(ir), learnable) if learnable else []
+    blockers = fa2.overlap_blockers(ir, partials)
+    if blockers:
+        where = plan.range_of("score_mod", "mask_expr", "softmax", "kernel")
+        why = (
+            "the sm_90 backward's overlap_p computes P over the raw score before dP is ready, and dS "
+            f"would still read it: {'; '.join(blockers)} (build without overlap_p)"
+        )
+        raise TranslateError([unsupported(where, why)])
 
 
 def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
@@ -211,6 +242,8 @@ def _emit_main(
     partials: list[tuple[Load, Expr]],
     tail: list[tuple[str, str, str]],
     deterministic: bool,
+    *,
+    overlap_p: bool = False,
 ) -> None:
     reg = Regions(plan.ir)
     softmax = plan.ir.normalizer == "softmax"
@@ -278,7 +311,7 @@ def _emit_main(
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
             with w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"):
-                _emit_key_block(w, plan, reg, softmax, partials, deterministic)
+                _emit_key_block(w, plan, reg, softmax, partials, deterministic, overlap_p)
     w.line("}")
     w.line()
 
@@ -290,6 +323,7 @@ def _emit_key_block(
     softmax: bool,
     partials: list[tuple[Load, Expr]],
     deterministic: bool,
+    overlap_p: bool = False,
 ) -> None:
     """One key block: K and V in, dK and dV over every query block of the group's heads, dQ's share
     added into dq_slice, dK and dV stored."""
@@ -302,7 +336,7 @@ def _emit_key_block(
             summed = fa2._emit_group_head(w, reg, softmax, partials, gmma=True)
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
-            _emit_query_block(w, plan, reg, softmax, partials)
+            _emit_query_block(w, plan, reg, softmax, partials, overlap_p)
         w.line("__syncthreads();  // the next head's first load reuses stage 0")
         fa2._emit_group_tail(w, reg, partials, summed)
     w.line()
@@ -310,7 +344,12 @@ def _emit_key_block(
 
 
 def _emit_query_block(
-    w: CodeWriter, plan: KernelPlan, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]]
+    w: CodeWriter,
+    plan: KernelPlan,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    overlap_p: bool = False,
 ) -> None:
     w.line("const int next = next_m_block(m_block);")
     w.line("const bool masked = block_class(m_block) == 1;")
@@ -334,12 +373,26 @@ def _emit_query_block(
         )
         w.line("tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);")
         w.line("tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);")
-        w.line("warpgroup_wait<0>();")
-        w.line("warpgroup_fence_operand(acc_s);")
-        w.line("warpgroup_fence_operand(acc_dp);")
+        if overlap_p:
+            w.line("warpgroup_wait<1>();  // Sᵀ only: dPᵀ is the younger commit group and keeps running")
+            w.line("warpgroup_fence_operand(acc_s);")
+        else:
+            w.line("warpgroup_wait<0>();")
+            w.line("warpgroup_fence_operand(acc_s);")
+            w.line("warpgroup_fence_operand(acc_dp);")
     region = plan.line_of("score_mod") or plan.line_of("mask_expr") or plan.line_of("softmax")
+
+    def wait_dp() -> None:
+        with w.tl(plan.line_of("gemm_qk"), "wait for dPᵀ = V·dOᵀ, after Pᵀ"):
+            w.comment("ptxas hoists a wgmma wait to the top of its basic block (docs/hopper.md); the join of")
+            w.comment("Pᵀ's two loops ends one too, this boundary holds whatever ptxas makes of them: the")
+            w.comment("exp2s of Pᵀ stay above the wait and run beside dPᵀ's wgmma")
+            w.line("tl::block_boundary(seqlen_k >> 30);")
+            w.line("warpgroup_wait<0>();")
+            w.line("warpgroup_fence_operand(acc_dp);")
+
     with w.tl(region, "Pᵀ and dSᵀ per score: the score region and its derivative (kernel_ir.grad)"):
-        fa2._emit_scores(w, reg, softmax, partials, transposed=True)
+        fa2._emit_scores(w, reg, softmax, partials, transposed=True, wait_dp=wait_dp if overlap_p else None)
     w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
     w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, RS wgmma (Pᵀ: the accumulator re-viewed as A)"):
