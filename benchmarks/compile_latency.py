@@ -22,8 +22,15 @@ path does there.
 
 Run: `python benchmarks/compile_latency.py [--examples mha_fwd,hopper_mha_fwd] [--targets sm_80,sm_90]
 [--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N] [--repeat N]
-[--prelude] [--json OUT]`. `--prelude`: the headers of first/warm also hold the kernel's template
-instantiations, as in the language server's worker (`runner.compile_prelude`).
+[--prelude] [--nvrtc-option KEY=VALUE ...] [--compare KEY=VALUE] [--json OUT]`. `--prelude`: the headers
+of first/warm also hold the kernel's template instantiations, as in the language server's worker
+(`runner.compile_prelude`).
+
+NVRTC options are `cuda.core.ProgramOptions` fields (VALUE read as JSON, else as a string):
+`--nvrtc-option` adds one to every compile; `--compare` measures every kernel and mode both without
+and with it, A B B A over the repeats (drift on a shared machine cancels), one table row each. E.g.
+`--compare split_compile=0` (NVVM's passes on one thread per CPU; not the runner's default: it changes
+sm_90a SASS, docs/results/2026-12-01-vm-nvrtc-options.json), `--compare ofast_compile=min`.
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ class Measure:
     load: list[float] = field(default_factory=list)  # 1-minute load average before and after each sample
     error: str | None = None
     samples: list[dict[str, Any]] = field(default_factory=list)
+    variant: str = ""  # the `--compare` option this was measured with ("" without it)
 
 
 def examples(names: list[str] | None) -> list[Path]:
@@ -199,7 +207,12 @@ def child(spec_path: Path, out_path: Path) -> int:
 
 
 def run_child(
-    kernel: Kernel, modes: list[str], process: str, device_arch: str | None, prelude: bool = False
+    kernel: Kernel,
+    modes: list[str],
+    process: str,
+    device_arch: str | None,
+    prelude: bool = False,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tl-compile-latency-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
@@ -208,7 +221,7 @@ def run_child(
             "modes": modes,
             "process": process,
             "device_arch": device_arch,
-            "nvrtc_options": NVRTC_OPTIONS,
+            "nvrtc_options": {**NVRTC_OPTIONS, **(options or {})},
             "prelude": prelude,
         }
         spec_path.write_text(json.dumps(spec))
@@ -225,43 +238,77 @@ def run_child(
         return json.loads(out_path.read_text())
 
 
+def parse_option(text: str) -> tuple[str, Any]:
+    """KEY=VALUE of a `ProgramOptions` field; VALUE as JSON (1, true, "x") or else the plain string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"not KEY=VALUE: {text!r}")
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip().replace("-", "_"), value
+
+
+def variant_label(options: dict[str, Any]) -> str:
+    return ",".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in options.items())
+
+
 def measure(
-    kernel: Kernel, modes: list[str], device_arch: str | None, repeat: int = 1, prelude: bool = False
+    kernel: Kernel,
+    modes: list[str],
+    device_arch: str | None,
+    repeat: int = 1,
+    prelude: bool = False,
+    compare: dict[str, Any] | None = None,
 ) -> list[Measure]:
     """Each mode `repeat` times, the two kinds of process taking turns; the median of each (all samples in
-    `samples`): on a shared machine one compile's time moves by more than a header's parse."""
-    samples: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    `samples`): on a shared machine one compile's time moves by more than a header's parse. With
+    `compare`, each repeat measures without and with those options, A B then B A: a load that drifts over
+    the run weighs on both alike."""
+    variants: list[dict[str, Any]] = [{}, compare] if compare else [{}]
+    samples: dict[tuple[int, str], list[dict[str, Any]]] = {
+        (v, m): [] for v in range(len(variants)) for m in modes
+    }
     plain = [m for m in ("headers", "cold") if m in modes]
     pch = [m for m in ("first", "warm") if m in modes]
-    for _ in range(max(1, repeat)):
-        for group, process in ((plain, "plain"), (pch, "pch")):
-            if group:
-                for mode, r in run_child(kernel, group, process, device_arch, prelude).items():
-                    if mode in samples:  # "warm" alone still has its process write the header ("first")
-                        samples[mode].append(r)
-    out = []
-    for mode in modes:
-        got = samples[mode] or [{"error": "not measured"}]
-        ok = [r for r in got if not r.get("error") and r.get("wall_s") is not None]
-        phases = {
-            k: _median([r["phases_s"][k] for r in ok if k in r.get("phases_s", {})]) for k in PHASES.values()
-        }
-        out.append(
-            Measure(
-                kernel.example,
-                kernel.target,
-                kernel.arch,
-                mode,
-                wall_s=_median([r["wall_s"] for r in ok]) if ok else None,
-                cpu_s=_median([r["cpu_s"] for r in ok]) if ok else None,
-                phases_s={k: v for k, v in phases.items() if v is not None},
-                pch=ok[-1].get("pch") if ok else None,
-                load=[x for r in ok for x in r.get("load", [])],
-                error=None if len(ok) == len(got) else next(r["error"] for r in got if r.get("error")),
-                samples=got,
-            )
-        )
-    return out
+    for i in range(max(1, repeat)):
+        order = list(range(len(variants)))
+        for v in order if i % 2 == 0 else order[::-1]:
+            for group, process in ((plain, "plain"), (pch, "pch")):
+                if group:
+                    got = run_child(kernel, group, process, device_arch, prelude, variants[v])
+                    for mode, r in got.items():
+                        if (v, mode) in samples:  # "warm" alone still has its process write the header
+                            samples[(v, mode)].append(r)
+    return [
+        _summary(kernel, mode, samples[(v, mode)], variant_label(variants[v]))
+        for v in range(len(variants))
+        for mode in modes
+    ]
+
+
+def _summary(kernel: Kernel, mode: str, got: list[dict[str, Any]], variant: str) -> Measure:
+    """The medians of one kernel's samples in one mode and variant."""
+    got = got or [{"error": "not measured"}]
+    ok = [r for r in got if not r.get("error") and r.get("wall_s") is not None]
+    phases = {
+        k: _median([r["phases_s"][k] for r in ok if k in r.get("phases_s", {})]) for k in PHASES.values()
+    }
+    return Measure(
+        kernel.example,
+        kernel.target,
+        kernel.arch,
+        mode,
+        wall_s=_median([r["wall_s"] for r in ok]) if ok else None,
+        cpu_s=_median([r["cpu_s"] for r in ok]) if ok else None,
+        phases_s={k: v for k, v in phases.items() if v is not None},
+        pch=ok[-1].get("pch") if ok else None,
+        load=[x for r in ok for x in r.get("load", [])],
+        error=None if len(ok) == len(got) else next(r["error"] for r in got if r.get("error")),
+        samples=got,
+        variant=variant,
+    )
 
 
 def _median(values: list[float]) -> float | None:
@@ -362,10 +409,12 @@ def _cell(m: Measure | None) -> str:
 
 
 def table(measures: list[Measure], modes: list[str]) -> str:
-    """One row per kernel: wall (CPU) seconds per mode, then the cold compile's phase split."""
+    """One row per kernel (and `--compare` variant): wall (CPU) seconds per mode, then the cold compile's
+    phase split."""
     rows: dict[tuple[str, str], dict[str, Measure]] = {}
     for m in measures:
-        rows.setdefault((m.example, m.arch), {})[m.mode] = m
+        label = f"{m.example} [{m.variant}]" if m.variant else m.example
+        rows.setdefault((label, m.arch), {})[m.mode] = m
     head = ["example", "arch", *[f"{mode} s (cpu)" for mode in modes], "cold front/opt/ptx s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (example, arch), by_mode in rows.items():
@@ -400,12 +449,31 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="first/warm: headers that hold the kernel's instantiations too (runner.compile_prelude)",
     )
+    ap.add_argument(
+        "--nvrtc-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a ProgramOptions field for every compile (repeatable), e.g. split_compile=1",
+    )
+    ap.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also measure each kernel with this option (repeatable: one variant of them all), A B B A",
+    )
     ap.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
     if args.keep_nvrtc_cache:
         NVRTC_OPTIONS.clear()
+    try:
+        NVRTC_OPTIONS.update(parse_option(o) for o in args.nvrtc_option)
+        compare = dict(parse_option(o) for o in args.compare)
+    except ValueError as err:
+        ap.error(str(err))
     modes = [m for m in args.modes.split(",") if m]
     if unknown := [m for m in modes if m not in MODES]:
         ap.error(f"unknown mode(s): {', '.join(unknown)}")
@@ -427,10 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     measures: list[Measure] = []
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        runs = pool.map(lambda k: measure(k, modes, args.device_arch, args.repeat, args.prelude), kernels)
+        runs = pool.map(
+            lambda k: measure(k, modes, args.device_arch, args.repeat, args.prelude, compare or None), kernels
+        )
         for k, got in zip(kernels, runs, strict=True):
             measures += got
-            done = ", ".join(f"{m.mode} {_cell(m)}" for m in got)
+            done = ", ".join(f"{m.mode}{f' [{m.variant}]' if m.variant else ''} {_cell(m)}" for m in got)
             print(f"# {k.example} {k.arch}: {done}", flush=True)
     builds = []
     if args.build and kernels:
@@ -457,13 +527,19 @@ def main(argv: list[str] | None = None) -> int:
         "cells: median wall seconds (CPU seconds of the compiling process and its ptxas); samples in the JSON"
     )
     if args.json:
+        from runner.compile import nvrtc_options
+
+        # The runner's own flags, beside the ones added here: what an A/B was measured against.
+        base = {k: v for k, v in nvrtc_options("sm_90a", "k.cu").items() if k not in ("name", "include_path")}
         payload = {
             "machine": info,
+            "runner_nvrtc_options": base,
             "device_arch": args.device_arch,
             "parallel": args.parallel,
             "prelude": args.prelude,
             "repeat": args.repeat,
             "nvrtc_options": NVRTC_OPTIONS,
+            "compare": compare,
             "modes": modes,
             "measures": [asdict(m) for m in measures],
             "builds": builds,
