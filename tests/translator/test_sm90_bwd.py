@@ -23,6 +23,16 @@ def _sm90(tl: Path | str, **kw):
     return translate_backward(tl, arch="sm_90", skeleton="sm90", **kw)
 
 
+def _d256() -> str:
+    """mha_fwd.tl at head dim 256 (one stage, BM 64 so it checks): beyond the wgmma skeleton."""
+    text = (
+        MHA.read_text()
+        .replace("Param d = 128", "Param d = 256")
+        .replace("Param stages = 2", "Param stages = 1")
+    )
+    return text.replace("Param BM = 128", "Param BM = 64")
+
+
 def _main(source: str) -> str:
     return source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
 
@@ -45,12 +55,7 @@ def test_the_default_backward_follows_the_target():
 
 
 def test_auto_falls_back_to_the_mma_sync_skeleton_where_wgmma_does_not_cover_the_program():
-    text = (
-        MHA.read_text()
-        .replace("Param d = 128", "Param d = 256")
-        .replace("Param stages = 2", "Param stages = 1")
-    )
-    text = text.replace("Param BM = 128", "Param BM = 64")
+    text = _d256()
     b = translate_backward(text, arch="sm_90")
     assert b.spec.head_dim == 256 and "GMMA" not in b.source and b.spec.arch == "sm_90"
 
@@ -182,12 +187,7 @@ def test_the_skeleton_choice_is_checked(kw, why):
 
 
 def test_head_dims_beyond_the_skeleton_are_a_clear_error():
-    text = (
-        MHA.read_text()
-        .replace("Param d = 128", "Param d = 256")
-        .replace("Param stages = 2", "Param stages = 1")
-    )
-    text = text.replace("Param BM = 128", "Param BM = 64")
+    text = _d256()
     with pytest.raises(BackwardBuildError, match="head dim 256: this skeleton covers 64 and 128"):
         _sm90(text)
 
