@@ -1,6 +1,7 @@
-"""The Hopper kernel's wgmma atoms are named by the selector's rule, and only an N outside CuTe's base shapes
-includes the extended (dense) GMMA headers; `CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED` is never defined (it
-pulls in the sparse shapes too: half of an NVRTC compile)."""
+"""The Hopper kernel's wgmma atoms are named by the selector's rule; an N outside CuTe's base shapes is
+defined in the forward kernel's source (sm90/gmma.py) rather than by CuTe's extended GMMA headers;
+`CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED` is never defined (it pulls in the sparse shapes too: half of an
+NVRTC compile)."""
 
 from __future__ import annotations
 
@@ -52,11 +53,10 @@ def test_base_shapes_include_no_extended_header() -> None:
     assert not any(inc.split("  ")[0] in source for inc in EXT_INCLUDES)
 
 
-def test_an_extended_n_includes_the_dense_extended_headers_only() -> None:
+def test_an_extended_n_defines_its_atom_instead_of_including_the_extended_headers() -> None:
     source = _source(Variant("h128_bf16_bn176", block_n=176))
-    assert "MMA_64x176x16_F32BF16BF16_SS<" in source
+    assert "make_tiled_mma(tl::SM90_64x176x16_F32BF16BF16_SS<" in source
+    assert "struct SM90_64x176x16_F32BF16BF16_SS {" in source  # generated: see test_gmma_atoms.py
     assert "CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" not in source
     includes = [line.split("//")[0].strip() for line in source.splitlines() if line.startswith("#include")]
-    assert "#include <cute/arch/mma_sm90_gmma_ext.hpp>" in includes
-    assert "#include <cute/atom/mma_traits_sm90_gmma_ext.hpp>" in includes
-    assert not any("sparse" in inc for inc in includes)
+    assert not any("_ext.hpp" in inc or "sparse" in inc for inc in includes)

@@ -35,7 +35,7 @@ from translator.backends.regions import (
 )
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
-from translator.backends.sm90.gmma import GmmaAtom, extended_includes, pv_atom, qk_atom
+from translator.backends.sm90.gmma import GmmaAtom, atom_definitions, pv_atom, qk_atom
 from translator.backends.sm90.helpers import emit_helpers
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
@@ -164,11 +164,11 @@ def _header(e: _Emit, tl_file: str | None) -> None:
     w.line("#include <cutlass/arch/barrier.h>       // mbarriers with transaction counts")
     w.line("#include <cutlass/arch/reg_reconfig.h>  // setmaxnreg")
     w.line("#include <cutlass/numeric_conversion.h>")
-    for line in extended_includes(*_atoms(p)):
-        w.line(line)
     w.line()
     w.line("using namespace cute;")
     w.line()
+    for line in atom_definitions(*_atoms(p)):  # wgmma N outside CuTe's base shapes (sm90/gmma.py)
+        w.line(line)
 
 
 def _atoms(p: KernelPlan) -> tuple[GmmaAtom, GmmaAtom]:
@@ -248,9 +248,9 @@ def _traits(e: _Emit) -> None:
         )
         qk, pv = _atoms(p)
         w.comment("The atoms: the widest wgmma N dividing BN (Q·Kᵀ) and d_v (P·V), named (sm90/gmma.py).")
-        w.line(f"using TiledMmaQK = decltype(make_tiled_mma({qk.cute()}{{}},")
+        w.line(f"using TiledMmaQK = decltype(make_tiled_mma({qk.type()}{{}},")
         w.line("    Layout<Shape<Int<kConsumers>, _1, _1>>{}));")
-        w.line(f"using TiledMmaPV = decltype(make_tiled_mma({pv.cute()}{{}},")
+        w.line(f"using TiledMmaPV = decltype(make_tiled_mma({pv.type()}{{}},")
         w.line("    Layout<Shape<Int<kConsumers>, _1, _1>>{}));")
         w.line()
         w.comment("Byte offsets in dynamic shared memory (its base rounded up to 1024 in the kernel).")
