@@ -78,42 +78,18 @@ def _text(path: str, d: int) -> str:
 
 # --skeleton: the keywords of `translate_backward` and the suffix of the case tags ("sm90": the wgmma
 # dQ/dK/dV kernel, an sm_90a cubin, timed beside the sm80 skeleton by `backward.py --also _sm90`;
-# "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`,
-# an A/B variant translate_backward does not expose, so `_translate` calls the generator; it refuses
-# programs whose dS reads the raw score (softcap, sigmoid, ReLU): pick the others with --only)
+# "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`
+# through translate_backward's generator options; it refuses programs whose dS reads the raw score
+# (softcap, sigmoid, ReLU): pick the others with --only)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
-    "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "overlap_p": True}, "_sm90ovl"),
+    "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True}}, "_sm90ovl"),
 }
 
 
-def _translate(text: str, *, overlap_p: bool = False, **keywords: Any) -> Any:
-    """`translate_backward(text, **keywords)`; with `overlap_p`, `generate_backward_sm90` on the plan
-    translate_backward makes for skeleton sm90 (the TL's plan, `dtype`, arch sm_90), no file."""
-    import dataclasses
-
-    from pipeline.backward import ARCH_CC, BackwardBuild, translate_backward
-
-    if not overlap_p:
-        return translate_backward(text, **keywords)
-    from tl_language import analyze
-    from translator.backends.sm90_bwd import generate_backward_sm90
-    from translator.plan import make_plan
-
-    assert keywords["skeleton"] == "sm90" and keywords["arch"] == "sm_90"
-    analysis = analyze(text)
-    plan = make_plan(analysis.model, analysis.text)
-    plan = dataclasses.replace(
-        plan, dtype=keywords["dtype"], arch="sm_90", compute_capability=ARCH_CC["sm_90"]
-    )
-    source, spec = generate_backward_sm90(
-        plan, learnable=keywords["learnable"], deterministic=keywords["deterministic"], overlap_p=True
-    )
-    return BackwardBuild(tl_path=None, source=source, spec=spec)
-
-
 def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: str = "sm80") -> None:
+    from pipeline.backward import translate_backward
     from runner.compile import CompileJob, compile_many
 
     out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +97,7 @@ def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: s
     keywords, suffix = SKELETONS[skeleton]
     for case in cases(full, only):
         path, learn, dtype, d, det = case
-        b = _translate(_text(path, d), dtype=dtype, learnable=learn, deterministic=det, **keywords)
+        b = translate_backward(_text(path, d), dtype=dtype, learnable=learn, deterministic=det, **keywords)
         name = tag(*case) + suffix
         cu = out / f"{name}.bwd.cu"
         if cu.exists() and cu.read_text() == b.source and (out / f"{name}.cubin").exists():

@@ -106,6 +106,7 @@ def translate_backward(
     learnable: tuple[str, ...] | None = None,
     deterministic: bool = False,
     skeleton: str = "auto",
+    options: dict[str, Any] | None = None,
 ) -> BackwardBuild:
     """The backward of the TL file (a Path, or a str naming an existing .tl file) or TL text (any other
     str). `dtype` overrides the TL's Dtype. `learnable`: side tensors whose gradient the kernels compute
@@ -113,8 +114,9 @@ def translate_backward(
     run to run (dQ without cross-block atomics). `skeleton`: "sm80" (FA2's structure on mma.sync, built
     for `arch`, default sm_80, whose PTX runs on sm_90 too), "sm90" (the dQ/dK/dV kernel on wgmma for
     sm_90a, `translator.backends.sm90_bwd`; arch sm_90) or "auto" (the default: sm90 where the TL's
-    Target, or `arch`, is sm_90 and that skeleton covers the program, else sm80). Raises
-    BackwardBuildError."""
+    Target, or `arch`, is sm_90 and that skeleton covers the program, else sm80). `options`: keywords
+    for the named skeleton's generator (an A/B variant such as sm90's `overlap_p`; not with "auto").
+    Raises BackwardBuildError."""
     from tl_language import analyze
     from translator.errors import TranslateError
     from translator.plan import make_plan
@@ -135,6 +137,8 @@ def translate_backward(
         )
     if skeleton == "sm90" and arch not in (None, "sm_90"):
         raise BackwardBuildError(f"{where}: the sm90 backward skeleton needs arch sm_90, not {arch}")
+    if options and skeleton == "auto":
+        raise BackwardBuildError(f"{where}: generator options need a named skeleton, not auto")
     if arch is not None and arch not in ARCH_CC:
         raise BackwardBuildError(f"{where}: the backward targets {', '.join(ARCH_CC)}, not {arch}")
     analysis = analyze(text)
@@ -154,7 +158,11 @@ def translate_backward(
             at = dataclasses.replace(plan, arch=target, compute_capability=ARCH_CC[target])
             try:
                 source, spec = generate(
-                    at, learnable=names, tl_file=str(path) if path else None, deterministic=deterministic
+                    at,
+                    learnable=names,
+                    tl_file=str(path) if path else None,
+                    deterministic=deterministic,
+                    **(options or {}),
                 )
                 break
             except TranslateError:

@@ -137,10 +137,8 @@ async def test_a_failed_backward_names_the_gradient_in_the_lens_and_as_tl503(
     failing_client: LanguageClient, workspace: Path
 ) -> None:
     client = failing_client
-    rec = await start(client, workspace)
+    rec, uri = await opened(client, workspace)
     text = (workspace / "mha_fwd.tl").read_text()
-    uri = open_doc(client, workspace / "mha_fwd.tl", text)
-    await rec.wait_for(uri, version=1)
     outcome = await command(client, "tl.verifyBackward", uri)
     assert outcome["status"] == "failed"
     got = await rec.wait_for(uri, predicate=lambda p: any(d.code == "TL503" for d in p.diagnostics))

@@ -179,6 +179,7 @@ def test_blocks_are_tagged_with_their_tl_lines_and_line_directives():
     [
         ({"arch": "sm_80", "skeleton": "sm90"}, "needs arch sm_90"),
         ({"arch": "sm_90", "skeleton": "sm100"}, "skeletons are auto, sm80, sm90"),
+        ({"options": {"overlap_p": True}}, "generator options need a named skeleton"),
     ],
 )
 def test_the_skeleton_choice_is_checked(kw, why):
@@ -335,15 +336,15 @@ def test_overlap_p_refuses_programs_whose_ds_reads_the_raw_score(name, why):
 
 
 def test_backward_verify_builds_sm90ovl_through_the_generator():
-    from benchmarks.backward_verify import SKELETONS, _translate
+    from benchmarks.backward_verify import SKELETONS
 
     keywords, suffix = SKELETONS["sm90ovl"]
     assert suffix == "_sm90ovl"
-    b = _translate(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **keywords)
+    b = translate_backward(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **keywords)
     assert b.source == _overlapped(MHA) and b.spec.arch == "sm_90a"
     plain, plain_suffix = SKELETONS["sm90"]
     assert plain_suffix == "_sm90"
-    default = _translate(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **plain)
+    default = translate_backward(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **plain)
     assert default.source == translate_backward(MHA.read_text(), arch="sm_90", skeleton="sm90").source
 
 
