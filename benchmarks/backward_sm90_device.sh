@@ -16,6 +16,12 @@
 # Beside them the A/B variant sm90ovl (`generate_backward_sm90(overlap_p=True)`: P computed while dP's
 # wgmma runs, tags _sm90ovl) for the OVL cases: smoked, verified and timed in the same call (its own
 # table column and its ratio to _sm90).
+# FA4 beside them when benchmarks/fa4_install.sh installed it on this machine (two calls before this one,
+# carrying .fa4/part1, then .fa4/part2, while the machine stays warm; it lands in /tmp/tl-fa4/site) or
+# TL_FA4_SITE names a folder with flash-attn-4 in it: only the timing step reads that folder, through a
+# sitecustomize (the DSL registers its packages with a .pth file, which PYTHONPATH alone does not read),
+# and benchmarks/backward.py times FA4 once its gradients agree with SDPA flash's (the table's fa4 column
+# and sm90/fa4). Without the folder nothing changes (the column says n/a).
 set -u
 DIR=${DIR:-.cache/bwd90}
 ONLY=${ONLY:-'.'}
@@ -35,6 +41,14 @@ python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/nvidia_cu
 export PYTHONPATH=$PWD:/tmp/site TL_CACHE_DIR=/tmp/tlcache PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/bwd90-out}
 mkdir -p "$OUT"
+FA4_SITE=${TL_FA4_SITE:-/tmp/tl-fa4/site}
+FA4_PATH=""
+if [ -d "$FA4_SITE" ]; then
+  mkdir -p /tmp/tl-bwd90-site
+  printf 'import site\nsite.addsitedir(%s)\n' "'$FA4_SITE'" > /tmp/tl-bwd90-site/sitecustomize.py
+  FA4_PATH=/tmp/tl-bwd90-site:
+  echo "FA4 site: $FA4_SITE"
+fi
 SECONDS=0
 # shellcheck disable=SC2086
 python3 benchmarks/backward_verify.py --build "$DIR" --only '^(causal_)?mha_fwd_bf16_d128$' $NVCC_FLAG \
@@ -81,9 +95,10 @@ grep -c "_sm90ovl: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 overlap_p verifie
 grep "_sm90ovl: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 overlap_p not ok: /'
 
 # shellcheck disable=SC2086
-timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH --also _sm90,_sm90ovl --json "$OUT/bench.json" \
-  > "$OUT/bench.log" 2>&1
+PYTHONPATH="$FA4_PATH$PYTHONPATH" timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH \
+  --also _sm90,_sm90ovl --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 echo "benchmarked at ${SECONDS}s"
+grep "^ *fa4" "$OUT/bench.log" | head -8
 tail -n6 "$OUT/bench.log"
 python3 - "$OUT/bench.json" <<'EOF'
 import json, sys
@@ -93,17 +108,19 @@ try:
 except (OSError, ValueError, KeyError):
     sys.exit("no bench.json")
 print(f"{'d':>4} {'causal':>6} {'seqlen':>6} {'sm90':>7} {'sm90ovl':>7} {'sm80':>7} {'flash':>7} {'cudnn':>7} "
-      f"{'ovl/sm90':>8} {'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10}")
+      f"{'fa4':>7} {'ovl/sm90':>8} {'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10} {'sm90/fa4':>8}")
 for r in rows:
     if r["pass"] != "bwd":
         continue
-    v = {k: r.get(k) for k in ("tl_sm90", "tl_sm90ovl", "tl", "sdpa-flash", "sdpa-cudnn")}
+    v = {k: r.get(k) for k in ("tl_sm90", "tl_sm90ovl", "tl", "sdpa-flash", "sdpa-cudnn", "fa4")}
     cell = lambda x: f"{x:7.1f}" if x else f"{'n/a':>7}"
     ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
     print(f"{r['d']:>4} {r['causal']!s:>6} {r['seqlen']:>6} " + " ".join(cell(x) for x in v.values())
           + f" {ratio(v['tl_sm90ovl'], v['tl_sm90']):>8}"
           + f" {ratio(v['tl_sm90'], v['tl']):>9} {ratio(v['tl_sm90'], v['sdpa-flash']):>10}"
-          f" {ratio(v['tl_sm90'], v['sdpa-cudnn']):>10}")
+          f" {ratio(v['tl_sm90'], v['sdpa-cudnn']):>10} {ratio(v['tl_sm90'], v['fa4']):>8}"
+          + (f"  fa4: {r['fa4_note']}" if r.get("fa4_note") else ""))
 print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton,")
-print("sm90ovl = it with overlap_p (P while dP's wgmma runs)")
+print("sm90ovl = it with overlap_p (P while dP's wgmma runs); fa4 = FlashAttention 4 (flash_attn.cute),")
+print("timed only where its dq/dk/dv agree with SDPA flash's")
 EOF
