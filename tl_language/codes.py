@@ -165,8 +165,10 @@ _TABLE: list[Code] = [
          "this error."),
     Code("TL204", "gemm-ambiguous-transpose", W,
          "GEMM operand shapes that cannot tell which operand is transposed.",
-         "When A's last dimension equals both of B's (e.g. BN == d) the checker cannot verify the "
-         "orientation; it assumes A·B if A is a GEMM result (P·V), else A·Bᵀ (Q·Kᵀ), and says so."),
+         "When A's last dimension equals both of B's in value (e.g. BN == d) and the names do not decide "
+         "either (exactly one of B's dimensions spelled as A's last, like `d` in Q (BM, d) and K (BN, d), "
+         "decides it), the checker cannot verify the orientation; it assumes A·B if A is a GEMM result "
+         "(P·V), else A·Bᵀ (Q·Kᵀ), and says so."),
     Code("TL205", "reshape-mismatch", E, "A Reshape whose source layout is not the tensor's current layout.",
          "Layouts: MMA_C after a GEMM, MMA_A or MMA_B after a Reshape; elementwise results inherit."),
     # Target resources and tile legality.

@@ -6,9 +6,11 @@ either orientation and the shapes decide which:
   Q (BM, d), K (BN, d));
 - K equals B's first dimension and not its last: B is (K, N) and the GEMM is A·B (P·V with P (BM, BN),
   V (BN, d_v));
-- K equals both (e.g. BN == d): the shapes cannot decide. TL204 says so and names the convention assumed
-  from the attention pattern: an A operand that is a GEMM result (layout MMA_C or MMA_A) means P·V, so B
-  is (K, N); otherwise Q·Kᵀ, so B is (N, K);
+- K equals both in value (e.g. BN == d = 128): the names decide when exactly one of B's dimensions is
+  spelled as A's last (Q (BM, d) against K (BN, d): `d` is the reduction, so Q·Kᵀ), since a tile size
+  named twice is one quantity. Otherwise the shapes cannot decide; TL204 says so and names the
+  convention assumed from the attention pattern: an A operand that is a GEMM result (layout MMA_C or
+  MMA_A) means P·V, so B is (K, N); otherwise Q·Kᵀ, so B is (N, K);
 - K equals neither: TL203.
 A result with a declared register shape must be (M, N).
 """
@@ -38,6 +40,9 @@ def orientation(
     if first and not last:
         return "normal", b[-1], False
     if first and last:
+        named_last, named_first = k.text == b[-1].text, k.text == b[0].text
+        if named_last != named_first:
+            return ("transposed", b[0], False) if named_last else ("normal", b[-1], False)
         return ("normal", b[-1], True) if a_is_product else ("transposed", b[0], True)
     return "mismatch", None, False
 
@@ -79,7 +84,8 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
             yield make("TL204", span,
                        f"{ea.name}'s last dimension ({a[-1]}) equals both dimensions of {eb.name} "
                        f"{shape_text(b)}, so the shapes cannot tell which operand is transposed; assuming "
-                       f"{how}. Make the tile sizes differ to let the checker verify it")
+                       f"{how}. Spell the reduction dimension as in {ea.name} (or make the tile sizes "
+                       f"differ) to let the checker verify it")
         yield from _result(model, stmt, i, a[0], n)
 
 

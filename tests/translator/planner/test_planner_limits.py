@@ -57,8 +57,7 @@ def test_every_candidate_respects_the_limits(arch: str, d: int, dtype: str, mask
     assert rest == sorted(rest, reverse=True)
     for c in cands:
         filled = fill_analysis(analysis, candidate=c)
-        # Errors, resource warnings and hole hints; TL204 (BN == d makes Q·Kᵀ's transpose ambiguous to the
-        # checker) is a legitimate tiling's warning, not a limit.
+        # Errors, resource warnings and hole hints: what would make a candidate a limit's victim.
         bad = [
             x
             for x in filled.diagnostics
