@@ -117,7 +117,7 @@ INFERENCE_PARAMS: tuple[tuple[str, str, str], ...] = (
     *stride_params("q", "k", "v", "o"),
     *SCALE_WINDOW_PARAMS,
 )
-COMBINE_THREADS = 128  # one warp per output row
+COMBINE_THREADS = 256  # one block per output row: its eight warps share the row's splits
 COMBINE_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("o_accum", "const float*", "uintp"),
     ("lse_accum", "const float*", "uintp"),

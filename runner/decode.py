@@ -414,7 +414,7 @@ def _plan(
     accum = (splits * rows * spec.head_dim_v, splits * rows) if splits > 1 else (0, 0)
     return _Plan(
         loaded=loaded, main=main, combine=combine, grid=(m_blocks * splits, batch, heads_z),
-        combine_grid=(math.ceil(rows / (COMBINE_THREADS // 32)), 1, 1), o_shape=o_shape, lse_shape=lse_shape,
+        combine_grid=(rows, 1, 1), o_shape=o_shape, lse_shape=lse_shape,
         accum_numel=accum, dtype=dtype, device=device, empty=batch == 0 or total_q == 0 or heads == 0,
         used=(bool(page), not varlen and cache_seqlens is not None, varlen, varlen), tail=tail,
         tma=spec.uses_tma,

@@ -7,7 +7,7 @@ results live. It is built for every target from sm_80 up, sm_90 included: decode
 once and is bound by memory bandwidth, and the cp.async pipeline keeps enough bytes in flight; TMA
 would not read a page table's scattered rows faster than 16-byte cp.async does.
 
-`<name>_combine` merges the splits: per output row (one warp), LSE = log Σ_s exp(LSE_s) and
+`<name>_combine` merges the splits: per output row (one thread block), LSE = log Σ_s exp(LSE_s) and
 O = Σ_s exp(LSE_s − LSE) · O_s, in fp32, written in the input dtype.
 """
 
@@ -22,8 +22,6 @@ from translator.backends.sm80 import _emit_traits  # the mma.sync traits: the sa
 from translator.backends.sm80_helpers import emit_helpers
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
-
-COMBINE_CHUNK = 8  # splits whose partial rows one warp of the combine kernel loads at once
 
 
 def generate(
@@ -121,13 +119,13 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
         return
     element = ELEMENT[plan.dtype]
     d = plan.head_dim_v
-    rows_per_block = COMBINE_THREADS // 32
-    chunk = COMBINE_CHUNK
+    warps = COMBINE_THREADS // 32
     w.line()
     with w.tl(plan.line_of("splits"), "merge the splits' partial O by their LSE"):
-        w.comment("One warp per output row, and no load waits for another: each lane reads its splits'")
-        w.comment(f"LSEs at once, the weights travel by shuffles, {chunk} splits' partial rows are in flight")
-        w.comment("together. A decode of few rows (B 1: 32) would otherwise wait a round trip per split.")
+        w.comment(f"One thread block per output row; its {warps} warps share the splits (split s to warp")
+        w.comment(f"s mod {warps}) and every partial row a warp reads is in flight at once, then shared")
+        w.comment("memory sums the warps. A decode of few rows (B 1: 32 rows, 45 splits) is latency-bound:")
+        w.comment("one warp walking a row's splits waited a round trip per few splits (docs/performance.md).")
         w.line(f'extern "C" __global__ void __launch_bounds__({COMBINE_THREADS}) {plan.kernel_name}_combine(')
         w.line("    " + ",\n    ".join(f"{c} {n}" for n, c, _ in COMBINE_PARAMS) + ")")
         with w.block(""):
@@ -135,17 +133,17 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
             w.line(f"constexpr int kHeadDimV = {d};")
             w.line("constexpr int kVecs = (kHeadDimV / 4 + 31) / 32;  // float4 columns per lane")
             w.line(f"constexpr int kSplitsPerLane = {MAX_SPLITS // 32};  // at most {MAX_SPLITS} splits")
-            w.line(f"constexpr int kChunk = {chunk};  // splits whose partial rows are loaded together")
+            w.line(f"constexpr int kWarps = {warps};  // the warps of a row's block share its splits")
+            w.line("constexpr int kPerWarp = 32 / kWarps;  // split lanes of one 32-split group per warp")
+            w.line("__shared__ float4 sAcc[kWarps - 1][32 * kVecs];  // warps 1.. hand their sums to warp 0")
             w.line("const int lane = threadIdx.x % 32;")
-            w.line(
-                f"const long long row = static_cast<long long>(blockIdx.x) * {rows_per_block} + "
-                f"threadIdx.x / 32;"
-            )
+            w.line("const int warp = threadIdx.x / 32;")
+            w.line("const long long row = blockIdx.x;")
             w.line(
                 "const long long rows = static_cast<long long>(batch) * heads * max_seqlen_q;  "
                 "// one split's plane"
             )
-            w.line("if (row >= rows) return;")
+            w.line("if (row >= rows) return;  // the whole block: the grid is one block per row")
             w.line("float lse_s[kSplitsPerLane];  // split lane + 32 j: −inf past num_splits and when empty")
             w.line("CUTE_UNROLL")
             with w.block("for (int j = 0; j < kSplitsPerLane; ++j)"):
@@ -163,7 +161,7 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
             w.line("const bool empty = !(sum > 0.f);  // no split kept a key: O = 0, LSE = +inf")
             w.line(f"const float lse_row = empty ? {POS_INF} : m + logf(sum);")
             w.line(
-                "if (lane == 0) lse[row] = lse_row;  // (batch, heads, max_seqlen_q), row-major like `row`"
+                "if (threadIdx.x == 0) lse[row] = lse_row;  // (batch, heads, max_seqlen_q) as `row`"
             )
             w.line("float w_s[kSplitsPerLane];  // each split's weight exp(LSE_s − LSE); 0 for an empty one")
             w.line("CUTE_UNROLL")
@@ -176,29 +174,39 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
             w.line("const long long plane = rows * (kHeadDimV / 4);  // float4s from one split to the next")
             w.line("CUTE_UNROLL")
             with w.block("for (int j = 0; j < kSplitsPerLane; ++j)"):
-                w.line("CUTE_NO_UNROLL")
-                with w.block("for (int t0 = 0; t0 < 32 && 32 * j + t0 < num_splits; t0 += kChunk)"):
-                    w.line("float wt[kChunk];")
-                    w.line("float4 x[kChunk][kVecs];")
+                w.line("if (32 * j >= num_splits) break;")
+                w.line("float wt[kPerWarp];")
+                w.line("float4 x[kPerWarp][kVecs];")
+                w.line("CUTE_UNROLL")
+                w.line("for (int u = 0; u < kPerWarp; ++u)  // 0 past num_splits")
+                w.line("  wt[u] = __shfl_sync(0xffffffff, w_s[j], warp + kWarps * u);")
+                w.line("CUTE_UNROLL")
+                with w.block("for (int u = 0; u < kPerWarp; ++u)"):
+                    w.line("const float4* part = src + (32 * j + warp + kWarps * u) * plane;")
                     w.line("CUTE_UNROLL")
-                    w.line("for (int u = 0; u < kChunk; ++u)  // 0 past num_splits")
-                    w.line("  wt[u] = __shfl_sync(0xffffffff, w_s[j], t0 + u);")
+                    with w.block("for (int v = 0; v < kVecs; ++v)"):
+                        w.line("const int c4 = lane + 32 * v;")
+                        w.line(
+                            "x[u][v] = wt[u] != 0.f && c4 < kHeadDimV / 4 ? part[c4] : "
+                            "make_float4(0.f, 0.f, 0.f, 0.f);"
+                        )
+                w.line("CUTE_UNROLL")
+                with w.block("for (int u = 0; u < kPerWarp; ++u)"):
                     w.line("CUTE_UNROLL")
-                    with w.block("for (int u = 0; u < kChunk; ++u)"):
-                        w.line("const float4* part = src + (32 * j + t0 + u) * plane;")
-                        w.line("CUTE_UNROLL")
-                        with w.block("for (int v = 0; v < kVecs; ++v)"):
-                            w.line("const int c4 = lane + 32 * v;")
-                            w.line(
-                                "x[u][v] = wt[u] != 0.f && c4 < kHeadDimV / 4 ? part[c4] : "
-                                "make_float4(0.f, 0.f, 0.f, 0.f);"
-                            )
-                    w.line("CUTE_UNROLL")
-                    with w.block("for (int u = 0; u < kChunk; ++u)"):
-                        w.line("CUTE_UNROLL")
-                        with w.block("for (int v = 0; v < kVecs; ++v)"):
-                            w.line("acc[v].x += wt[u] * x[u][v].x; acc[v].y += wt[u] * x[u][v].y;")
-                            w.line("acc[v].z += wt[u] * x[u][v].z; acc[v].w += wt[u] * x[u][v].w;")
+                    with w.block("for (int v = 0; v < kVecs; ++v)"):
+                        w.line("acc[v].x += wt[u] * x[u][v].x; acc[v].y += wt[u] * x[u][v].y;")
+                        w.line("acc[v].z += wt[u] * x[u][v].z; acc[v].w += wt[u] * x[u][v].w;")
+            with w.block("if (warp > 0)"):
+                w.line("CUTE_UNROLL")
+                w.line("for (int v = 0; v < kVecs; ++v) sAcc[warp - 1][lane + 32 * v] = acc[v];")
+            w.line("__syncthreads();")
+            w.line("if (warp > 0) return;")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int r = 0; r < kWarps - 1; ++r)"):
+                w.line("CUTE_UNROLL")
+                with w.block("for (int v = 0; v < kVecs; ++v)"):
+                    w.line("const float4 y = sAcc[r][lane + 32 * v];")
+                    w.line("acc[v].x += y.x; acc[v].y += y.y; acc[v].z += y.z; acc[v].w += y.w;")
             w.line("const int i = static_cast<int>(row % max_seqlen_q);")
             w.line("const int h = static_cast<int>((row / max_seqlen_q) % heads);")
             w.line("const int b = static_cast<int>(row / (static_cast<long long>(max_seqlen_q) * heads));")
