@@ -139,7 +139,8 @@ def hopper_tile(head_dim: int, mask: str = "none") -> dict[str, int]:
         # (docs/results/2026-11-30-h200-sm90-sweeps.json); a later sweep had 128 ahead by 1-2 % at 4k-8k
         # and level at 16k, inside a call's noise (docs/results/2026-11-30-h200-sm90-sweeps-late.json).
         # 128 with a causal mask, banded ones on top included: sliding window, sink + window and documents
-        # ran 4-9 % faster at BN 128 than at 96 or 64 (docs/results/2026-12-01-h200-variants-tile-ab.json)
+        # ran 4-9 % faster at BN 128 than at 96, 6-15 % than at 64
+        # (docs/results/2026-12-01-h200-variants-tile-ab.json)
         tile = {"BM": 128, "BN": 128 if causal else 160, "consumers": 2}
     elif head_dim <= 192:  # MLA-style 192/128: the measured 128×128 tile
         tile = {"BM": 128, "BN": 128, "consumers": 2}
