@@ -23,6 +23,13 @@
 - `saturations`: the `min` / `max` with a uniform bound (a clamped relative position, a bucket index) that
   a whole key block drives to that bound, by the same interval arithmetic; the renderers run such a block
   with the bound in place of the clamp, where a table read at a clamped index becomes one read a block.
+- `congruences`: a divisibility test of an index difference, `(a − b) % d == 0` (through an `abs` too),
+  becomes `a % d == b % d` when a and b are sums and products of indices and non-negative constants at
+  different levels, so the dilated window's `abs(q_idx − kv_idx) % dil == 0` costs a remainder per row
+  and one per key (hoisted, once a block) and a compare a score, not a signed remainder a score (about
+  ten integer instructions). Exact for any d ≠ 0: both remainders of non-negative operands lie in
+  [0, |d|), and d divides a − b exactly when they are equal; d = 0 divides by zero in both forms. The
+  renderers apply it to the masks they evaluate per score; the reference keeps the program's form.
 - `score_cost`: what one score costs the SFU (MUFU instructions, and how many of them are exp2s a
   polynomial on the FMA pipe could take instead) and the FP32 pipe (the SFU is softcap's bottleneck).
 """
@@ -186,6 +193,47 @@ def separate(e: Expr) -> Expr:
                     return op(kind, separate(op("mul", p, u)), separate(op("mul", q, u)))
                 return op("mul", x, u)
     return op(e.op, *(separate(a) for a in e.args))
+
+
+def _nonneg(e: Expr) -> bool:
+    """Whether an integer expression is provably ≥ 0: the query and key indices, non-negative constants,
+    and sums, products and absolute values of such."""
+    if isinstance(e, Const):
+        return e.type == I32 and int(e.value) >= 0
+    if isinstance(e, Var):
+        return e.name in ("q_idx", "kv_idx")
+    if isinstance(e, Op) and e.type == I32:
+        if e.op == "abs":
+            return True
+        if e.op in ("add", "mul"):
+            return all(_nonneg(a) for a in e.args)
+    return False
+
+
+def _divisible(x: Expr, d: Expr) -> Expr | None:
+    """`a % d == b % d` for `x % d == 0` with x = a − b (or |a − b|) as `congruences` allows, else None."""
+    if isinstance(x, Op) and x.op == "abs":
+        x = x.args[0]  # d divides |x| exactly when it divides x
+    if not (isinstance(x, Op) and x.op == "sub" and x.type == I32 and d.type == I32):
+        return None
+    a, b = x.args
+    if not (_nonneg(a) and _nonneg(b)) or level(a) == level(b) or level(d) != "uniform":
+        return None
+    return op("eq", op("mod", a, d), op("mod", b, d))
+
+
+@functools.lru_cache(maxsize=65536)
+def congruences(e: Expr) -> Expr:
+    if not isinstance(e, Op):
+        return e
+    args = tuple(congruences(a) for a in e.args)
+    if e.op in ("eq", "ne"):
+        for m, z in (args, args[::-1]):
+            if isinstance(m, Op) and m.op == "mod" and z == Const(0, I32):
+                got = _divisible(*m.args)
+                if got is not None:
+                    return got if e.op == "eq" else op("not", got)
+    return op(e.op, *args)
 
 
 def rendered_score(score: Expr, *, softmax: bool) -> Expr | None:

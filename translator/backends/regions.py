@@ -291,7 +291,7 @@ def emit_score_lambda(
     A block on which a clamp of the score saturates (`kernel_ir.passes.saturations`, tested once a block
     over its rectangle of rows and keys) runs the region with the clamp's bound in its place."""
     value = reg.value
-    masks = list(reg.ir.masks)
+    masks = [passes.congruences(m) for m in reg.ir.masks]
     sats = passes.saturations(value) if row is None else []
     row = row or "m_block * kBlockM + get<0>(coords(r, 0))"
     lam = "auto apply_score = [&](auto& acc_s, int n_block, auto masked)"
