@@ -117,7 +117,9 @@ INFERENCE_PARAMS: tuple[tuple[str, str, str], ...] = (
     *stride_params("q", "k", "v", "o"),
     *SCALE_WINDOW_PARAMS,
 )
-COMBINE_THREADS = 256  # one block per output row: its eight warps share the row's splits
+COMBINE_THREADS = 256  # eight warps; `warps_per_row` of them share one output row's splits
+COMBINE_CHUNK = 4  # partial rows one warp of the combine kernel loads together
+LEGACY_COMBINE_THREADS = 128  # combine kernels built before `warps_per_row`: one warp per row
 COMBINE_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("o_accum", "const float*", "uintp"),
     ("lse_accum", "const float*", "uintp"),
@@ -128,6 +130,7 @@ COMBINE_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("heads", "int", "int32"),
     ("num_splits", "int", "int32"),
     *stride_params("o"),
+    ("warps_per_row", "int", "int32"),  # 1, 2, 4 or 8 (runner.decode.combine_warps_per_row)
 )
 
 

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.abi import (
+    COMBINE_CHUNK,
     COMBINE_PARAMS,
     COMBINE_THREADS,
     INFERENCE_PARAMS,
+    LEGACY_COMBINE_THREADS,
     TMA_ABI,
     TMA_PARAMS,
     LaunchSpec,
@@ -66,6 +68,14 @@ def num_splits_heuristic(tiles: int, n_blocks: int, sms: int, per_sm: int) -> in
         return good
     best = max(efficiency(s) for s in range(1, limit + 1))
     return next(s for s in range(1, limit + 1) if efficiency(s) >= 0.95 * best)
+
+
+def combine_warps_per_row(splits: int) -> int:
+    """How many of the combine kernel's warps share one output row: enough that each loads about one
+    chunk of partial rows (`COMBINE_CHUNK`, all in flight together), at most the block's warps."""
+    warps = COMBINE_THREADS // 32
+    want = math.ceil(splits / COMBINE_CHUNK)
+    return next((w for w in (1, 2, 4) if w >= want), warps)
 
 
 def tile_grid(spec: LaunchSpec, max_seqlen_q: int, heads: int, heads_kv: int) -> tuple[int, int]:
@@ -214,6 +224,7 @@ class _Plan:
     combine: StructLauncher | None
     grid: tuple[int, int, int]
     combine_grid: tuple[int, int, int]
+    combine_block: int  # threads of a combine block
     o_shape: tuple[int, ...]
     lse_shape: tuple[int, ...]
     accum_numel: tuple[int, int]  # (o_accum, lse_accum) floats; (0, 0) without splits
@@ -263,7 +274,7 @@ class _Plan:
             if self.combine is not None:
                 self.combine.set({"o_accum": values["o_accum"], "lse_accum": values["lse_accum"],
                                   "o": ptrs[3], "lse": values["lse"]})  # fmt: skip
-                self.combine.fire(self.combine_grid, COMBINE_THREADS, 0, stream)
+                self.combine.fire(self.combine_grid, self.combine_block, 0, stream)
         del accum  # freed in stream order: the caching allocator reuses it only after these launches
         return o, lse
 
@@ -411,10 +422,18 @@ def _plan(
         combine.set({"batch": batch, "max_seqlen_q": max_seqlen_q, "heads": heads, "num_splits": splits,
                      **dict(zip(o_names, o_strides, strict=True))})  # fmt: skip
     rows = batch * heads * max_seqlen_q
+    combine_block = COMBINE_THREADS
+    if combine is not None and inf.get("combine_warps"):
+        per_row = combine_warps_per_row(splits)
+        combine.set({"warps_per_row": per_row})
+        combine_grid = (math.ceil(rows / (inf["combine_warps"] // per_row)), 1, 1)
+    else:  # a kernel built before `warps_per_row` (no "combine_warps"): four rows of one warp a block
+        combine_block = LEGACY_COMBINE_THREADS
+        combine_grid = (math.ceil(rows / (LEGACY_COMBINE_THREADS // 32)), 1, 1)
     accum = (splits * rows * spec.head_dim_v, splits * rows) if splits > 1 else (0, 0)
     return _Plan(
         loaded=loaded, main=main, combine=combine, grid=(m_blocks * splits, batch, heads_z),
-        combine_grid=(rows, 1, 1), o_shape=o_shape, lse_shape=lse_shape,
+        combine_grid=combine_grid, combine_block=combine_block, o_shape=o_shape, lse_shape=lse_shape,
         accum_numel=accum, dtype=dtype, device=device, empty=batch == 0 or total_q == 0 or heads == 0,
         used=(bool(page), not varlen and cache_seqlens is not None, varlen, varlen), tail=tail,
         tma=spec.uses_tma,

@@ -115,7 +115,7 @@ class _FakeDriver:
         return (0,)
 
 
-PAGED = {"page_size": 64, "pack_gqa": True, "varlen": False, "combine": "k_combine"}
+PAGED = {"page_size": 64, "pack_gqa": True, "varlen": False, "combine": "k_combine", "combine_warps": 8}
 
 
 def _loaded(inference: dict, **spec_kw: Any) -> Any:
@@ -185,7 +185,33 @@ def test_decode_launch_passes_the_abi_and_combines_the_splits(fake_driver: _Fake
     _, cgrid, cblock, cargs = fake.launches[3]
     cnamed = dict(zip((p[0] for p in COMBINE_PARAMS), cargs, strict=True))
     assert cnamed["num_splits"] == 5 and cnamed["o"] == o.data_ptr() and cnamed["o_accum"] == named["o_accum"]
-    assert cgrid == (batch * heads, 1, 1) and cblock == 256  # one block per output row
+    # 5 splits: two warps a row (a chunk of 4 partial rows each), so four rows to a block of eight warps
+    assert cnamed["warps_per_row"] == 2 and cgrid == (math.ceil(batch * heads / 4), 1, 1) and cblock == 256
+
+
+@pytest.mark.parametrize(("splits", "per_row"), [(1, 1), (3, 1), (4, 1), (5, 2), (8, 2), (9, 4), (16, 4),
+                                                 (17, 8), (45, 8), (128, 8)])  # fmt: skip
+def test_the_combine_gives_each_warp_about_one_chunk_of_splits(splits: int, per_row: int) -> None:
+    from runner.decode import combine_warps_per_row
+
+    assert combine_warps_per_row(splits) == per_row
+
+
+def test_a_combine_built_before_warps_per_row_keeps_its_launch(fake_driver: _FakeDriver) -> None:
+    """A kernel whose launch spec predates `combine_warps` (a .cu built earlier): one warp per row,
+    four rows to a block of 128 threads, as it was compiled for."""
+    import runner.decode as decode
+
+    fake = fake_driver
+    legacy = {k: v for k, v in PAGED.items() if k != "combine_warps"}
+    loaded = _loaded(legacy | {"splits": 0})
+    q = torch.randn(3, 1, 8, 64).to(torch.bfloat16)
+    k = torch.randn(10, 64, 2, 64).to(torch.bfloat16)
+    table = torch.arange(12, dtype=torch.int32).reshape(3, 4) % 10
+    lens = torch.tensor([5, 200, 0], dtype=torch.int32)
+    decode.decode_attention(loaded, q, k, k, block_table=table, cache_seqlens=lens, num_splits=5)
+    _, cgrid, cblock, _ = fake.launches[-1]
+    assert cgrid == (math.ceil(3 * 8 / 4), 1, 1) and cblock == 128
 
 
 def test_decode_launch_refuses_a_paged_kernel_without_its_table() -> None:

@@ -1,12 +1,14 @@
 """The generated split-KV combine kernel, executed on the CPU (tests/translator/warp_emulator.py): its
 LSE merge and weighted sum of the partial rows against a float64 reference, every element, with empty
 splits (LSE −inf, partial rows NaN: never read), a row whose every split is empty (O = 0, LSE = +inf),
-split counts from 2 to 128 and head dims 64 to 256, at the output strides of a (batch, seqlen_q, heads,
+split counts from 2 to 128, head dims 64 to 256, every number of warps a row
+(1, 2, 4, 8), at the output strides of a (batch, seqlen_q, heads,
 d) tensor. On the GPU the whole decode is verified by benchmarks/verify_decode.py."""
 
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 from functools import cache
 from pathlib import Path
@@ -17,6 +19,7 @@ from warp_emulator import build
 
 from pipeline.build import translate_text
 from runner.abi import COMBINE_PARAMS, COMBINE_THREADS
+from runner.decode import combine_warps_per_row
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inference" / "paged_decode.tl"
 
@@ -42,13 +45,16 @@ def _reference(o_acc: np.ndarray, lse_acc: np.ndarray) -> tuple[np.ndarray, np.n
     return o, lse
 
 
+@pytest.mark.parametrize("per_row", [1, 2, 4, 8, None], ids=lambda w: f"warps_per_row={w or 'auto'}")
 @pytest.mark.parametrize(
     ("batch", "heads", "seqlen_q", "splits", "d"),
-    [(1, 4, 1, 45, 128), (2, 3, 2, 5, 64), (1, 2, 1, 128, 256), (1, 3, 1, 33, 128), (2, 1, 1, 2, 128)],
+    [(1, 4, 1, 45, 128), (2, 3, 2, 5, 64), (1, 2, 1, 128, 256), (1, 3, 1, 33, 128), (2, 5, 1, 2, 128)],
 )
 def test_the_combine_merges_the_splits_by_their_lse(
-    batch: int, heads: int, seqlen_q: int, splits: int, d: int
+    batch: int, heads: int, seqlen_q: int, splits: int, d: int, per_row: int | None
 ) -> None:
+    """Every share of a row among the block's warps (None: the launch's choice); the row counts leave
+    the last block part empty where a block holds several rows."""
     rng = np.random.default_rng(splits * 1000 + d)
     rows = batch * heads * seqlen_q
     lse_acc = rng.normal(0.0, 3.0, (splits, rows)).astype(np.float32)
@@ -62,8 +68,10 @@ def test_the_combine_merges_the_splits_by_their_lse(
     lib = _combine(d)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     strides = [s // 4 for s in o.strides[:3]]  # elements: (batch, row, head)
-    lib.launch(rows, COMBINE_THREADS, ptr(o_acc), ptr(lse_acc), ptr(o), ptr(lse), batch, seqlen_q, heads,
-               splits, *strides)  # fmt: skip
+    per_row = per_row or combine_warps_per_row(splits)
+    grid = math.ceil(rows / (COMBINE_THREADS // 32 // per_row))
+    lib.launch(grid, COMBINE_THREADS, ptr(o_acc), ptr(lse_acc), ptr(o), ptr(lse), batch, seqlen_q, heads,
+               splits, *strides, per_row)  # fmt: skip
     want_o, want_lse = _reference(o_acc.astype(np.float64), lse_acc.astype(np.float64))
     got_o = o.transpose(0, 2, 1, 3).reshape(rows, d)  # row = (b · heads + h) · seqlen_q + i
     assert np.array_equal(np.isinf(lse), np.isinf(want_lse)) and np.isinf(lse[rows - 1]) and lse[rows - 1] > 0

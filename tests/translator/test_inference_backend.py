@@ -49,6 +49,7 @@ def test_paged_decode_reads_rows_through_the_block_table() -> None:
     t = _translate(next(p for p in EXAMPLES if p.stem == "paged_decode"), "sm_80")
     assert t.spec.inference == {
         "splits": 0, "page_size": 64, "pack_gqa": True, "varlen": False, "combine": "paged_decode_combine",
+        "combine_warps": 8,
     }  # fmt: skip
     assert "block_table[bidb * max_pages + key / kPageSize]" in t.source
     assert "constexpr int kPageSize = 64;" in t.source

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.abi import ATTENTION_PARAMS, LaunchSpec, program_params
+from runner.abi import ATTENTION_PARAMS, COMBINE_THREADS, LaunchSpec, program_params
 from tl_language.inference import Inference
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
@@ -57,4 +57,6 @@ def inference_spec(inf: Inference, combine: str | None) -> dict[str, Any]:
         "pack_gqa": inf.pack_gqa,
         "varlen": inf.varlen,
         "combine": combine,
+        # the combine's warps a block, which the launch shares out by rows (`warps_per_row`)
+        **({"combine_warps": COMBINE_THREADS // 32} if combine else {}),
     }

@@ -13,7 +13,14 @@ O = Σ_s exp(LSE_s − LSE) · O_s, in fp32, written in the input dtype.
 
 from __future__ import annotations
 
-from runner.abi import COMBINE_PARAMS, COMBINE_THREADS, INFERENCE_PARAMS, LaunchSpec, program_params
+from runner.abi import (
+    COMBINE_CHUNK,
+    COMBINE_PARAMS,
+    COMBINE_THREADS,
+    INFERENCE_PARAMS,
+    LaunchSpec,
+    program_params,
+)
 from tl_language.inference import MAX_SPLITS
 from translator.backends.arch import ELEMENT, arch_facts, smem_bytes
 from translator.backends.finish import inference_spec, launch_spec, render
@@ -122,10 +129,11 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
     warps = COMBINE_THREADS // 32
     w.line()
     with w.tl(plan.line_of("splits"), "merge the splits' partial O by their LSE"):
-        w.comment(f"One thread block per output row; its {warps} warps share the splits (split s to warp")
-        w.comment(f"s mod {warps}) and every partial row a warp reads is in flight at once, then shared")
-        w.comment("memory sums the warps. A decode of few rows (B 1: 32 rows, 45 splits) is latency-bound:")
-        w.comment("one warp walking a row's splits waited a round trip per few splits (docs/performance.md).")
+        w.comment(f"{warps} warps a block; `warps_per_row` of them (1, 2, 4 or {warps}, by the split count)")
+        w.comment("share one output row's splits, split s to warp s mod warps_per_row, with")
+        w.comment(f"{COMBINE_CHUNK} partial rows in flight a warp; shared memory then sums a row's warps.")
+        w.comment("A decode of few rows and many splits (B 1: 32 rows, 45 splits) is latency-bound: one")
+        w.comment("warp walking a row's splits waited a round trip per few of them (docs/performance.md).")
         w.line(f'extern "C" __global__ void __launch_bounds__({COMBINE_THREADS}) {plan.kernel_name}_combine(')
         w.line("    " + ",\n    ".join(f"{c} {n}" for n, c, _ in COMBINE_PARAMS) + ")")
         with w.block(""):
@@ -133,22 +141,26 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
             w.line(f"constexpr int kHeadDimV = {d};")
             w.line("constexpr int kVecs = (kHeadDimV / 4 + 31) / 32;  // float4 columns per lane")
             w.line(f"constexpr int kSplitsPerLane = {MAX_SPLITS // 32};  // at most {MAX_SPLITS} splits")
-            w.line(f"constexpr int kWarps = {warps};  // the warps of a row's block share its splits")
-            w.line("constexpr int kPerWarp = 32 / kWarps;  // split lanes of one 32-split group per warp")
-            w.line("__shared__ float4 sAcc[kWarps - 1][32 * kVecs];  // warps 1.. hand their sums to warp 0")
+            w.line(f"constexpr int kWarps = {warps};")
+            w.line(f"constexpr int kChunk = {COMBINE_CHUNK};  // partial rows a warp loads together")
+            w.line("__shared__ float4 sAcc[kWarps][32 * kVecs];  // the warps of a row sum into its first")
             w.line("const int lane = threadIdx.x % 32;")
             w.line("const int warp = threadIdx.x / 32;")
-            w.line("const long long row = blockIdx.x;")
+            w.line("const int part = warp % warps_per_row;  // this warp's share of its row's splits")
+            w.line(
+                "const long long row = static_cast<long long>(blockIdx.x) * (kWarps / warps_per_row) + "
+                "warp / warps_per_row;"
+            )
             w.line(
                 "const long long rows = static_cast<long long>(batch) * heads * max_seqlen_q;  "
                 "// one split's plane"
             )
-            w.line("if (row >= rows) return;  // the whole block: the grid is one block per row")
+            w.line("const bool row_in = row < rows;  // the last block's tail (no return: a barrier follows)")
             w.line("float lse_s[kSplitsPerLane];  // split lane + 32 j: −inf past num_splits and when empty")
             w.line("CUTE_UNROLL")
             with w.block("for (int j = 0; j < kSplitsPerLane; ++j)"):
                 w.line("const int s = lane + 32 * j;")
-                w.line(f"lse_s[j] = s < num_splits ? lse_accum[s * rows + row] : {NEG_INF};")
+                w.line(f"lse_s[j] = row_in && s < num_splits ? lse_accum[s * rows + row] : {NEG_INF};")
             w.line(f"float m = {NEG_INF};")
             w.line("CUTE_UNROLL")
             w.line("for (int j = 0; j < kSplitsPerLane; ++j) m = fmaxf(m, lse_s[j]);")
@@ -160,9 +172,7 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
             w.line("for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);")
             w.line("const bool empty = !(sum > 0.f);  // no split kept a key: O = 0, LSE = +inf")
             w.line(f"const float lse_row = empty ? {POS_INF} : m + logf(sum);")
-            w.line(
-                "if (threadIdx.x == 0) lse[row] = lse_row;  // (batch, heads, max_seqlen_q) as `row`"
-            )
+            w.line("if (row_in && part == 0 && lane == 0) lse[row] = lse_row;  // (batch, heads, seqlen_q)")
             w.line("float w_s[kSplitsPerLane];  // each split's weight exp(LSE_s − LSE); 0 for an empty one")
             w.line("CUTE_UNROLL")
             w.line("for (int j = 0; j < kSplitsPerLane; ++j)")
@@ -175,37 +185,39 @@ def _emit_combine(w: CodeWriter, plan: KernelPlan) -> None:
             w.line("CUTE_UNROLL")
             with w.block("for (int j = 0; j < kSplitsPerLane; ++j)"):
                 w.line("if (32 * j >= num_splits) break;")
-                w.line("float wt[kPerWarp];")
-                w.line("float4 x[kPerWarp][kVecs];")
-                w.line("CUTE_UNROLL")
-                w.line("for (int u = 0; u < kPerWarp; ++u)  // 0 past num_splits")
-                w.line("  wt[u] = __shfl_sync(0xffffffff, w_s[j], warp + kWarps * u);")
-                w.line("CUTE_UNROLL")
-                with w.block("for (int u = 0; u < kPerWarp; ++u)"):
-                    w.line("const float4* part = src + (32 * j + warp + kWarps * u) * plane;")
+                w.comment("split lanes t0 + u · warps_per_row of group j (kChunk · warps_per_row divides 32)")
+                w.line("CUTE_NO_UNROLL")
+                with w.block("for (int t0 = part; t0 < 32; t0 += kChunk * warps_per_row)"):
+                    w.line("float wt[kChunk];")
+                    w.line("float4 x[kChunk][kVecs];")
                     w.line("CUTE_UNROLL")
-                    with w.block("for (int v = 0; v < kVecs; ++v)"):
-                        w.line("const int c4 = lane + 32 * v;")
-                        w.line(
-                            "x[u][v] = wt[u] != 0.f && c4 < kHeadDimV / 4 ? part[c4] : "
-                            "make_float4(0.f, 0.f, 0.f, 0.f);"
-                        )
-                w.line("CUTE_UNROLL")
-                with w.block("for (int u = 0; u < kPerWarp; ++u)"):
+                    w.line("for (int u = 0; u < kChunk; ++u)  // 0 past num_splits")
+                    w.line("  wt[u] = __shfl_sync(0xffffffff, w_s[j], t0 + u * warps_per_row);")
                     w.line("CUTE_UNROLL")
-                    with w.block("for (int v = 0; v < kVecs; ++v)"):
-                        w.line("acc[v].x += wt[u] * x[u][v].x; acc[v].y += wt[u] * x[u][v].y;")
-                        w.line("acc[v].z += wt[u] * x[u][v].z; acc[v].w += wt[u] * x[u][v].w;")
-            with w.block("if (warp > 0)"):
+                    with w.block("for (int u = 0; u < kChunk; ++u)"):
+                        w.line("const float4* p = src + (32 * j + t0 + u * warps_per_row) * plane;")
+                        w.line("CUTE_UNROLL")
+                        with w.block("for (int v = 0; v < kVecs; ++v)"):
+                            w.line("const int c4 = lane + 32 * v;")
+                            w.line(
+                                "x[u][v] = wt[u] != 0.f && c4 < kHeadDimV / 4 ? p[c4] : "
+                                "make_float4(0.f, 0.f, 0.f, 0.f);"
+                            )
+                    w.line("CUTE_UNROLL")
+                    with w.block("for (int u = 0; u < kChunk; ++u)"):
+                        w.line("CUTE_UNROLL")
+                        with w.block("for (int v = 0; v < kVecs; ++v)"):
+                            w.line("acc[v].x += wt[u] * x[u][v].x; acc[v].y += wt[u] * x[u][v].y;")
+                            w.line("acc[v].z += wt[u] * x[u][v].z; acc[v].w += wt[u] * x[u][v].w;")
+            with w.block("if (part > 0)"):
                 w.line("CUTE_UNROLL")
-                w.line("for (int v = 0; v < kVecs; ++v) sAcc[warp - 1][lane + 32 * v] = acc[v];")
+                w.line("for (int v = 0; v < kVecs; ++v) sAcc[warp][lane + 32 * v] = acc[v];")
             w.line("__syncthreads();")
-            w.line("if (warp > 0) return;")
-            w.line("CUTE_UNROLL")
-            with w.block("for (int r = 0; r < kWarps - 1; ++r)"):
+            w.line("if (part > 0 || !row_in) return;")
+            with w.block("for (int r = 1; r < warps_per_row; ++r)"):
                 w.line("CUTE_UNROLL")
                 with w.block("for (int v = 0; v < kVecs; ++v)"):
-                    w.line("const float4 y = sAcc[r][lane + 32 * v];")
+                    w.line("const float4 y = sAcc[warp + r][lane + 32 * v];")
                     w.line("acc[v].x += y.x; acc[v].y += y.y; acc[v].z += y.z; acc[v].w += y.w;")
             w.line("const int i = static_cast<int>(row % max_seqlen_q);")
             w.line("const int h = static_cast<int>((row / max_seqlen_q) % heads);")
