@@ -70,12 +70,13 @@ def num_splits_heuristic(tiles: int, n_blocks: int, sms: int, per_sm: int) -> in
     return next(s for s in range(1, limit + 1) if efficiency(s) >= 0.95 * best)
 
 
-def combine_warps_per_row(splits: int) -> int:
-    """How many of the combine kernel's warps share one output row: enough that each loads about one
-    chunk of partial rows (`COMBINE_CHUNK`, all in flight together), at most the block's warps."""
-    warps = COMBINE_THREADS // 32
+def combine_warps_per_row(splits: int, warps: int = COMBINE_THREADS // 32) -> int:
+    """How many of the combine kernel's `warps` (a block's) share one output row: the fewest (a power of
+    two) for which each warp loads about one chunk of partial rows (`COMBINE_CHUNK`, all in flight
+    together), at most all of them and at most 32 / COMBINE_CHUNK (the kernel's split lanes)."""
     want = math.ceil(splits / COMBINE_CHUNK)
-    return next((w for w in (1, 2, 4) if w >= want), warps)
+    most = min(warps, 32 // COMBINE_CHUNK)
+    return next(w for w in (1, 2, 4, 8, 16, 32) if w >= want or w >= most)
 
 
 def tile_grid(spec: LaunchSpec, max_seqlen_q: int, heads: int, heads_kv: int) -> tuple[int, int]:
@@ -422,14 +423,16 @@ def _plan(
         combine.set({"batch": batch, "max_seqlen_q": max_seqlen_q, "heads": heads, "num_splits": splits,
                      **dict(zip(o_names, o_strides, strict=True))})  # fmt: skip
     rows = batch * heads * max_seqlen_q
-    combine_block = COMBINE_THREADS
-    if combine is not None and inf.get("combine_warps"):
-        per_row = combine_warps_per_row(splits)
-        combine.set({"warps_per_row": per_row})
-        combine_grid = (math.ceil(rows / (inf["combine_warps"] // per_row)), 1, 1)
-    else:  # a kernel built before `warps_per_row` (no "combine_warps"): four rows of one warp a block
-        combine_block = LEGACY_COMBINE_THREADS
-        combine_grid = (math.ceil(rows / (LEGACY_COMBINE_THREADS // 32)), 1, 1)
+    combine_grid, combine_block = (0, 1, 1), 0
+    if combine is not None:
+        warps = int(inf.get("combine_warps") or 0)
+        if warps:
+            per_row = combine_warps_per_row(splits, warps)
+            combine.set({"warps_per_row": per_row})
+            combine_grid, combine_block = (math.ceil(rows / (warps // per_row)), 1, 1), 32 * warps
+        else:  # a kernel built before `warps_per_row` (no "combine_warps"): four rows of one warp a block
+            legacy_rows = LEGACY_COMBINE_THREADS // 32
+            combine_grid, combine_block = (math.ceil(rows / legacy_rows), 1, 1), LEGACY_COMBINE_THREADS
     accum = (splits * rows * spec.head_dim_v, splits * rows) if splits > 1 else (0, 0)
     return _Plan(
         loaded=loaded, main=main, combine=combine, grid=(m_blocks * splits, batch, heads_z),
