@@ -95,10 +95,12 @@ class Measure:
 
 
 def examples(names: list[str] | None) -> list[Path]:
+    """The plain examples (examples/*.tl but the sketch), or the named ones from anywhere under
+    examples/ (the catalogue's `alibi`, the inference `paged_decode` …)."""
     paths = sorted(p for p in (ROOT / "examples").glob("*.tl") if p.stem != "sketch_fwd")
     if names:
         wanted = set(names)
-        paths = [p for p in paths if p.stem in wanted]
+        paths = [p for p in sorted((ROOT / "examples").rglob("*.tl")) if p.stem in wanted]
         missing = wanted - {p.stem for p in paths}
         if missing:
             raise SystemExit(f"compile_latency: no such example: {', '.join(sorted(missing))}")
@@ -429,7 +431,11 @@ def table(measures: list[Measure], modes: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--examples", default=None, help="comma-separated example names (default: all)")
+    ap.add_argument(
+        "--examples",
+        default=None,
+        help="comma-separated example names, any under examples/ (default: the plain ones)",
+    )
     ap.add_argument("--targets", default=None, help="comma-separated TL Targets (default: each example's)")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("--device-arch", default=None, help="compile as for this device (e.g. sm_90)")

@@ -55,6 +55,17 @@ def test_translate_keeps_examples_untouched_and_retargets() -> None:
     assert sorted(p.name for p in (ROOT / "examples").iterdir()) == before
 
 
+def test_examples_are_the_plain_ones_or_named_from_anywhere_under_examples() -> None:
+    plain = cl.examples(None)
+    assert {p.parent for p in plain} == {ROOT / "examples"} and "sketch_fwd" not in {p.stem for p in plain}
+    named = cl.examples(["alibi", "paged_decode", "mha_fwd"])
+    assert sorted(p.relative_to(ROOT).as_posix() for p in named) == [
+        "examples/inference/paged_decode.tl", "examples/mha_fwd.tl", "examples/variants/alibi.tl",
+    ]  # fmt: skip
+    with pytest.raises(SystemExit, match="no such example: nope"):
+        cl.examples(["alibi", "nope"])
+
+
 def test_the_runner_compiles_without_split_compile_or_fast_compile() -> None:
     # Both change the machine code: --split-compile=0 moved registers in hopper_mha_fwd and dropped 24
     # instructions from the sm_90a backward's dq_dk_dv, and its cubins differ from run to run (symbol
