@@ -7,8 +7,8 @@ results live. It is built for every target from sm_80 up, sm_90 included: decode
 once and is bound by memory bandwidth, and the cp.async pipeline keeps enough bytes in flight; TMA
 would not read a page table's scattered rows faster than 16-byte cp.async does.
 
-`<name>_combine` merges the splits: per output row (one thread block), LSE = log Σ_s exp(LSE_s) and
-O = Σ_s exp(LSE_s − LSE) · O_s, in fp32, written in the input dtype.
+`<name>_combine` merges the splits: per output row (1 to 8 warps of a block, `warps_per_row`), LSE =
+log Σ_s exp(LSE_s) and O = Σ_s exp(LSE_s − LSE) · O_s, in fp32, written in the input dtype.
 """
 
 from __future__ import annotations
