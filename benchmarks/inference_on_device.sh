@@ -8,7 +8,8 @@
 # 2. decode K+V bandwidth, every candidate as a CUDA graph replay (GPU time): TL paged / contiguous and
 #    their A/B builds (DECODE_AB, `--ab` values separated by spaces) and split factors vs cuDNN, SDPA FA2,
 #    FA4 (contiguous and page_table) when it imports;
-# 3. B 1 x 128k again with eager launches (the host overhead each library's Python call adds);
+# 3. the decode step's two kernels timed apart (benchmarks/decode_phases.py: step, attention kernel,
+#    combine) and B 1 x 128k again with eager launches (the host overhead each library's Python call adds);
 # 4. varlen prefill vs the padded batch and FlexAttention's document mask;
 # 5. FlexAttention's decode (torch.compile per shape), when time is left.
 # FA4: TL_FA4_SITE (or benchmarks/fa4_install.sh's /tmp/tl-fa4/site) is read through a sitecustomize,
@@ -48,6 +49,8 @@ grep -v '^ ' "$OUT/verify.log" | tail -8
 step decode 110 python3 benchmarks/decode.py $AB --split-factors "$SPLIT_FACTORS" --target-s 0.25 \
     --json "$OUT/decode.json"
 table decode; grep -E '^  [a-z]|FAIL|fa4' "$OUT/decode.log" | head -12
+step phases 60 python3 benchmarks/decode_phases.py --splits 22,90 --target-s 0.3 --json "$OUT/phases.json"
+sed -n '/^Decode phases/,$p' "$OUT/phases.log"
 step decode_eager 40 python3 benchmarks/decode.py --launch eager --shapes 1x131072 --target-s 0.25 \
     --candidates tl-paged,tl-contig,cudnn,sdpa-fa2,fa4,fa4-paged --json "$OUT/decode_eager.json"
 table decode_eager
