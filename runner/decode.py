@@ -76,7 +76,7 @@ def combine_warps_per_row(splits: int, warps: int = COMBINE_THREADS // 32) -> in
     together), at most all of them and at most 32 / COMBINE_CHUNK (the kernel's split lanes)."""
     want = math.ceil(splits / COMBINE_CHUNK)
     most = min(warps, 32 // COMBINE_CHUNK)
-    return next(w for w in (1, 2, 4, 8, 16, 32) if w >= want or w >= most)
+    return next(w for w in (1, 2, 4, 8) if w >= want or w >= most)
 
 
 def tile_grid(spec: LaunchSpec, max_seqlen_q: int, heads: int, heads_kv: int) -> tuple[int, int]:

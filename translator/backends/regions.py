@@ -84,6 +84,12 @@ class Regions:
         return passes.rendered_score(self.ir.score, softmax=self.softmax)
 
     @property
+    def masks(self) -> list[Expr]:
+        """The masks as the tile evaluates them per score (`kernel_ir.passes.congruences`: a divisibility
+        test of an index difference as two hoisted remainders); the reference keeps the program's."""
+        return [passes.congruences(m) for m in self.ir.masks]
+
+    @property
     def has_masks(self) -> bool:
         return bool(self.ir.masks)
 
@@ -291,7 +297,7 @@ def emit_score_lambda(
     A block on which a clamp of the score saturates (`kernel_ir.passes.saturations`, tested once a block
     over its rectangle of rows and keys) runs the region with the clamp's bound in its place."""
     value = reg.value
-    masks = [passes.congruences(m) for m in reg.ir.masks]
+    masks = reg.masks
     sats = passes.saturations(value) if row is None else []
     row = row or "m_block * kBlockM + get<0>(coords(r, 0))"
     lam = "auto apply_score = [&](auto& acc_s, int n_block, auto masked)"
@@ -364,7 +370,7 @@ def _score_loops(
 
 def emit_uniforms(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
     """Per-(batch, head) values of every region, once per tile (after bidb, bidh and bidh_kv)."""
-    roots = [r for r in (reg.value, *reg.ir.masks, reg.ir.sink, reg.ir.output_scale) if r is not None]
+    roots = [r for r in (reg.value, *reg.masks, reg.ir.sink, reg.ir.output_scale) if r is not None]
     if reg.fold is not None:
         roots.append(reg.fold)
     lv = passes.levels(roots)
