@@ -30,6 +30,13 @@
   ten integer instructions). Exact for any d ≠ 0: both remainders of non-negative operands lie in
   [0, |d|), and d divides a − b exactly when they are equal; d = 0 divides by zero in both forms. The
   renderers apply it to the masks they evaluate per score; the reference keeps the program's form.
+- `column_bounds`: the masks that bound the key index by a per-row value, `kv_idx ≤ U(row)` or
+  `kv_idx ≥ L(row)` (an affine comparison with kv_idx's coefficient ±1, `abs(x) ≤ w` as two of them, an
+  `or` of same-direction bounds and of per-row conditions as the max / min of its arms), become one interval
+  of block-local columns per row, so a masked score costs two compares against per-row limits instead of
+  the masks' index arithmetic (FlashAttention's column limits, derived). The bounds are sums of the
+  masks' own subexpressions (each evaluated as the mask evaluates it) and constants, added in 64 bits, so
+  the interval is exact where the masks' arithmetic does not overflow; the rest of the masks stay per score.
 - `score_cost`: what one score costs the SFU (MUFU instructions, and how many of them are exp2s a
   polynomial on the FMA pipe could take instead) and the FP32 pipe (the SFU is softcap's bottleneck).
 """
@@ -231,6 +238,127 @@ def congruences(e: Expr) -> Expr:
                 if got is not None:
                     return got if e.op == "eq" else op("not", got)
     return op(e.op, *args)
+
+
+KV_IDX = Var("kv_idx", I32)
+
+
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """Σ sign · term + offset: the terms are subexpressions of a mask (none varies per key), summed in 64
+    bits by the renderers."""
+
+    terms: tuple[tuple[int, Expr], ...]
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """`kv_idx ≤ max(alts)` (upper) or `kv_idx ≥ min(alts)` (lower), dropped on a row where one of
+    `unless` (per-row or uniform conditions) holds."""
+
+    upper: bool
+    alts: tuple[Linear, ...]
+    unless: tuple[Expr, ...] = ()
+
+    def roots(self) -> list[Expr]:
+        return [t for a in self.alts for _, t in a.terms] + list(self.unless)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnBounds:
+    bounds: tuple[Bound, ...]  # the top-level conjuncts that are bounds: one interval per row
+    # The other conjuncts, evaluated per score as before. A bound inside one (sink tokens' `kv_idx < n_sink |
+    # window`) stays there: compares against per-row limits under an `or` ran out of predicate registers
+    # in the sm_90 kernel (P2R spills, 4328 against 3848 instructions, 5–7 % slower on the H200;
+    # docs/results/2026-12-01-h200-variants-column-limits.json).
+    rest: tuple[Expr, ...]
+
+
+def _linear(e: Expr, sign: int, terms: list[tuple[int, Expr]]) -> int:
+    """Flatten the sums, differences and negations of an integer expression into `terms`; the constant."""
+    if isinstance(e, Const) and e.type == I32:
+        return sign * int(e.value)
+    if isinstance(e, Op) and e.type == I32 and e.op in ("add", "sub"):
+        a, b = e.args
+        return _linear(a, sign, terms) + _linear(b, sign if e.op == "add" else -sign, terms)
+    if isinstance(e, Op) and e.type == I32 and e.op == "neg":
+        return _linear(e.args[0], -sign, terms)
+    terms.append((sign, e))
+    return 0
+
+
+def _comparison_bound(lhs: Expr, rhs: Expr, strict: bool) -> Bound | None:
+    """The bound of `lhs ≤ rhs` (`<` when `strict`) on kv_idx, when kv_idx enters it once with
+    coefficient ±1 and nothing else in it varies per key."""
+    if lhs.type != I32 or rhs.type != I32:
+        return None
+    terms: list[tuple[int, Expr]] = []
+    offset = _linear(lhs, 1, terms) + _linear(rhs, -1, terms)  # lhs − rhs ≤ −strict
+    coef = sum(sg for sg, t in terms if t == KV_IDX)
+    rest = [(sg, t) for sg, t in terms if t != KV_IDX]
+    if coef not in (1, -1) or any(level(t) not in ("uniform", "row") for _, t in rest):
+        return None
+    c = -1 if strict else 0
+    if coef == 1:  # kv + R ≤ c  ⇔  kv ≤ c − R
+        return Bound(True, (Linear(tuple((-sg, t) for sg, t in rest), c - offset),))
+    return Bound(False, (Linear(tuple(rest), offset - c),))  # −kv + R ≤ c  ⇔  kv ≥ R − c
+
+
+def _comparison_bounds(e: Op) -> list[Bound] | None:
+    """The one or two bounds a comparison (`≤`, `<`, `≥`, `>`; `abs(x) ≤ w` too) is equivalent to."""
+    a, b = e.args if e.op in ("le", "lt") else e.args[::-1]  # as a ≤ b (or a < b)
+    strict = e.op in ("lt", "gt")
+    if isinstance(a, Op) and a.op == "abs" and a.type == I32 and level(b) in ("uniform", "row"):
+        x = a.args[0]  # |x| ≤ b  ⇔  x ≤ b  and  −x ≤ b
+        both = [_comparison_bound(x, b, strict), _comparison_bound(Op("neg", (x,), I32), b, strict)]
+        return None if any(v is None for v in both) else both  # type: ignore[return-value]
+    got = _comparison_bound(a, b, strict)
+    return None if got is None else [got]
+
+
+def _bounds_of(e: Expr) -> list[Bound] | None:
+    """The bounds a conjunct is exactly equivalent to, or None."""
+    if not (isinstance(e, Op) and e.type == BOOL):
+        return None
+    if e.op in ("le", "lt", "ge", "gt"):
+        return _comparison_bounds(e)
+    if e.op == "or":
+        arms: list[Expr] = []
+        stack = list(e.args)
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Op) and x.op == "or":
+                stack.extend(x.args)
+            else:
+                arms.append(x)
+        unless = tuple(x for x in arms if level(x) in ("uniform", "row"))
+        found = [_bounds_of(x) for x in arms if level(x) not in ("uniform", "row")]
+        if not found or any(f is None or len(f) != 1 for f in found):
+            return None
+        bounds = [f[0] for f in found]  # type: ignore[index]
+        if len({b.upper for b in bounds}) != 1 or any(b.unless for b in bounds):
+            return None
+        return [Bound(bounds[0].upper, tuple(a for b in bounds for a in b.alts), unless)]
+    return None
+
+
+def column_bounds(masks: list[Expr]) -> ColumnBounds:
+    """Split the masks' conjunction into per-row bounds of kv_idx and the rest (`column_bounds` above)."""
+    bounds: list[Bound] = []
+    rest: list[Expr] = []
+    stack = list(reversed(masks))
+    while stack:
+        m = stack.pop()
+        if isinstance(m, Op) and m.op == "and":
+            stack.extend(reversed(m.args))
+            continue
+        got = _bounds_of(m)
+        if got is None:
+            rest.append(m)
+        else:
+            bounds.extend(got)
+    return ColumnBounds(tuple(bounds), tuple(rest))
 
 
 def rendered_score(score: Expr, *, softmax: bool) -> Expr | None:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from kernel_ir import passes
-from kernel_ir.expr import BOOL, F32, I32, Const, Expr, Load, Op, Var, walk
+from kernel_ir.expr import BOOL, COMPARISONS, F32, I32, Const, Expr, Load, Op, Var, walk
 from kernel_ir.program import Forward
 from runner.abi import BLOCK_MASK_PARAMS, BLOCK_MASK_THREADS, program_params
 from translator.backends.row_helpers import emit_normalize_rows
@@ -327,7 +327,12 @@ def _score_loops(
 ) -> None:
     """The column arrays and the row and column loops of `apply_score` for one form of the score region;
     `block`: the form's uniform values not hoisted per tile are read once here (a saturated clamp's)."""
-    roots = ([value] if value is not None else []) + masks
+    cb = passes.column_bounds(masks)
+    limited = bool(cb.bounds) and _key_compares(cb.rest) <= MAX_COMPARES_BESIDE_LIMITS
+    if limited:
+        masks = list(cb.rest)
+    bound_roots = [t for b in cb.bounds for t in b.roots()]
+    roots = ([value] if value is not None else []) + masks + bound_roots
     dead = NEG_INF if reg.softmax else "0.f"
     before = set(reg.temps)
     if block:
@@ -348,12 +353,16 @@ def _score_loops(
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
         w.line(f"const int row = {row};")
         reg.hoist(w, roots, "row", prefix="tl_r")
+        if limited:
+            _emit_column_limits(w, reg, cb)
         w.line("CUTE_UNROLL")
         with w.block("for (int c = 0; c < kCols; ++c)"):
             w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
             if reg.fma_exps:
                 w.line(f"const bool tl_fma = {fma_predicate(reg.fma_exps)};  // exp2s on the FP32 pipe")
                 reg.fma = "tl_fma"
+            if limited:
+                w.line("const int tl_k = get<1>(coords(r, c)) - tl_col0;  // a constant once unrolled")
             reg.hoist(w, roots, "elem", prefix="tl_e")
             if value is not None:
                 w.line(f"float x = {reg.c(value)};")
@@ -362,10 +371,66 @@ def _score_loops(
             reg.fma = "false"
             keep = " && ".join(reg.c(m) for m in masks) or "true"
             with w.block("if constexpr (decltype(masked)::value)"):
-                w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
+                if limited:
+                    inside = "tl_k >= tl_lo && tl_k <= tl_hi"
+                    w.line(f"if (!({inside}{'' if keep == 'true' else ' && ' + keep})) x = {dead};")
+                else:
+                    w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
             w.line("scores(r, c) = x;")
     for n in [n for n in reg.temps if n not in before]:
         del reg.temps[n]
+
+
+# The row's column limits replace the masks' index arithmetic only when at most this many other compares
+# per key stay beside them: the limits' compares take immediates, so ptxas issues them early, and with
+# two more (sink tokens + window's `kv_idx < n_sink | window`) the sm_90 kernel ran out of predicate
+# registers (153 P2R, 4576 instructions against 3848; 5–7 % slower on the H200 in the first version,
+# docs/results/2026-12-01-h200-variants-column-limits.json). One (a document id, the dilated window's
+# remainders) costs nothing (document mask 4160 → 4128 instructions, dilated window +7 %).
+MAX_COMPARES_BESIDE_LIMITS = 1
+
+
+def _key_compares(masks: tuple[Expr, ...]) -> int:
+    """Comparisons that vary per key (per-score, or per-key flags held across the rows)."""
+    lv = passes.levels(list(masks))
+    nodes = {n for m in masks for n in walk(m)}
+    return sum(1 for n in nodes if isinstance(n, Op) and n.op in COMPARISONS and lv[n] in ("col", "elem"))
+
+
+def _linear_c(reg: Regions, a: passes.Linear) -> str:
+    """A bound's sum in 64 bits (its terms as the masks evaluate them)."""
+    out = ""
+    for sign, t in a.terms:
+        term = f"static_cast<long long>({reg.c(t)})"
+        out = term if not out and sign > 0 else f"{out} {'+' if sign > 0 else '-'} {term}".lstrip()
+    if a.offset or not out:
+        out = f"{out} {'+' if a.offset >= 0 else '-'} {abs(a.offset)}LL" if out else f"{a.offset}LL"
+    return out
+
+
+def _emit_column_limits(w: CodeWriter, reg: Regions, cb: passes.ColumnBounds) -> None:
+    """This row's kept keys as one interval [lo, hi] of the block's columns, relative to the thread's
+    first column (`kernel_ir.passes.column_bounds`); keys past seqlen_k are the upper end's first bound."""
+    w.comment("the masks' bounds on kv_idx as this row's interval of kept columns (64-bit: exact)")
+    w.line("long long tl_lo64 = 0;")
+    w.line("long long tl_hi64 = static_cast<long long>(seqlen_k) - 1;  // keys past seqlen_k: never kept")
+    for b in cb.bounds:
+        var, pick = ("tl_hi64", "max") if b.upper else ("tl_lo64", "min")
+        alts = [_linear_c(reg, a) for a in b.alts]
+        val = alts[0]
+        for a in alts[1:]:
+            val = f"cute::{pick}({val}, {a})"
+        better = "cute::min" if b.upper else "cute::max"
+        line = f"{var} = {better}({var}, {val});"
+        if b.unless:
+            cond = " || ".join(reg.c(u) for u in b.unless)
+            line = f"if (!({cond})) {line}"
+        w.line(line)
+    w.line("const int tl_col0 = get<1>(coords(r, 0));")
+    w.line("const long long tl_base = static_cast<long long>(n_block) * kBlockN + tl_col0;")
+    w.line("const long long tl_n = kBlockN;  // the limits clamped to ±kBlockN fit an int")
+    w.line("const int tl_lo = static_cast<int>(cute::max(cute::min(tl_lo64 - tl_base, tl_n), -tl_n));")
+    w.line("const int tl_hi = static_cast<int>(cute::max(cute::min(tl_hi64 - tl_base, tl_n), -tl_n));")
 
 
 def emit_uniforms(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
