@@ -37,6 +37,8 @@
   the masks' index arithmetic (FlashAttention's column limits, derived). The bounds are sums of the
   masks' own subexpressions (each evaluated as the mask evaluates it) and constants, added in 64 bits, so
   the interval is exact where the masks' arithmetic does not overflow; the rest of the masks stay per score.
+  `tile_range` takes the same bounds at a query tile's first and last row: the tile's key range in closed
+  form, which replaces the bisection over interval tests when every mask is such a bound.
 - `score_cost`: what one score costs the SFU (MUFU instructions, and how many of them are exp2s a
   polynomial on the FMA pipe could take instead) and the FP32 pipe (the SFU is softcap's bottleneck).
 """
@@ -341,6 +343,48 @@ def _bounds_of(e: Expr) -> list[Bound] | None:
             return None
         return [Bound(bounds[0].upper, tuple(a for b in bounds for a in b.alts), unless)]
     return None
+
+
+def tile_extreme(a: Linear, *, maximize: bool) -> Linear | None:
+    """The largest (or smallest) value of `a` over a query tile's rows, `a` with q_idx replaced by the
+    tile's first or last row (`Q_LO`, `Q_HI`) as its coefficient's sign says; None when another term
+    varies per row (a per-row table read)."""
+    coef = sum(sg for sg, t in a.terms if t == Var("q_idx", I32))
+    rest = [(sg, t) for sg, t in a.terms if t != Var("q_idx", I32)]
+    if any(level(t) != "uniform" for _, t in rest):
+        return None
+    row = Q_HI if (coef >= 0) == maximize else Q_LO
+    return Linear((*rest, *((1 if coef > 0 else -1, row) for _ in range(abs(coef)))), a.offset)
+
+
+@dataclass(frozen=True, slots=True)
+class TileRange:
+    """Over a query tile: every kept key lies in [max(0, max(lo_min)), min(seqlen_k − 1, min(hi_max))]
+    (each entry one bound's alternatives at their extreme rows; a min over the rows of a max of bounds
+    is at least the max of their mins, so the range may be wider than the kept keys, never narrower).
+    `exact`: every mask is a bound, every bound entered and at most one in each direction, so the ends
+    are the tile's own: a search for empty key blocks at the ends finds none, unless the rows keep no
+    key at all (a window of 0), which the kernels' trims of the range catch one block at a time."""
+
+    lo_min: tuple[tuple[Linear, ...], ...]
+    hi_max: tuple[tuple[Linear, ...], ...]
+    exact: bool
+
+
+def tile_range(cb: ColumnBounds) -> TileRange:
+    """The key range of a query tile from the masks' bounds, in closed form (`tile_extreme`)."""
+    lo: list[tuple[Linear, ...]] = []
+    hi: list[tuple[Linear, ...]] = []
+    exact = not cb.rest
+    for b in cb.bounds:
+        # an upper bound is the max of its alternatives: its largest value over the rows is the max of
+        # theirs; a lower bound, the min of its alternatives' smallest
+        alts = [tile_extreme(a, maximize=b.upper) for a in b.alts]
+        if b.unless or any(x is None for x in alts):
+            exact = False  # a bound a row may drop, or one read per row: left to the interval tests
+            continue
+        (hi if b.upper else lo).append(tuple(x for x in alts if x is not None))
+    return TileRange(tuple(lo), tuple(hi), exact and len(lo) <= 1 and len(hi) <= 1)
 
 
 def column_bounds(masks: list[Expr]) -> ColumnBounds:

@@ -242,3 +242,136 @@ def test_the_pairs_of_a_small_grid_through_the_reference():
         o2, l2 = forward_reference(Forward(score=score, masks=tuple(rebuilt), scalars=scalars), q, k, v,
                                    dtype=torch.float64)  # fmt: skip
         assert torch.equal(o1, o2) and torch.equal(l1, l2), name
+
+
+# ---- the key-block walk as the kernels emit it, run on the CPU ----------------------------------------
+
+HARNESS = r"""
+#include <algorithm>
+#include <cstdio>
+namespace cute {
+template <class A, class B> auto min(A a, B b) { return a < b ? a : b; }
+template <class A, class B> auto max(A a, B b) { return a > b ? a : b; }
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+}  // namespace cute
+using std::max;
+using std::min;
+int main() {
+  int seqlen_q, seqlen_k, m_block, prefix;
+  @SCALARS@
+  const int batch = 1, bidb = 0;
+  const int* prefix_ptr = &prefix;
+  constexpr int kBlockM = @BM@, kBlockN = @BN@;
+  while (std::scanf("%d %d %d %d@READ@", &seqlen_q, &seqlen_k, &m_block, &prefix@ADDRS@) == 4 + @NSCALARS@) {
+    @REGION@
+    if (n_block_max <= n_block_min) { std::printf("\n"); continue; }
+    for (int n = n_block_max - 1; n >= n_block_min; n = next_block(n))
+      std::printf("%d:%d ", n, block_class(n));
+    std::printf("\n");
+  }
+}
+"""
+
+
+def _walk_harness(variant: str, scalars: list[str], target: str) -> str:
+    """The kernel's range code (from `n_block_min` through the trims of the range) in a CPU harness that
+    reads (seqlen_q, seqlen_k, m_block, prefix, scalars…) lines and prints the key blocks it walks."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.variant_cases import for_shape
+    from pipeline.build import translate_text
+
+    text_ = (ROOT / "examples" / "variants" / f"{variant}.tl").read_text()  # sm_80: the file's own tiles
+    text_ = (
+        for_shape(text_, "bf16", 128)
+        if target == "sm_90"
+        else re.sub(r"(?m)^Target .*$", "Target sm_80", text_)
+    )
+    src = translate_text(text_, Path(f"{variant}.tl")).source
+    start = src.index("  int n_block_min = 0;")
+    end = src.index("++n_block_min;", start) + len("++n_block_min;")
+    # the per-(batch, head) values hoisted before it (the sm_80 kernel declares them first)
+    hoisted = re.findall(r"(?m)^\s*const (?:int|bool|float) tl_u\d+ = .*;.*$", src[:start])
+    region = "\n".join([*hoisted, *(ln for ln in src[start:end].splitlines() if not ln.startswith("#line"))])
+    bm = re.search(r"kBlockM = (\d+);", src)
+    bn = re.search(r"kBlockN = (\d+);", src)
+    assert bm and bn
+    subs = {
+        "@SCALARS@": " ".join(f"int scalar_{s};" for s in scalars),
+        "@READ@": " %d" * len(scalars),
+        "@ADDRS@": "".join(f", &scalar_{s}" for s in scalars),
+        "@NSCALARS@": str(len(scalars)),
+        "@BM@": bm.group(1),
+        "@BN@": bn.group(1),
+        "@REGION@": region,
+    }
+    out = HARNESS
+    for k, v in subs.items():
+        out = out.replace(k, v)
+    return out
+
+
+WALKS = {  # variant: (its scalars, a mask evaluator, whether the walk must be exactly the kept blocks)
+    "sliding_window": (["window_size"], lambda q, kv, e: kv <= q + e["sk"] - e["sq"]
+                       and q + e["sk"] - e["sq"] - kv < e["window_size"], True),
+    "prefix_lm": ([], lambda q, kv, e: kv < e["prefix"] or kv <= q + e["sk"] - e["sq"], True),
+    "sink_tokens_window": (["n_sink", "window_size"], lambda q, kv, e: kv <= q + e["sk"] - e["sq"] and (
+        kv < e["n_sink"] or q + e["sk"] - e["sq"] - kv < e["window_size"]), True),
+    "dilated_window": (["W", "dil"], lambda q, kv, e: abs(q - kv) <= e["W"]
+                       and abs(q - kv) % e["dil"] == 0, False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("variant", list(WALKS))
+def test_the_kernels_walk_every_kept_key_block(variant: str, target: str, tmp_path: Path):
+    """The emitted range (closed form, then the bisection where the masks are not all bounds) and
+    `next_block`, compiled with g++: every key block with a kept pair is walked, in descending order, with
+    class 2 only where every pair is kept; where the masks are affine, exactly those blocks."""
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    scalars, keep, tight = WALKS[variant]
+    src = tmp_path / "walk.cpp"
+    src.write_text(_walk_harness(variant, scalars, target))
+    exe = tmp_path / "walk"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(exe), str(src)], check=True, capture_output=True)
+    text_ = src.read_text()
+    bm = int(re.search(r"kBlockM = (\d+)", text_).group(1))  # type: ignore[union-attr]
+    bn = int(re.search(r"kBlockN = (\d+)", text_).group(1))  # type: ignore[union-attr]
+    rng = random.Random(variant)
+    cases = []
+    for _ in range(60):
+        sq, sk = rng.choice([1, 7, 130, 300, 513]), rng.choice([1, 9, 128, 300, 700])
+        env = {
+            "sq": sq,
+            "sk": sk,
+            "prefix": rng.randint(0, sk + 3),
+            "window_size": rng.choice([0, 1, 5, 64, 200, 10**9]),
+            "n_sink": rng.choice([0, 1, 4, 130]),
+            "W": rng.choice([0, 3, 100, 2**31 - 1]),
+            "dil": rng.choice([1, 2, 3]),
+        }
+        for m in range(-(-sq // bm)):
+            cases.append((env, m))
+    lines = "".join(f"{e['sq']} {e['sk']} {m} {e['prefix']} " + " ".join(str(e[s]) for s in scalars) + "\n"
+                    for e, m in cases)  # fmt: skip
+    out = subprocess.run(
+        [str(exe)], input=lines, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert len(out) == len(cases)
+    for (env, m), got_line in zip(cases, out, strict=True):
+        walked = [tuple(map(int, x.split(":"))) for x in got_line.split()]
+        assert [n for n, _ in walked] == sorted({n for n, _ in walked}, reverse=True), (env, m, walked)
+        rows = range(m * bm, min(env["sq"], (m + 1) * bm))
+        for n in range(-(-env["sk"] // bn)):
+            cols = range(n * bn, min(env["sk"], (n + 1) * bn))
+            kept = [keep(q, kv, env) for q in rows for kv in cols]
+            cls = dict(walked).get(n)
+            if any(kept):
+                assert cls in (1, 2), (variant, env, m, n, walked)
+            elif tight and env["window_size"] > 0:  # a window of 0 keeps no key: interval tests miss that
+                assert cls is None, (variant, env, m, n, walked)
+            if cls == 2:
+                assert all(kept) and len(cols) == bn, (variant, env, m, n)

@@ -179,12 +179,17 @@ def test_fma_exps_out_of_range_is_tl307_and_hover_documents_it():
 
 
 def test_the_key_block_range_is_found_by_bisection_or_eight_classes_a_step():
-    window = _sm90_source((ROOT / "examples/variants/sliding_window.tl").read_text())
+    window = _sm90_source((ROOT / "examples/variants/sink_tokens_window.tl").read_text())
     assert "auto blocks_empty = [&](int n_first, int n_end) -> bool" in window
     assert "if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;" in window
     assert "if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;" in window
     # the gap between a window and its sink tokens: crossed by bisection over the run's union too
     assert "if (blocks_empty(mid, n + 1)) hi = mid; else lo = mid + 1;" in window
+    # the causal bound narrows the range in closed form first
+    assert window.index("kv_hi_max = cute::min(kv_hi_max,") < window.index("blocks_empty(mid, n_block_max)")
+    # masks that are all bounds need no bisection: the closed form is the range
+    sliding = _sm90_source((ROOT / "examples/variants/sliding_window.tl").read_text())
+    assert "kv_lo_min = cute::max(kv_lo_min," in sliding and "blocks_empty(mid, n_block_max)" not in sliding
     documents = _sm90_source((ROOT / "examples/variants/document_mask.tl").read_text())
     assert "blocks_empty" not in documents  # classes from the launch-time buffer: no interval to bisect
     assert "for (int i = 0; i < 8; ++i) kept |= block_class(n_block_min + i);" in documents

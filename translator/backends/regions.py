@@ -483,6 +483,9 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
                 w.line("n = lo - 1;")
                 w.line("while (n >= n_block_min && block_class(n) == 0) --n;  // proven empty only alone")
                 w.line("return n;")
+        tr = passes.tile_range(passes.column_bounds(reg.masks))
+        if tr.lo_min or tr.hi_max:
+            _emit_tile_range(w, reg, tr)
         if reg.ir.block_mask:
             w.comment("the range: skip empty blocks at both ends, eight classes a step (independent loads,")
             w.comment("one memory latency per eight blocks), then one at a time")
@@ -496,7 +499,7 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
                     w.line(f"for (int i = 0; i < 8; ++i) kept |= block_class({probe});")
                     w.line("if (kept) break;")
                     w.line(f"{step};")
-        else:
+        elif not tr.exact:
             w.comment("the range: the longest empty runs of key blocks at both ends by bisection (one")
             w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
             w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
@@ -512,6 +515,36 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
             w.line("n_block_min = n_lo;")
         w.line("while (n_block_max > n_block_min && block_class(n_block_max - 1) == 0) --n_block_max;")
         w.line("while (n_block_min < n_block_max && block_class(n_block_min) == 0) ++n_block_min;")
+
+
+def _emit_tile_range(w: CodeWriter, reg: Regions, tr: passes.TileRange) -> None:
+    """[n_block_min, n_block_max) narrowed to the key blocks the masks' bounds allow over this query tile
+    (`kernel_ir.passes.tile_range`), in 64 bits: a handful of uniform operations, where a bisection over
+    interval tests costs a dozen tests on the tile's critical path (the producer's first load waits)."""
+    w.comment("the range from the masks' bounds on kv_idx over the tile's rows, in closed form (64-bit)")
+    w.line("{")
+    with w.indent():
+        w.line("const int q_lo = m_block * kBlockM;")
+        w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+        w.line("long long kv_lo_min = 0, kv_hi_max = static_cast<long long>(seqlen_k) - 1;")
+        for var, pick, better, entries in (
+            ("kv_lo_min", "min", "max", tr.lo_min),
+            ("kv_hi_max", "max", "min", tr.hi_max),
+        ):
+            for alts in entries:
+                val = _linear_c(reg, alts[0])
+                for a in alts[1:]:
+                    val = f"cute::{pick}({val}, {_linear_c(reg, a)})"
+                w.line(f"{var} = cute::{better}({var}, {val});")
+        with w.block("if (kv_hi_max < kv_lo_min)", "} else {"):
+            w.line("n_block_max = n_block_min;  // no row keeps a key")
+        with w.indent():
+            w.line("n_block_max = static_cast<int>(cute::min(static_cast<long long>(n_block_max), "
+                   "kv_hi_max / kBlockN + 1));")  # fmt: skip
+            w.line("n_block_min = static_cast<int>(cute::max(static_cast<long long>(n_block_min), "
+                   "kv_lo_min / kBlockN));")  # fmt: skip
+        w.line("}")
+    w.line("}")
 
 
 def _interval_class(w: CodeWriter, reg: Regions, bc: passes.BlockClass, tag_line: int | None) -> None:
