@@ -375,3 +375,29 @@ def test_the_kernels_walk_every_kept_key_block(variant: str, target: str, tmp_pa
                 assert cls is None, (variant, env, m, n, walked)
             if cls == 2:
                 assert all(kept) and len(cols) == bn, (variant, env, m, n)
+
+
+@pytest.mark.parametrize("coef", [-2, -1, 0, 1, 2])
+def test_a_bound_at_the_tiles_extreme_row_is_its_extreme(coef: int):
+    """`tile_extreme`: the bound `kv_idx ≤ coef·q_idx + seqlen_k − W` (and ≥) over rows q_lo…q_hi takes
+    its max (min) at the row its coefficient's sign picks."""
+    q_term: Expr = const(0)
+    for _ in range(abs(coef)):
+        q_term = op("add" if coef > 0 else "sub", q_term, Q)
+    rhs = op("sub", op("add", q_term, SK), W)
+    for upper in (True, False):
+        cb = passes.column_bounds([op("le", K, rhs) if upper else op("ge", K, rhs)])
+        ((b,),) = [cb.bounds]
+        ext = passes.tile_extreme(b.alts[0], maximize=upper)
+        assert ext is not None
+        for q_lo, q_hi in ((0, 127), (256, 300), (5, 5)):
+            env = {"seqlen_k": 1000, "W": 17, "q_lo": q_lo, "q_hi": q_hi}
+            rows = [_linear(b.alts[0], {**env, "q_idx": q}, {}) for q in range(q_lo, q_hi + 1)]
+            assert _linear(ext, env, {}) == (max(rows) if upper else min(rows)), (coef, upper, q_lo, q_hi)
+
+
+def test_a_bound_read_per_row_has_no_closed_form():
+    doc_q = Load("doc", (Var("batch_idx", I32), Q), I32)
+    cb = passes.column_bounds([op("le", K, doc_q), CAUSAL_MASK])
+    tr = passes.tile_range(cb)
+    assert len(cb.bounds) == 2 and len(tr.hi_max) == 1 and not tr.exact  # the causal bound alone enters
