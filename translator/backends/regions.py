@@ -408,6 +408,14 @@ def _linear_c(reg: Regions, a: passes.Linear) -> str:
     return out
 
 
+def _bound_c(reg: Regions, alts: tuple[passes.Linear, ...], *, upper: bool) -> str:
+    """A bound's value, the max (an upper bound) or min (a lower one) of its alternatives, in 64 bits."""
+    out = _linear_c(reg, alts[0])
+    for a in alts[1:]:
+        out = f"cute::{'max' if upper else 'min'}({out}, {_linear_c(reg, a)})"
+    return out
+
+
 def _emit_column_limits(w: CodeWriter, reg: Regions, cb: passes.ColumnBounds) -> None:
     """This row's kept keys as one interval [lo, hi] of the block's columns, relative to the thread's
     first column (`kernel_ir.passes.column_bounds`); keys past seqlen_k are the upper end's first bound."""
@@ -415,13 +423,8 @@ def _emit_column_limits(w: CodeWriter, reg: Regions, cb: passes.ColumnBounds) ->
     w.line("long long tl_lo64 = 0;")
     w.line("long long tl_hi64 = static_cast<long long>(seqlen_k) - 1;  // keys past seqlen_k: never kept")
     for b in cb.bounds:
-        var, pick = ("tl_hi64", "max") if b.upper else ("tl_lo64", "min")
-        alts = [_linear_c(reg, a) for a in b.alts]
-        val = alts[0]
-        for a in alts[1:]:
-            val = f"cute::{pick}({val}, {a})"
-        better = "cute::min" if b.upper else "cute::max"
-        line = f"{var} = {better}({var}, {val});"
+        var, better = ("tl_hi64", "cute::min") if b.upper else ("tl_lo64", "cute::max")
+        line = f"{var} = {better}({var}, {_bound_c(reg, b.alts, upper=b.upper)});"
         if b.unless:
             cond = " || ".join(reg.c(u) for u in b.unless)
             line = f"if (!({cond})) {line}"
@@ -527,15 +530,12 @@ def _emit_tile_range(w: CodeWriter, reg: Regions, tr: passes.TileRange) -> None:
         w.line("const int q_lo = m_block * kBlockM;")
         w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
         w.line("long long kv_lo_min = 0, kv_hi_max = static_cast<long long>(seqlen_k) - 1;")
-        for var, pick, better, entries in (
-            ("kv_lo_min", "min", "max", tr.lo_min),
-            ("kv_hi_max", "max", "min", tr.hi_max),
+        for var, better, upper, entries in (
+            ("kv_lo_min", "max", False, tr.lo_min),
+            ("kv_hi_max", "min", True, tr.hi_max),
         ):
             for alts in entries:
-                val = _linear_c(reg, alts[0])
-                for a in alts[1:]:
-                    val = f"cute::{pick}({val}, {_linear_c(reg, a)})"
-                w.line(f"{var} = cute::{better}({var}, {val});")
+                w.line(f"{var} = cute::{better}({var}, {_bound_c(reg, alts, upper=upper)});")
         with w.block("if (kv_hi_max < kv_lo_min)", "} else {"):
             w.line("n_block_max = n_block_min;  // no row keeps a key")
         with w.indent():
