@@ -242,7 +242,14 @@ def congruences(e: Expr) -> Expr:
     return op(e.op, *args)
 
 
-KV_IDX = Var("kv_idx", I32)
+Q_IDX, KV_IDX = Var("q_idx", I32), Var("kv_idx", I32)
+
+
+def _operands(e: Expr, name: str) -> list[Expr]:
+    """The operands of a chain of one associative operator (`and`, `or`), in order."""
+    if isinstance(e, Op) and e.op == name:
+        return [x for a in e.args for x in _operands(a, name)]
+    return [e]
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,14 +333,7 @@ def _bounds_of(e: Expr) -> list[Bound] | None:
     if e.op in ("le", "lt", "ge", "gt"):
         return _comparison_bounds(e)
     if e.op == "or":
-        arms: list[Expr] = []
-        stack = list(e.args)
-        while stack:
-            x = stack.pop()
-            if isinstance(x, Op) and x.op == "or":
-                stack.extend(x.args)
-            else:
-                arms.append(x)
+        arms = _operands(e, "or")
         unless = tuple(x for x in arms if level(x) in ("uniform", "row"))
         found = [_bounds_of(x) for x in arms if level(x) not in ("uniform", "row")]
         if not found or any(f is None or len(f) != 1 for f in found):
@@ -349,8 +349,8 @@ def tile_extreme(a: Linear, *, maximize: bool) -> Linear | None:
     """The largest (or smallest) value of `a` over a query tile's rows, `a` with q_idx replaced by the
     tile's first or last row (`Q_LO`, `Q_HI`) as its coefficient's sign says; None when another term
     varies per row (a per-row table read)."""
-    coef = sum(sg for sg, t in a.terms if t == Var("q_idx", I32))
-    rest = [(sg, t) for sg, t in a.terms if t != Var("q_idx", I32)]
+    coef = sum(sg for sg, t in a.terms if t == Q_IDX)
+    rest = [(sg, t) for sg, t in a.terms if t != Q_IDX]
     if any(level(t) != "uniform" for _, t in rest):
         return None
     row = Q_HI if (coef >= 0) == maximize else Q_LO
@@ -391,12 +391,7 @@ def column_bounds(masks: list[Expr]) -> ColumnBounds:
     """Split the masks' conjunction into per-row bounds of kv_idx and the rest (`column_bounds` above)."""
     bounds: list[Bound] = []
     rest: list[Expr] = []
-    stack = list(reversed(masks))
-    while stack:
-        m = stack.pop()
-        if isinstance(m, Op) and m.op == "and":
-            stack.extend(reversed(m.args))
-            continue
+    for m in (c for mask in masks for c in _operands(mask, "and")):
         got = _bounds_of(m)
         if got is None:
             rest.append(m)

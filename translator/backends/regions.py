@@ -9,6 +9,7 @@ before the rows, per-row values in the row loop, and only what depends on both i
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -88,6 +89,12 @@ class Regions:
         """The masks as the tile evaluates them per score (`kernel_ir.passes.congruences`: a divisibility
         test of an index difference as two hoisted remainders); the reference keeps the program's."""
         return [passes.congruences(m) for m in self.ir.masks]
+
+    @functools.cached_property
+    def column_bounds(self) -> passes.ColumnBounds:
+        """The masks' per-row bounds of kv_idx (`kernel_ir.passes.column_bounds`): the score loops' column
+        limits and the tile's key range read the same split."""
+        return passes.column_bounds(self.masks)
 
     @property
     def has_masks(self) -> bool:
@@ -297,7 +304,6 @@ def emit_score_lambda(
     A block on which a clamp of the score saturates (`kernel_ir.passes.saturations`, tested once a block
     over its rectangle of rows and keys) runs the region with the clamp's bound in its place."""
     value = reg.value
-    masks = reg.masks
     sats = passes.saturations(value) if row is None else []
     row = row or "m_block * kBlockM + get<0>(coords(r, 0))"
     lam = "auto apply_score = [&](auto& acc_s, int n_block, auto masked)"
@@ -306,7 +312,7 @@ def emit_score_lambda(
         w.line("Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s")
         w.line("constexpr int kCols = decltype(size<1>(scores))::value;")
         if not sats:
-            _score_loops(w, reg, value, masks, row)
+            _score_loops(w, reg, value, row)
             return
         w.comment("the block's rectangle of rows and keys: where a clamp of the score saturates on all of")
         w.comment("it, the clamp's bound stands in (a table read at the clamped index: once a block)")
@@ -315,23 +321,20 @@ def emit_score_lambda(
             head = "if" if i == 0 else "} else if"
             w.line(f"{head} ({reg.c(sat.when)}) {{  // {_note(sat.node)} = {_note(sat.bound)}")
             with w.indent():
-                _score_loops(w, reg, passes.substitute(value, sat.node, sat.bound), masks, row, block=True)
+                _score_loops(w, reg, passes.substitute(value, sat.node, sat.bound), row, block=True)
         w.line("} else {")
         with w.indent():
-            _score_loops(w, reg, value, masks, row)
+            _score_loops(w, reg, value, row)
         w.line("}")
 
 
-def _score_loops(
-    w: CodeWriter, reg: Regions, value: Expr | None, masks: list[Expr], row: str, *, block: bool = False
-) -> None:
+def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, block: bool = False) -> None:
     """The column arrays and the row and column loops of `apply_score` for one form of the score region;
     `block`: the form's uniform values not hoisted per tile are read once here (a saturated clamp's)."""
-    cb = passes.column_bounds(masks)
+    cb = reg.column_bounds
     limited = bool(cb.bounds) and _key_compares(cb.rest) <= MAX_COMPARES_BESIDE_LIMITS
-    if limited:
-        masks = list(cb.rest)
-    bound_roots = [t for b in cb.bounds for t in b.roots()]
+    masks = list(cb.rest) if limited else reg.masks
+    bound_roots = [t for b in cb.bounds for t in b.roots()] if limited else []
     roots = ([value] if value is not None else []) + masks + bound_roots
     dead = NEG_INF if reg.softmax else "0.f"
     before = set(reg.temps)
@@ -486,7 +489,7 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
                 w.line("n = lo - 1;")
                 w.line("while (n >= n_block_min && block_class(n) == 0) --n;  // proven empty only alone")
                 w.line("return n;")
-        tr = passes.tile_range(passes.column_bounds(reg.masks))
+        tr = passes.tile_range(reg.column_bounds)
         if tr.lo_min or tr.hi_max:
             _emit_tile_range(w, reg, tr)
         if reg.ir.block_mask:
