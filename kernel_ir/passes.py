@@ -364,27 +364,40 @@ class TileRange:
     is at least the max of their mins, so the range may be wider than the kept keys, never narrower).
     `exact`: every mask is a bound, every bound entered and at most one in each direction, so the ends
     are the tile's own: a search for empty key blocks at the ends finds none, unless the rows keep no
-    key at all (a window of 0), which the kernels' trims of the range catch one block at a time."""
+    key at all (a window of 0), which the kernels' trims of the range catch one block at a time.
+    `lo_max` / `hi_min` (when exact): every row keeps every key in [max(0, max(lo_max)), min(seqlen_k − 1,
+    min(hi_min))], each entry one bound's alternatives at the other extreme rows (a max over the rows of a
+    min of bounds is at most the min of their maxes, so this run may be narrower than the keys every row
+    keeps, never wider): the key blocks inside it need no mask."""
 
     lo_min: tuple[tuple[Linear, ...], ...]
     hi_max: tuple[tuple[Linear, ...], ...]
     exact: bool
+    lo_max: tuple[tuple[Linear, ...], ...] = ()
+    hi_min: tuple[tuple[Linear, ...], ...] = ()
 
 
 def tile_range(cb: ColumnBounds) -> TileRange:
     """The key range of a query tile from the masks' bounds, in closed form (`tile_extreme`)."""
     lo: list[tuple[Linear, ...]] = []
     hi: list[tuple[Linear, ...]] = []
+    lo_full: list[tuple[Linear, ...]] = []
+    hi_full: list[tuple[Linear, ...]] = []
     exact = not cb.rest
     for b in cb.bounds:
         # an upper bound is the max of its alternatives: its largest value over the rows is the max of
         # theirs; a lower bound, the min of its alternatives' smallest
         alts = [tile_extreme(a, maximize=b.upper) for a in b.alts]
-        if b.unless or any(x is None for x in alts):
+        inner = [tile_extreme(a, maximize=not b.upper) for a in b.alts]
+        if b.unless or any(x is None for x in alts + inner):
             exact = False  # a bound a row may drop, or one read per row: left to the interval tests
             continue
         (hi if b.upper else lo).append(tuple(x for x in alts if x is not None))
-    return TileRange(tuple(lo), tuple(hi), exact and len(lo) <= 1 and len(hi) <= 1)
+        (hi_full if b.upper else lo_full).append(tuple(x for x in inner if x is not None))
+    exact = exact and len(lo) <= 1 and len(hi) <= 1
+    if not exact:
+        return TileRange(tuple(lo), tuple(hi), False)
+    return TileRange(tuple(lo), tuple(hi), True, tuple(lo_full), tuple(hi_full))
 
 
 def column_bounds(masks: list[Expr]) -> ColumnBounds:

@@ -181,7 +181,7 @@ def test_the_kernel_compares_columns_with_the_row_limits(target: str):
     assert "long long tl_lo64 = 0;" in lam and "tl_hi64 = static_cast<long long>(seqlen_k) - 1;" in lam
     assert "scalar_window_size" in lam.split("const int tl_col0")[0]  # the window enters the row's limits
     elem = lam[lam.index("if constexpr (decltype(masked)::value)") :]
-    assert "tl_k >= tl_lo && tl_k <= tl_hi" in elem
+    assert "tl_keep[c / 32] >> (c % 32)" in elem  # one bit test of the row's mask per score
     assert "col >= seqlen_k" not in elem and "scalar_window_size" not in elem  # nothing else per score
 
 
@@ -211,7 +211,7 @@ def test_limits_only_beside_at_most_one_other_compare(variant: str, limited: boo
     src = translate_text(text_, Path(f"{variant}.tl")).source
     lam = src[src.index("auto apply_score") :]
     lam = lam[: lam.index("};")]
-    assert ("tl_k >= tl_lo && tl_k <= tl_hi" in lam) == limited
+    assert ("tl_keep[c / 32] >> (c % 32)" in lam) == limited
     assert ("col >= seqlen_k ||" in lam) == (not limited)
 
 
@@ -273,6 +273,9 @@ int main() {
 """
 
 
+EXACT_NEXT = "auto next_block = [&](int n) { return n - 1; };"
+
+
 def _walk_harness(variant: str, scalars: list[str], target: str) -> str:
     """The kernel's range code (from `n_block_min` through the trims of the range) in a CPU harness that
     reads (seqlen_q, seqlen_k, m_block, prefix, scalars…) lines and prints the key blocks it walks."""
@@ -289,6 +292,9 @@ def _walk_harness(variant: str, scalars: list[str], target: str) -> str:
     src = translate_text(text_, Path(f"{variant}.tl")).source
     start = src.index("  int n_block_min = 0;")
     end = src.index("++n_block_min;", start) + len("++n_block_min;")
+    exact = src.find(EXACT_NEXT, end)  # the closed-form classes follow the trims where the masks are bounds
+    if exact != -1 and "++n_block_min;" not in src[end:exact]:
+        end = exact + len(EXACT_NEXT)
     # the per-(batch, head) values hoisted before it (the sm_80 kernel declares them first)
     hoisted = re.findall(r"(?m)^\s*const (?:int|bool|float) tl_u\d+ = .*;.*$", src[:start])
     region = "\n".join([*hoisted, *(ln for ln in src[start:end].splitlines() if not ln.startswith("#line"))])
@@ -401,3 +407,98 @@ def test_a_bound_read_per_row_has_no_closed_form():
     cb = passes.column_bounds([op("le", K, doc_q), CAUSAL_MASK])
     tr = passes.tile_range(cb)
     assert len(cb.bounds) == 2 and len(tr.hi_max) == 1 and not tr.exact  # the causal bound alone enters
+
+
+PATTERN_HARNESS = r"""
+#include <cstdio>
+#include <cstdint>
+#include <cute/tensor.hpp>
+using namespace cute;
+using std::max;
+using std::min;
+namespace tl {
+@HELPERS@
+}  // namespace tl
+struct Traits {
+@TRAITS@
+};
+int main() {
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  typename Traits::@MMA@ tiled_mma;
+  int bad = 0;
+  for (int t = 0; t < @THREADS@; ++t) {
+    auto thr = tiled_mma.get_thread_slice(t);
+    Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));
+    constexpr int kCols = decltype(size<1>(coords))::value;
+    for (int r = 0; r < size<0>(coords); ++r) {
+      const int col0 = get<1>(coords(r, 0));
+      for (int lo = -kBlockN; lo <= kBlockN; ++lo)
+        for (int end = -kBlockN + 1; end <= kBlockN + 1; end += (t == 0 && r == 0 ? 1 : 37)) {
+          uint32_t keep[(kCols + 31) / 32];
+          for (int i = 0; i < (kCols + 31) / 32; ++i) keep[i] = tl::column_bits(lo, end, 32 * i);
+          for (int c = 0; c < kCols; ++c) {
+            const int k = get<1>(coords(r, c)) - col0;
+            const bool want = k >= lo && k < end, got = (keep[c / 32] >> (c % 32)) & 1u;
+            if (want != got && bad++ < 5)
+              std::printf("t %d r %d c %d offset %d [%d, %d): %d\n", t, r, c, k, lo, end, got);
+          }
+        }
+    }
+  }
+  std::printf("%d\n", bad);
+}
+"""
+
+
+def _pattern_harness(path: str, target: str) -> tuple[str, int]:
+    """The kernel's tiled MMA, `tl::acc_rowcol` and the column-bit helpers in a host harness that checks
+    the bits every thread's scores test against their columns' offsets (CuTe's partitions on the CPU)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.variant_cases import for_shape
+    from pipeline.build import translate_text
+
+    text_ = (ROOT / "examples" / path).read_text()
+    if target == "sm_90":
+        text_ = for_shape(text_, "bf16", 128)
+    else:
+        text_ = re.sub(r"(?m)^Target .*$", "Target sm_80", text_)
+    src = translate_text(text_, Path(Path(path).name)).source
+    consts = re.findall(r"(?m)^\s*(static constexpr int (?:kBlockM|kBlockN|kNWarps|kConsumers) = \d+;)", src)
+    mma = "TiledMmaQK" if target == "sm_90" else "TiledMma"
+    typedef = re.search(rf"(?s)using {mma} = .*?;", src)
+    helpers = [re.search(rf"(?s)(template <class Layout>\s*)?CUTE_DEVICE [^\n]*\b{name}\(.*?\n  }}\n", src)
+               for name in ("acc_rowcol", "columns_below", "column_bits")]  # fmt: skip
+    assert typedef and all(helpers), path
+    n = dict(re.findall(r"static constexpr int (kNWarps|kConsumers) = (\d+);", src))
+    threads = 128 * int(n["kConsumers"]) if target == "sm_90" else 32 * int(n["kNWarps"])
+    out = PATTERN_HARNESS.replace("@HELPERS@", "\n".join(h.group(0) for h in helpers if h))
+    out = out.replace("@TRAITS@", "\n".join([*consts, typedef.group(0)])).replace("@MMA@", mma)
+    return out.replace("@THREADS@", str(threads)), threads
+
+
+@pytest.mark.parametrize(
+    ("path", "target"),
+    [("variants/sliding_window.tl", "sm_80"), ("variants/sliding_window.tl", "sm_90"),
+     ("inference/spec_decode.tl", "sm_80")],
+)  # fmt: skip
+def test_a_rows_column_bits_are_its_kept_columns(path: str, target: str, tmp_path: Path):
+    """`tl_keep`'s bit c is set exactly where the thread's column c (its offset from the thread's first,
+    per CuTe's partition of the kernel's own tiled MMA) lies in the row's interval, for every thread, row
+    and interval of the block (g++ on CuTe's host code; the toolchain's include paths)."""
+    import shutil
+    import subprocess
+
+    from runner.toolchain import toolchain
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    harness, _ = _pattern_harness(path, target)
+    src = tmp_path / "pattern.cpp"
+    src.write_text(harness)
+    exe = tmp_path / "pattern"
+    incs = [f"-I{p}" for p in toolchain().include_paths]
+    cmd = ["g++", "-std=c++17", "-O1", *incs, "-o", str(exe), str(src)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[-1] == "0", out

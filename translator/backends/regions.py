@@ -229,9 +229,30 @@ def _exp2(x: str, fma: str) -> str:
     return f"tl::exp2_approx({x})" if fma == "false" else f"tl::exp2_on({x}, {fma})"
 
 
+# The columns of a score tile a thread holds, relative to its first: 8·(c / 2) + c % 2 for its column
+# index c (a pair of neighbours in every eight), in both backends' accumulators (the m16n8 mma.sync tiles
+# of warps stacked along M, and wgmma's 64×N ones); tests/translator/test_column_bounds.py checks it
+# against CuTe's partitions.
+def emit_column_bits(w: CodeWriter) -> None:
+    """`column_bits(lo, end, first)`: bits [first, first + 32) of the mask "column offset in [lo, end)",
+    indexed by the thread's column index (`tl_keep` in the score loops)."""
+    w.comment("how many of a thread's columns lie below offset k (it holds offsets 8·(c / 2) + c % 2)")
+    with w.block("CUTE_DEVICE int columns_below(int k)"):
+        w.line("k = max(k, 0);")
+        w.line("return (k >> 3) * 2 + min(k & 7, 2);")
+    w.line()
+    w.comment("the thread's columns with offsets in [lo, end) as bits of their index, from index `first` on")
+    with w.block("CUTE_DEVICE uint32_t column_bits(int lo, int end, int first)"):
+        w.line("const int a = min(max(columns_below(lo) - first, 0), 32);")
+        w.line("const int b = min(max(columns_below(end) - first, 0), 32);")
+        w.line("return static_cast<uint32_t>(((1ull << b) - 1ull) & ~((1ull << a) - 1ull));")
+    w.line()
+
+
 def emit_region_helpers(w: CodeWriter) -> None:
     """Device functions the score regions call (inside `namespace tl`, after `exp2_approx`)."""
     emit_exp2_fma(w)
+    emit_column_bits(w)
     w.comment("tanh and sigmoid from one exp2 and a fast division: exact to a few ulp of fp32 where")
     w.comment("a score needs it (tanh.approx's 2^-11 would move softcapped logits by 1e-2). `fma`: the")
     w.comment("exp2 runs on the FP32 pipe (a compile-time constant once the column loop is unrolled).")
@@ -364,8 +385,6 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
             if reg.fma_exps:
                 w.line(f"const bool tl_fma = {fma_predicate(reg.fma_exps)};  // exp2s on the FP32 pipe")
                 reg.fma = "tl_fma"
-            if limited:
-                w.line("const int tl_k = get<1>(coords(r, c)) - tl_col0;  // a constant once unrolled")
             reg.hoist(w, roots, "elem", prefix="tl_e")
             if value is not None:
                 w.line(f"float x = {reg.c(value)};")
@@ -375,7 +394,7 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
             keep = " && ".join(reg.c(m) for m in masks) or "true"
             with w.block("if constexpr (decltype(masked)::value)"):
                 if limited:
-                    inside = "tl_k >= tl_lo && tl_k <= tl_hi"
+                    inside = "(tl_keep[c / 32] >> (c % 32)) & 1u"
                     w.line(f"if (!({inside}{'' if keep == 'true' else ' && ' + keep})) x = {dead};")
                 else:
                     w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
@@ -437,6 +456,13 @@ def _emit_column_limits(w: CodeWriter, reg: Regions, cb: passes.ColumnBounds) ->
     w.line("const long long tl_n = kBlockN;  // the limits clamped to ±kBlockN fit an int")
     w.line("const int tl_lo = static_cast<int>(cute::max(cute::min(tl_lo64 - tl_base, tl_n), -tl_n));")
     w.line("const int tl_hi = static_cast<int>(cute::max(cute::min(tl_hi64 - tl_base, tl_n), -tl_n));")
+    w.comment("the interval as bits of the thread's column index c (FlashAttention 4's R2P mask): a score")
+    w.comment("then tests one bit at a constant position, and ptxas moves seven of them to predicates in")
+    w.comment("one R2P, instead of two compares per score")
+    w.line("uint32_t tl_keep[(kCols + 31) / 32];")
+    w.line("CUTE_UNROLL")
+    w.line("for (int i = 0; i < (kCols + 31) / 32; ++i) "
+           "tl_keep[i] = tl::column_bits(tl_lo, tl_hi + 1, 32 * i);")  # fmt: skip
 
 
 def emit_uniforms(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
@@ -469,6 +495,10 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
                 "+ n_block];"
             )
     else:
+        tr = passes.tile_range(reg.column_bounds)
+        if tr.exact:
+            _emit_exact_range(w, reg, bc, tr, tag_line)
+            return
         _interval_class(w, reg, bc, tag_line)
     with w.tl(tag_line):
         if reg.ir.block_mask:
@@ -523,10 +553,35 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
         w.line("while (n_block_min < n_block_max && block_class(n_block_min) == 0) ++n_block_min;")
 
 
-def _emit_tile_range(w: CodeWriter, reg: Regions, tr: passes.TileRange) -> None:
+def _emit_exact_range(
+    w: CodeWriter, reg: Regions, bc: passes.BlockClass, tr: passes.TileRange, tag_line: int | None
+) -> None:
+    """Every mask is a bound on kv_idx (`TileRange.exact`): the range and the run of key blocks every row
+    keeps whole come in closed form, so `block_class` compares a block with the run's ends and
+    `next_block` steps down by one (FlashAttention's masked and unmasked iterations), with no interval
+    test per block. The interval test (`block_empty`) trims the range's ends once a tile, for rows that
+    keep no key at all; a block inside the range that keeps none (only possible where a bound's slope
+    in q_idx leaves a gap wider than a block) runs masked, which is correct."""
+    note = "which key blocks the masks empty, cut or keep whole: the masks' bounds in closed form"
+    with w.tl(tag_line, note), w.block("auto block_empty = [&](int n_block) -> bool", "};"):
+        emit_block_rectangle(w)
+        w.line(f"return {reg.c(bc.never)};")
+    with w.tl(tag_line):
+        w.line("int n_full_min = 0, n_full_max = 0;  // the blocks every row keeps whole")
+        _emit_tile_range(w, reg, tr, full=True)
+        w.line("while (n_block_max > n_block_min && block_empty(n_block_max - 1)) --n_block_max;")
+        w.line("while (n_block_min < n_block_max && block_empty(n_block_min)) ++n_block_min;")
+        with w.block("auto block_class = [&](int n_block) -> int", "};"):
+            w.comment("inside the range: 2 whole (no mask), 1 cut by a bound or by seqlen_k")
+            w.line("return n_block >= n_full_min && n_block < n_full_max ? 2 : 1;")
+        w.line("auto next_block = [&](int n) { return n - 1; };  // no block of the range is skipped")
+
+
+def _emit_tile_range(w: CodeWriter, reg: Regions, tr: passes.TileRange, *, full: bool = False) -> None:
     """[n_block_min, n_block_max) narrowed to the key blocks the masks' bounds allow over this query tile
     (`kernel_ir.passes.tile_range`), in 64 bits: a handful of uniform operations, where a bisection over
-    interval tests costs a dozen tests on the tile's critical path (the producer's first load waits)."""
+    interval tests costs a dozen tests on the tile's critical path (the producer's first load waits).
+    `full`: also [n_full_min, n_full_max), the blocks inside the keys every row keeps and seqlen_k."""
     w.comment("the range from the masks' bounds on kv_idx over the tile's rows, in closed form (64-bit)")
     w.line("{")
     with w.indent():
@@ -539,6 +594,18 @@ def _emit_tile_range(w: CodeWriter, reg: Regions, tr: passes.TileRange) -> None:
         ):
             for alts in entries:
                 w.line(f"{var} = cute::{better}({var}, {_bound_c(reg, alts, upper=upper)});")
+        if full:
+            w.comment("the keys every row keeps: the bounds at their other extreme rows")
+            w.line("long long kv_lo_max = 0, kv_hi_min = static_cast<long long>(seqlen_k) - 1;")
+            for var, better, upper, entries in (
+                ("kv_lo_max", "max", False, tr.lo_max),
+                ("kv_hi_min", "min", True, tr.hi_min),
+            ):
+                for alts in entries:
+                    w.line(f"{var} = cute::{better}({var}, {_bound_c(reg, alts, upper=upper)});")
+            w.line("n_full_min = static_cast<int>((kv_lo_max + kBlockN - 1) / kBlockN);  // kv_lo_max >= 0")
+            w.comment("blocks whose last key is at most kv_hi_min (no block when it is below the first)")
+            w.line("n_full_max = kv_hi_min < 0 ? 0 : static_cast<int>((kv_hi_min + 1) / kBlockN);")
         with w.block("if (kv_hi_max < kv_lo_min)", "} else {"):
             w.line("n_block_max = n_block_min;  // no row keeps a key")
         with w.indent():
