@@ -400,6 +400,65 @@ def tile_range(cb: ColumnBounds) -> TileRange:
     return TileRange(tuple(lo), tuple(hi), True, tuple(lo_full), tuple(hi_full))
 
 
+@dataclass(frozen=True, slots=True)
+class KeyBits:
+    """A mask conjunct as a set of each row's keys: bounds on kv_idx (`bound`), conditions that hold for a
+    whole row or none (`row`: per-row or uniform), and `and` / `or` of those (`args`). The score loops
+    render it as bit operations on the row's column masks, so a score tests one bit; `rest`: the arms of
+    a top-level `or` that are none of these (a per-key table read), still evaluated per score and or-ed
+    with the bits."""
+
+    op: str  # "bound", "row", "and", "or"
+    bound: Bound | None = None
+    cond: Expr | None = None
+    args: tuple[KeyBits, ...] = ()
+    rest: tuple[Expr, ...] = ()
+
+    def leaves(self) -> list[Bound]:
+        if self.bound is not None:
+            return [self.bound]
+        return [b for a in self.args for b in a.leaves()]
+
+    def roots(self) -> list[Expr]:
+        own = [self.cond] if self.cond is not None else []
+        below = [r for a in self.args for r in a.roots()]
+        return own + (self.bound.roots() if self.bound is not None else []) + below + list(self.rest)
+
+
+def _key_bits(e: Expr) -> KeyBits | None:
+    if not (isinstance(e, Op) and e.type == BOOL):
+        return None
+    if level(e) in ("uniform", "row"):
+        return KeyBits("row", cond=e)
+    if e.op in ("and", "or"):
+        arms = [_key_bits(x) for x in _operands(e, e.op)]
+        if any(a is None for a in arms):
+            return None
+        return KeyBits(e.op, args=tuple(a for a in arms if a is not None))
+    if e.op in ("le", "lt", "ge", "gt"):
+        got = _comparison_bounds(e)
+        if got is None:
+            return None
+        parts = tuple(KeyBits("bound", bound=b) for b in got)
+        return parts[0] if len(parts) == 1 else KeyBits("and", args=parts)
+    return None
+
+
+def key_bits(e: Expr) -> KeyBits | None:
+    """`e` (a conjunct `column_bounds` left in `rest`) as `KeyBits` with at least one bound, or None. An
+    `or` whose arms are not all bounds and row conditions keeps those others as `rest`."""
+    whole = _key_bits(e)
+    if whole is None and isinstance(e, Op) and e.op == "or":
+        arms = _operands(e, "or")
+        got = [(x, _key_bits(x)) for x in arms]
+        kept = tuple(b for _, b in got if b is not None)
+        if kept:
+            whole = KeyBits("or", args=kept, rest=tuple(x for x, b in got if b is None))
+    if whole is None or not whole.leaves():
+        return None
+    return whole
+
+
 def column_bounds(masks: list[Expr]) -> ColumnBounds:
     """Split the masks' conjunction into per-row bounds of kv_idx and the rest (`column_bounds` above)."""
     bounds: list[Bound] = []

@@ -23,6 +23,7 @@ W, DIL, N_SINK = Var("W", I32), Var("dil", I32), Var("n_sink", I32)
 DIAG = op("sub", op("add", Q, SK), SQ)
 PREFIX = Load("prefix", (Var("batch_idx", I32),), I32)
 IS_GLOBAL_Q = op("ne", Load("is_global", (Var("batch_idx", I32), Q), I32), const(0))
+IS_GLOBAL_K = op("ne", Load("is_global", (Var("batch_idx", I32), K), I32), const(0))
 DILATED = passes.congruences(op("eq", op("mod", op("abs", op("sub", Q, K)), DIL), const(0)))
 DOC = op("eq", Load("doc", (Var("batch_idx", I32), Q), I32), Load("doc", (Var("batch_idx", I32), K), I32))
 
@@ -37,6 +38,8 @@ MASKS: dict[str, list[Expr]] = {
     "documents": [CAUSAL_MASK, DOC],
     "global row": [op("or", op("le", op("abs", op("sub", Q, K)), W), IS_GLOBAL_Q)],
     "global row, one side": [op("or", op("le", K, op("add", Q, W)), IS_GLOBAL_Q)],
+    "global rows and keys": [op("or", op("or", op("le", op("abs", op("sub", Q, K)), W), IS_GLOBAL_Q),
+                                IS_GLOBAL_K)],
 }  # fmt: skip
 
 
@@ -117,6 +120,49 @@ def test_every_pair_keeps_its_verdict(name: str):
                 want = all(_eval(m, env_qk, tables) for m in masks)
                 got = lo <= kv - base <= hi and all(_eval(m, env_qk, tables) for m in cb.rest)
                 assert got == want, (name, env_qk, lo, hi)
+                # the score loops' form: the interval, the conjuncts `key_bits` renders as bit sets
+                # (each bound clamped as the kernel does), the others per score
+                sets = [(m, passes.key_bits(m)) for m in cb.rest]
+                bits = all(_in_set(kb, env_qk, tables, base) for _, kb in sets if kb is not None)
+                per_score = all(_eval(m, env_qk, tables) for m, kb in sets if kb is None)
+                assert (lo <= kv - base <= hi and bits and per_score) == want, (name, env_qk)
+
+
+def _in_set(kb: passes.KeyBits, env: dict[str, int], tables: dict, base: int) -> bool:
+    """Whether the key `env["kv_idx"]` is in `kb`'s set as the kernel computes it."""
+    k = env["kv_idx"] - base
+    if kb.op == "row":
+        assert kb.cond is not None
+        return bool(_eval(kb.cond, env, tables))
+    if kb.op == "bound":
+        b = kb.bound
+        assert b is not None
+        if any(_eval(u, env, tables) for u in b.unless):
+            return True
+        vals = [_linear(a, env, tables) for a in b.alts]
+        return k <= _clamp(max(vals) - base) if b.upper else k >= _clamp(min(vals) - base)
+    arms = [_in_set(a, env, tables, base) for a in kb.args]
+    if kb.op == "and":
+        return all(arms)
+    return any(arms) or any(_eval(x, env, tables) for x in kb.rest)
+
+
+@pytest.mark.parametrize(
+    ("name", "conjunct", "leaves", "rest"),
+    [
+        ("sink + window", 0, 2, 0),  # kv < n_sink or a window's lower bound: two bit sets or-ed
+        ("global row", 0, 2, 0),  # |q − kv| ≤ W (two bounds) or a per-row flag
+        ("global rows and keys", 0, 2, 1),  # and a per-key flag, or-ed per score
+        ("documents", 0, 0, 0),  # a document id is no bound: per score
+        ("dilated window", 0, 0, 0),
+    ],
+)
+def test_what_becomes_bit_sets(name: str, conjunct: int, leaves: int, rest: int):
+    kb = passes.key_bits(passes.column_bounds(MASKS[name]).rest[conjunct])
+    if leaves == 0:
+        assert kb is None
+        return
+    assert kb is not None and (len(kb.leaves()), len(kb.rest)) == (leaves, rest)
 
 
 @pytest.mark.parametrize(
@@ -197,12 +243,12 @@ def test_a_mask_without_bounds_renders_as_before():
 
 @pytest.mark.parametrize(
     ("variant", "limited"),
-    [("sink_tokens_window", False), ("document_mask", True), ("dilated_window", True)],
+    [("sink_tokens_window", True), ("document_mask", True), ("dilated_window", True)],
 )
 def test_limits_only_beside_at_most_one_other_compare(variant: str, limited: bool):
-    """Sink tokens + window keeps its causal bound per score: beside the window's `or` (two more compares
-    a key) the limits ran the sm_90 kernel out of predicate registers. A document id or the dilated
-    window's remainders (one compare) sit beside the limits."""
+    """Sink tokens + window: its `or` of two bounds becomes bit sets beside the causal limit (as compares
+    against per-row limits the `or` ran the sm_90 kernel out of predicate registers). A document id or the
+    dilated window's remainders (one compare per score) sit beside the limits."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.variant_cases import for_shape
     from pipeline.build import translate_text

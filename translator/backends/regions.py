@@ -353,9 +353,13 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
     """The column arrays and the row and column loops of `apply_score` for one form of the score region;
     `block`: the form's uniform values not hoisted per tile are read once here (a saturated clamp's)."""
     cb = reg.column_bounds
-    limited = bool(cb.bounds) and _key_compares(cb.rest) <= MAX_COMPARES_BESIDE_LIMITS
-    masks = list(cb.rest) if limited else reg.masks
-    bound_roots = [t for b in cb.bounds for t in b.roots()] if limited else []
+    bits = [(m, passes.key_bits(m)) for m in cb.rest]
+    sets = [kb for _, kb in bits if kb is not None]  # conjuncts rendered as bit operations, per row
+    per_score = tuple(m for m, kb in bits if kb is None)
+    limited = bool(cb.bounds or sets) and _key_compares(per_score) <= MAX_COMPARES_BESIDE_LIMITS
+    masks = list(per_score) if limited else reg.masks
+    bound_roots = [t for b in cb.bounds for t in b.roots()] + [t for kb in sets for t in kb.roots()]
+    bound_roots = bound_roots if limited else []
     roots = ([value] if value is not None else []) + masks + bound_roots
     dead = NEG_INF if reg.softmax else "0.f"
     before = set(reg.temps)
@@ -378,7 +382,7 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
         w.line(f"const int row = {row};")
         reg.hoist(w, roots, "row", prefix="tl_r")
         if limited:
-            _emit_column_limits(w, reg, cb)
+            _emit_column_limits(w, reg, cb, sets)
         w.line("CUTE_UNROLL")
         with w.block("for (int c = 0; c < kCols; ++c)"):
             w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
@@ -394,7 +398,7 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
             keep = " && ".join(reg.c(m) for m in masks) or "true"
             with w.block("if constexpr (decltype(masked)::value)"):
                 if limited:
-                    inside = "(tl_keep[c / 32] >> (c % 32)) & 1u"
+                    inside = " && ".join(["(tl_keep[c / 32] >> (c % 32)) & 1u", *_or_tests(reg, sets)])
                     w.line(f"if (!({inside}{'' if keep == 'true' else ' && ' + keep})) x = {dead};")
                 else:
                     w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
@@ -438,9 +442,14 @@ def _bound_c(reg: Regions, alts: tuple[passes.Linear, ...], *, upper: bool) -> s
     return out
 
 
-def _emit_column_limits(w: CodeWriter, reg: Regions, cb: passes.ColumnBounds) -> None:
+def _emit_column_limits(
+    w: CodeWriter, reg: Regions, cb: passes.ColumnBounds, sets: list[passes.KeyBits] = ()
+) -> None:
     """This row's kept keys as one interval [lo, hi] of the block's columns, relative to the thread's
-    first column (`kernel_ir.passes.column_bounds`); keys past seqlen_k are the upper end's first bound."""
+    first column (`kernel_ir.passes.column_bounds`); keys past seqlen_k are the upper end's first bound.
+    Then `tl_keep`, the interval as bits of the thread's column index, and-ed with the bits of every
+    conjunct in `sets` (`kernel_ir.passes.key_bits`) whose arms are all bounds and row conditions; one
+    with other arms gets its own `tl_or<j>`, which the score's test ors with them."""
     w.comment("the masks' bounds on kv_idx as this row's interval of kept columns (64-bit: exact)")
     w.line("long long tl_lo64 = 0;")
     w.line("long long tl_hi64 = static_cast<long long>(seqlen_k) - 1;  // keys past seqlen_k: never kept")
@@ -456,13 +465,61 @@ def _emit_column_limits(w: CodeWriter, reg: Regions, cb: passes.ColumnBounds) ->
     w.line("const long long tl_n = kBlockN;  // the limits clamped to ±kBlockN fit an int")
     w.line("const int tl_lo = static_cast<int>(cute::max(cute::min(tl_lo64 - tl_base, tl_n), -tl_n));")
     w.line("const int tl_hi = static_cast<int>(cute::max(cute::min(tl_hi64 - tl_base, tl_n), -tl_n));")
+    leaf: dict[int, str] = {}
+    for kb in sets:
+        for b in kb.leaves():
+            if id(b) not in leaf:
+                leaf[id(b)] = name = f"tl_b{len(leaf)}"
+                value = f"{_bound_c(reg, b.alts, upper=b.upper)} - tl_base"
+                w.line(f"const int {name} = static_cast<int>(cute::max(cute::min({value}, tl_n), -tl_n));")
     w.comment("the interval as bits of the thread's column index c (FlashAttention 4's R2P mask): a score")
-    w.comment("then tests one bit at a constant position, and ptxas moves seven of them to predicates in")
-    w.comment("one R2P, instead of two compares per score")
+    w.comment("then tests one bit at a constant position (one LOP3 with a predicate result) instead of")
+    w.comment("comparing its column with the limits")
     w.line("uint32_t tl_keep[(kCols + 31) / 32];")
+    for j, kb in enumerate(sets):
+        if kb.rest:
+            w.line(f"uint32_t tl_or{j}[(kCols + 31) / 32];")
     w.line("CUTE_UNROLL")
-    w.line("for (int i = 0; i < (kCols + 31) / 32; ++i) "
-           "tl_keep[i] = tl::column_bits(tl_lo, tl_hi + 1, 32 * i);")  # fmt: skip
+    with w.block("for (int i = 0; i < (kCols + 31) / 32; ++i)"):
+        keep = ["tl::column_bits(tl_lo, tl_hi + 1, 32 * i)"]
+        for j, kb in enumerate(sets):
+            if kb.rest:
+                w.line(f"tl_or{j}[i] = {_bits_c(reg, kb, leaf)};")
+            else:
+                keep.append(_bits_c(reg, kb, leaf))
+        w.line(f"tl_keep[i] = {' & '.join(keep)};")
+
+
+def _or_tests(reg: Regions, sets: list[passes.KeyBits]) -> list[str]:
+    """Per score: a conjunct's bits or-ed with its arms that are evaluated per score (`KeyBits.rest`)."""
+    out = []
+    for j, kb in enumerate(sets):
+        if kb.rest:
+            others = " || ".join(reg.c(x) for x in kb.rest)
+            out.append(f"(((tl_or{j}[c / 32] >> (c % 32)) & 1u) || {others})")
+    return out
+
+
+def _bits_c(reg: Regions, kb: passes.KeyBits, leaf: dict[int, str]) -> str:
+    """The 32 bits from column index 32 · i on of the keys `kb` keeps (`tl::column_bits` of each bound's
+    clamped offset, named in `leaf`)."""
+    if kb.op == "row":
+        assert kb.cond is not None
+        return f"({reg.c(kb.cond)} ? 0xffffffffu : 0u)"
+    if kb.op == "bound":
+        b = kb.bound
+        assert b is not None
+        v = leaf[id(b)]
+        bits = (
+            f"tl::column_bits(-kBlockN, {v} + 1, 32 * i)"
+            if b.upper
+            else f"tl::column_bits({v}, kBlockN + 1, 32 * i)"
+        )
+        if b.unless:
+            bits = f"({' || '.join(reg.c(u) for u in b.unless)} ? 0xffffffffu : {bits})"
+        return bits
+    sep = " & " if kb.op == "and" else " | "
+    return "(" + sep.join(_bits_c(reg, a, leaf) for a in kb.args) + ")"
 
 
 def emit_uniforms(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
