@@ -11,7 +11,11 @@ cost of a key block); the profile of the 1024 window (docs/performance.md) has T
 the plain causal kernels are equal, and this says which of the two terms holds the difference.
 
     python3 benchmarks/window_sweep.py [--seqlen 16384] [--batch 1] [--heads 16]
-        [--windows 128,256,512,1024,2048,4096,8192,16384] [--json OUT]
+        [--windows 128,256,512,1024,2048,4096,8192,16384] [--also persistent=1;BN=64] [--json OUT]
+
+`--also PARAM=V[;PARAM=V…]`: the same file built again with that TL Param each (one binary per entry),
+verified and timed in the same interleaved runs, with its own line through the points (e.g. whether the
+persistent schedule moves the per-tile intercept).
 
 On the device machine FA4 comes from benchmarks/fa4_install.sh (two calls carrying .fa4/part1 and
 .fa4/part2; `bash benchmarks/run_on_device.sh stage` does it and writes the sitecustomize that puts
@@ -31,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.variant_cases import fa4_available, for_shape, plain_texts  # noqa: E402
+from benchmarks.variant_cases import fa4_available, for_shape, plain_texts, with_param  # noqa: E402
 
 WINDOWS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
@@ -63,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--windows", default=",".join(map(str, WINDOWS)))
     ap.add_argument("--target-s", type=float, default=0.4)
+    ap.add_argument("--also", default="", help="PARAM=V[;PARAM=V...]: extra TL builds timed beside")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
+    also = [a.split("=", 1) for a in args.also.split(";") if a.strip()]
 
     import torch
 
@@ -74,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     from runner.launch import cuda_device_arch, launch, load
     from runner.verify import Shape, verify
 
-    texts = {
-        "sliding_window": (ROOT / "examples" / "variants" / "sliding_window.tl").read_text(),
-        "plain_causal": plain_texts()["plain_causal"],
-    }
+    window_text = (ROOT / "examples" / "variants" / "sliding_window.tl").read_text()
+    texts = {"sliding_window": window_text, "plain_causal": plain_texts()["plain_causal"]}
+    for param, value in also:
+        texts[f"tl-{param}={value}"] = with_param(window_text, param.strip(), value.strip())
+    windows = [n for n in texts if n != "plain_causal"]  # the sliding-window builds
     built = {n: translate_text(for_shape(t, "bf16", 128), Path(f"{n}_sweep.tl")) for n, t in texts.items()}
     device = cuda_device_arch()
     jobs = [CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.cu", device_arch=device)
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         loaded[n] = load(c, b.spec)
     H, D, B, S = args.heads, 128, args.batch, args.seqlen
-    for n in ("sliding_window", "plain_causal"):
+    for n in texts:
         check = verify(loaded[n], Shape(1, 2, 2, 1000, 1000), seed=1)
         print(f"{n}: {'verified' if check.passed else 'VERIFICATION FAILED'}")
         if not check.passed:
@@ -109,11 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     for window in [int(w) for w in args.windows.split(",") if w]:
         o, lse = torch.empty_like(q), torch.empty(B, H, S, device="cuda", dtype=torch.float32)
         extras = {"window_size": window}
-        fns: dict[str, Any] = {
-            "tl": lambda i, o=o, lse=lse, extras=extras: launch(
-                loaded["sliding_window"], q, k, v, o, lse, extras=extras
-            ),
-        }
+        fns: dict[str, Any] = {}
+        for n in windows:
+            fns["tl" if n == "sliding_window" else n] = lambda i, o=o, lse=lse, extras=extras, n=n: launch(
+                loaded[n], q, k, v, o, lse, extras=extras
+            )
         launch(loaded["sliding_window"], q, k, v, o, lse, extras=extras)
         row: dict[str, Any] = {"window": window, "key_blocks": key_blocks(S, window, bm, bn)}
         if fa4:
@@ -152,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{f or float('nan'):9.1f} {ratio}"
         )
     fits: dict[str, Any] = {}
-    for cand in ("tl", "fa4"):
+    for cand in ("tl", "fa4", *(n for n in windows if n != "sliding_window")):
         pts = [(r["key_blocks"] * B * H, r[f"{cand}_us"]) for r in rows if r.get(f"{cand}_us")]
         if len(pts) >= 2:
             a, b = fit([p[0] for p in pts], [p[1] for p in pts])
