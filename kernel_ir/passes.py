@@ -404,15 +404,12 @@ def tile_range(cb: ColumnBounds) -> TileRange:
 class KeyBits:
     """A mask conjunct as a set of each row's keys: bounds on kv_idx (`bound`), conditions that hold for a
     whole row or none (`row`: per-row or uniform), and `and` / `or` of those (`args`). The score loops
-    render it as bit operations on the row's column masks, so a score tests one bit; `rest`: the arms of
-    a top-level `or` that are none of these (a per-key table read), still evaluated per score and or-ed
-    with the bits."""
+    render it as bit operations on the row's column masks, so a score tests one bit."""
 
     op: str  # "bound", "row", "and", "or"
     bound: Bound | None = None
     cond: Expr | None = None
     args: tuple[KeyBits, ...] = ()
-    rest: tuple[Expr, ...] = ()
 
     def leaves(self) -> list[Bound]:
         if self.bound is not None:
@@ -422,7 +419,7 @@ class KeyBits:
     def roots(self) -> list[Expr]:
         own = [self.cond] if self.cond is not None else []
         below = [r for a in self.args for r in a.roots()]
-        return own + (self.bound.roots() if self.bound is not None else []) + below + list(self.rest)
+        return own + (self.bound.roots() if self.bound is not None else []) + below
 
 
 def _key_bits(e: Expr) -> KeyBits | None:
@@ -446,14 +443,10 @@ def _key_bits(e: Expr) -> KeyBits | None:
 
 def key_bits(e: Expr) -> KeyBits | None:
     """`e` (a conjunct `column_bounds` left in `rest`) as `KeyBits` with at least one bound, or None. An
-    `or` whose arms are not all bounds and row conditions keeps those others as `rest`."""
+    `or` with an arm that is neither (a per-key table read: global + sliding's `is_global[kv_idx]`) stays
+    per score whole: its bits or-ed per score with that arm held the per-key flags in predicates (93 P2R
+    in the sm_90 kernel) and ran 3–5 % slower on the H200 (docs/results/2026-12-02-h200-variants-all.json)."""
     whole = _key_bits(e)
-    if whole is None and isinstance(e, Op) and e.op == "or":
-        arms = _operands(e, "or")
-        got = [(x, _key_bits(x)) for x in arms]
-        kept = tuple(b for _, b in got if b is not None)
-        if kept:
-            whole = KeyBits("or", args=kept, rest=tuple(x for x, b in got if b is None))
     if whole is None or not whole.leaves():
         return None
     return whole

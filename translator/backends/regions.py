@@ -398,7 +398,7 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
             keep = " && ".join(reg.c(m) for m in masks) or "true"
             with w.block("if constexpr (decltype(masked)::value)"):
                 if limited:
-                    inside = " && ".join(["(tl_keep[c / 32] >> (c % 32)) & 1u", *_or_tests(reg, sets)])
+                    inside = "(tl_keep[c / 32] >> (c % 32)) & 1u"
                     w.line(f"if (!({inside}{'' if keep == 'true' else ' && ' + keep})) x = {dead};")
                 else:
                     w.line(f"if (col >= seqlen_k || !({keep})) x = {dead};")
@@ -448,8 +448,7 @@ def _emit_column_limits(
     """This row's kept keys as one interval [lo, hi] of the block's columns, relative to the thread's
     first column (`kernel_ir.passes.column_bounds`); keys past seqlen_k are the upper end's first bound.
     Then `tl_keep`, the interval as bits of the thread's column index, and-ed with the bits of every
-    conjunct in `sets` (`kernel_ir.passes.key_bits`) whose arms are all bounds and row conditions; one
-    with other arms gets its own `tl_or<j>`, which the score's test ors with them."""
+    conjunct in `sets` (`kernel_ir.passes.key_bits`: and / or of bounds and row conditions)."""
     w.comment("the masks' bounds on kv_idx as this row's interval of kept columns (64-bit: exact)")
     w.line("long long tl_lo64 = 0;")
     w.line("long long tl_hi64 = static_cast<long long>(seqlen_k) - 1;  // keys past seqlen_k: never kept")
@@ -476,28 +475,9 @@ def _emit_column_limits(
     w.comment("then tests one bit at a constant position (one LOP3 with a predicate result) instead of")
     w.comment("comparing its column with the limits")
     w.line("uint32_t tl_keep[(kCols + 31) / 32];")
-    for j, kb in enumerate(sets):
-        if kb.rest:
-            w.line(f"uint32_t tl_or{j}[(kCols + 31) / 32];")
+    keep = " & ".join(["tl::column_bits(tl_lo, tl_hi + 1, 32 * i)", *(_bits_c(reg, kb, leaf) for kb in sets)])
     w.line("CUTE_UNROLL")
-    with w.block("for (int i = 0; i < (kCols + 31) / 32; ++i)"):
-        keep = ["tl::column_bits(tl_lo, tl_hi + 1, 32 * i)"]
-        for j, kb in enumerate(sets):
-            if kb.rest:
-                w.line(f"tl_or{j}[i] = {_bits_c(reg, kb, leaf)};")
-            else:
-                keep.append(_bits_c(reg, kb, leaf))
-        w.line(f"tl_keep[i] = {' & '.join(keep)};")
-
-
-def _or_tests(reg: Regions, sets: list[passes.KeyBits]) -> list[str]:
-    """Per score: a conjunct's bits or-ed with its arms that are evaluated per score (`KeyBits.rest`)."""
-    out = []
-    for j, kb in enumerate(sets):
-        if kb.rest:
-            others = " || ".join(reg.c(x) for x in kb.rest)
-            out.append(f"(((tl_or{j}[c / 32] >> (c % 32)) & 1u) || {others})")
-    return out
+    w.line(f"for (int i = 0; i < (kCols + 31) / 32; ++i) tl_keep[i] = {keep};")
 
 
 def _bits_c(reg: Regions, kb: passes.KeyBits, leaf: dict[int, str]) -> str:
