@@ -403,10 +403,11 @@ def tile_range(cb: ColumnBounds) -> TileRange:
 @dataclass(frozen=True, slots=True)
 class KeyBits:
     """A mask conjunct as a set of each row's keys: bounds on kv_idx (`bound`), conditions that hold for a
-    whole row or none (`row`: per-row or uniform), and `and` / `or` of those (`args`). The score loops
-    render it as bit operations on the row's column masks, so a score tests one bit."""
+    whole row or none (`row`: per-row or uniform), conditions of the key alone (`col`: a per-key table
+    read, gathered into bits once a block), and `and` / `or` of those (`args`). The score loops render it
+    as bit operations on the row's column masks, so a score tests one bit."""
 
-    op: str  # "bound", "row", "and", "or"
+    op: str  # "bound", "row", "col", "and", "or"
     bound: Bound | None = None
     cond: Expr | None = None
     args: tuple[KeyBits, ...] = ()
@@ -429,23 +430,22 @@ def _key_bits(e: Expr) -> KeyBits | None:
         return KeyBits("row", cond=e)
     if e.op in ("and", "or"):
         arms = [_key_bits(x) for x in _operands(e, e.op)]
-        if any(a is None for a in arms):
-            return None
-        return KeyBits(e.op, args=tuple(a for a in arms if a is not None))
-    if e.op in ("le", "lt", "ge", "gt"):
+        if all(a is not None for a in arms):
+            return KeyBits(e.op, args=tuple(a for a in arms if a is not None))
+    elif e.op in ("le", "lt", "ge", "gt"):
         got = _comparison_bounds(e)
-        if got is None:
-            return None
-        parts = tuple(KeyBits("bound", bound=b) for b in got)
-        return parts[0] if len(parts) == 1 else KeyBits("and", args=parts)
-    return None
+        if got is not None:
+            parts = tuple(KeyBits("bound", bound=b) for b in got)
+            return parts[0] if len(parts) == 1 else KeyBits("and", args=parts)
+    # a condition of the key alone that is no bound: its bits are gathered once a block
+    return KeyBits("col", cond=e) if level(e) == "col" else None
 
 
 def key_bits(e: Expr) -> KeyBits | None:
-    """`e` (a conjunct `column_bounds` left in `rest`) as `KeyBits` with at least one bound, or None. An
-    `or` with an arm that is neither (a per-key table read: global + sliding's `is_global[kv_idx]`) stays
-    per score whole: its bits or-ed per score with that arm held the per-key flags in predicates (93 P2R
-    in the sm_90 kernel) and ran 3–5 % slower on the H200 (docs/results/2026-12-02-h200-variants-all.json)."""
+    """`e` (a conjunct `column_bounds` left in `rest`) as `KeyBits` with at least one bound, or None. A
+    per-key arm (global + sliding's `is_global[kv_idx]`) is a set too: or-ed per score with the other
+    arms' bits instead, its flags sat in predicates (93 P2R in the sm_90 kernel) and the kernel ran 3–5 %
+    slower on the H200 (docs/results/2026-12-02-h200-variants-all.json)."""
     whole = _key_bits(e)
     if whole is None or not whole.leaves():
         return None

@@ -131,7 +131,7 @@ def test_every_pair_keeps_its_verdict(name: str):
 def _in_set(kb: passes.KeyBits, env: dict[str, int], tables: dict, base: int) -> bool:
     """Whether the key `env["kv_idx"]` is in `kb`'s set as the kernel computes it."""
     k = env["kv_idx"] - base
-    if kb.op == "row":
+    if kb.op in ("row", "col"):
         assert kb.cond is not None
         return bool(_eval(kb.cond, env, tables))
     if kb.op == "bound":
@@ -152,7 +152,7 @@ def _in_set(kb: passes.KeyBits, env: dict[str, int], tables: dict, base: int) ->
     [
         ("sink + window", 2),  # kv < n_sink or a window's lower bound: two bit sets or-ed
         ("global row", 2),  # |q − kv| ≤ W (two bounds) or a per-row flag
-        ("global rows and keys", 0),  # and a per-key flag: the whole `or` per score
+        ("global rows and keys", 2),  # and a per-key flag, gathered into bits once a block
         ("documents", 0),  # a document id is no bound: per score
         ("dilated window", 0),
     ],

@@ -366,23 +366,28 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
     if block:
         reg.hoist(w, roots, "uniform", prefix="tl_b")
     arrays = reg.col_arrays(roots)
-    if arrays:
+    col_sets = {kb.cond: f"tl_kb{i}" for i, kb in enumerate(k for s in sets for k in _col_sets(s))}
+    if arrays or col_sets:
         w.comment("per-key values, once per block for all of this thread's rows")
         for name, n in arrays:
             ty = {F32: "float", I32: "int", BOOL: "bool"}[n.type]
             w.line(f"{ty} {name}[kCols];")
+        for name in col_sets.values():
+            w.line(f"uint32_t {name}[(kCols + 31) / 32] = {{}};  // a per-key condition as bits of c")
         w.line("CUTE_UNROLL")
         with w.block("for (int c = 0; c < kCols; ++c)"):
             w.line("const int col = n_block * kBlockN + get<1>(coords(0, c));")
             for name, n in arrays:
                 w.line(f"{name}[c] = {reg.c(n)};  // {_note(n)}")
                 reg.temps[n] = f"{name}[c]"
+            for cond, name in col_sets.items():
+                w.line(f"{name}[c / 32] |= static_cast<uint32_t>({reg.c(cond)}) << (c % 32);")
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
         w.line(f"const int row = {row};")
         reg.hoist(w, roots, "row", prefix="tl_r")
         if limited:
-            _emit_column_limits(w, reg, cb, sets)
+            _emit_column_limits(w, reg, cb, sets, col_sets)
         w.line("CUTE_UNROLL")
         with w.block("for (int c = 0; c < kCols; ++c)"):
             w.line("const int col = n_block * kBlockN + get<1>(coords(r, c));")
@@ -442,8 +447,17 @@ def _bound_c(reg: Regions, alts: tuple[passes.Linear, ...], *, upper: bool) -> s
     return out
 
 
+def _col_sets(kb: passes.KeyBits) -> list[passes.KeyBits]:
+    """The per-key conditions in `kb` (gathered into bits before the rows)."""
+    return [kb] if kb.op == "col" else [k for a in kb.args for k in _col_sets(a)]
+
+
 def _emit_column_limits(
-    w: CodeWriter, reg: Regions, cb: passes.ColumnBounds, sets: list[passes.KeyBits] = ()
+    w: CodeWriter,
+    reg: Regions,
+    cb: passes.ColumnBounds,
+    sets: list[passes.KeyBits] = (),
+    col_sets: dict[Expr, str] | None = None,
 ) -> None:
     """This row's kept keys as one interval [lo, hi] of the block's columns, relative to the thread's
     first column (`kernel_ir.passes.column_bounds`); keys past seqlen_k are the upper end's first bound.
@@ -475,14 +489,20 @@ def _emit_column_limits(
     w.comment("then tests one bit at a constant position (one LOP3 with a predicate result) instead of")
     w.comment("comparing its column with the limits")
     w.line("uint32_t tl_keep[(kCols + 31) / 32];")
-    keep = " & ".join(["tl::column_bits(tl_lo, tl_hi + 1, 32 * i)", *(_bits_c(reg, kb, leaf) for kb in sets)])
+    cols = col_sets or {}
+    keep = " & ".join(
+        ["tl::column_bits(tl_lo, tl_hi + 1, 32 * i)", *(_bits_c(reg, kb, leaf, cols) for kb in sets)]
+    )
     w.line("CUTE_UNROLL")
     w.line(f"for (int i = 0; i < (kCols + 31) / 32; ++i) tl_keep[i] = {keep};")
 
 
-def _bits_c(reg: Regions, kb: passes.KeyBits, leaf: dict[int, str]) -> str:
+def _bits_c(reg: Regions, kb: passes.KeyBits, leaf: dict[int, str], cols: dict[Expr, str]) -> str:
     """The 32 bits from column index 32 · i on of the keys `kb` keeps (`tl::column_bits` of each bound's
-    clamped offset, named in `leaf`)."""
+    clamped offset, named in `leaf`; a per-key condition's bits, named in `cols`)."""
+    if kb.op == "col":
+        assert kb.cond is not None
+        return f"{cols[kb.cond]}[i]"
     if kb.op == "row":
         assert kb.cond is not None
         return f"({reg.c(kb.cond)} ? 0xffffffffu : 0u)"
@@ -499,7 +519,7 @@ def _bits_c(reg: Regions, kb: passes.KeyBits, leaf: dict[int, str]) -> str:
             bits = f"({' || '.join(reg.c(u) for u in b.unless)} ? 0xffffffffu : {bits})"
         return bits
     sep = " & " if kb.op == "and" else " | "
-    return "(" + sep.join(_bits_c(reg, a, leaf) for a in kb.args) + ")"
+    return "(" + sep.join(_bits_c(reg, a, leaf, cols) for a in kb.args) + ")"
 
 
 def emit_uniforms(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> None:
