@@ -634,6 +634,21 @@ def _emit_exact_range(
         w.line("auto next_block = [&](int n) { return n - 1; };  // no block of the range is skipped")
 
 
+def _emit_key_interval(
+    w: CodeWriter,
+    reg: Regions,
+    names: tuple[str, str],
+    lower: tuple[tuple[passes.Linear, ...], ...],
+    upper: tuple[tuple[passes.Linear, ...], ...],
+) -> None:
+    """`names` = [max(0, lower bounds), min(seqlen_k − 1, upper bounds)] in 64 bits."""
+    lo, hi = names
+    w.line(f"long long {lo} = 0, {hi} = static_cast<long long>(seqlen_k) - 1;")
+    for var, better, is_upper, entries in ((lo, "max", False, lower), (hi, "min", True, upper)):
+        for alts in entries:
+            w.line(f"{var} = cute::{better}({var}, {_bound_c(reg, alts, upper=is_upper)});")
+
+
 def _emit_tile_range(w: CodeWriter, reg: Regions, tr: passes.TileRange, *, full: bool = False) -> None:
     """[n_block_min, n_block_max) narrowed to the key blocks the masks' bounds allow over this query tile
     (`kernel_ir.passes.tile_range`), in 64 bits: a handful of uniform operations, where a bisection over
@@ -644,22 +659,10 @@ def _emit_tile_range(w: CodeWriter, reg: Regions, tr: passes.TileRange, *, full:
     with w.indent():
         w.line("const int q_lo = m_block * kBlockM;")
         w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
-        w.line("long long kv_lo_min = 0, kv_hi_max = static_cast<long long>(seqlen_k) - 1;")
-        for var, better, upper, entries in (
-            ("kv_lo_min", "max", False, tr.lo_min),
-            ("kv_hi_max", "min", True, tr.hi_max),
-        ):
-            for alts in entries:
-                w.line(f"{var} = cute::{better}({var}, {_bound_c(reg, alts, upper=upper)});")
+        _emit_key_interval(w, reg, ("kv_lo_min", "kv_hi_max"), tr.lo_min, tr.hi_max)
         if full:
             w.comment("the keys every row keeps: the bounds at their other extreme rows")
-            w.line("long long kv_lo_max = 0, kv_hi_min = static_cast<long long>(seqlen_k) - 1;")
-            for var, better, upper, entries in (
-                ("kv_lo_max", "max", False, tr.lo_max),
-                ("kv_hi_min", "min", True, tr.hi_min),
-            ):
-                for alts in entries:
-                    w.line(f"{var} = cute::{better}({var}, {_bound_c(reg, alts, upper=upper)});")
+            _emit_key_interval(w, reg, ("kv_lo_max", "kv_hi_min"), tr.lo_max, tr.hi_min)
             w.line("n_full_min = static_cast<int>((kv_lo_max + kBlockN - 1) / kBlockN);  // kv_lo_max >= 0")
             w.comment("blocks whose last key is at most kv_hi_min (no block when it is below the first)")
             w.line("n_full_max = kv_hi_min < 0 ? 0 : static_cast<int>((kv_hi_min + 1) / kBlockN);")
