@@ -20,6 +20,7 @@ from tl_language import resources as core_resources
 from tl_language.model import Model
 from translator.plan import copy_threads_per_row
 from translator.planner.cost import DEFAULT_SHAPE, Shape, estimate
+from translator.planner.masks import masks_of
 from translator.planner.resources import Resources, Tiling, register_budget, resources
 from translator.planner.roles import Roles, find_roles
 
@@ -172,6 +173,7 @@ def plan(
     if roles.name("d_v") and model.params[roles.params["d_v"]].hole:
         d_v_space = None
     causal = model.mask == "causal"
+    masks = masks_of(model)  # a mask region: its own key blocks and kept pairs (translator.planner.masks)
 
     out: list[Candidate] = []
     rejected: dict[str, int] = {}
@@ -196,11 +198,11 @@ def plan(
             if why is not None or res is None:
                 rejected[why or "?"] = rejected.get(why or "?", 0) + 1
                 continue
-            cost = estimate(t, res, target, shape, causal=causal, sms=sms)
+            cost = estimate(t, res, target, shape, causal=causal, sms=sms, masks=masks)
             values = _values(roles, t)
             holes = {n: v for n, v in values.items() if model.params[n].hole}
             out.append(Candidate(0, values, holes, t, res, cost.score, cost.breakdown))
-    if target.wgmma:
+    if target.wgmma and masks is None:  # the measured defaults are the plain kernels'
         _mark_measured(out, model.mask)
     out.sort(
         key=lambda c: (

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from kernel_ir.passes import ScoreCost
 from tl_language import gpu
+from translator.planner.masks import Masks, kept_pairs
+from translator.planner.masks import blocks as mask_blocks
 from translator.planner.resources import Resources, Tiling
 
 
@@ -58,6 +60,7 @@ class Rates:
     smem_bytes: float
     l2_bytes: float
     sfu_ops: float
+    alu_ops: float = 128  # 32-bit integer / FP32 instructions per SM per clock (4 schedulers × 32 lanes)
 
 
 _RATES: dict[str, Rates] = {
@@ -74,6 +77,16 @@ _RATES: dict[str, Rates] = {
 # 128 (docs/hopper.md; docs/results/2026-11-30-h200-sm90-sweeps.json): BN 128 to 176 within 2 %, i.e. a
 # few hundred cycles against ~2,600 of wgmma per 128×160 block.
 HOPPER_ITER_CYCLES = 200
+# sm_90, programs with a mask region: what a query tile costs besides its key blocks (the prologue's loads
+# and barriers, the first block's unpipelined Q·Kᵀ, the epilogue), in the cycles of the model's BM 128 ×
+# BN 128 key block (2048 of wgmma + HOPPER_ITER_CYCLES): the H200 window sweep's intercept over its slope
+# is 3.6 such blocks a tile (docs/results/2026-12-02-h200-window-sweep.json; 4.1 in the second sweep,
+# -window-sweep-persistent.json). The plain kernels keep the Q/O term below, which their measured
+# ranking was validated with.
+HOPPER_TILE_CYCLES = 8000
+# Instructions per score of a block the classification cannot prove whole (a mask bit test and a select,
+# or a compare more), on the SM's integer / FP32 issue slots.
+MASK_OPS_PER_SCORE = 3
 
 
 def rates(target: gpu.Target) -> Rates:
@@ -96,8 +109,17 @@ def _feed_efficiency(m_tiles: int, n_tiles: int, mma: gpu.MmaShape, elem: int, r
 
 
 def estimate(
-    t: Tiling, res: Resources, target: gpu.Target, shape: Shape, *, causal: bool, sms: int | None = None
+    t: Tiling,
+    res: Resources,
+    target: gpu.Target,
+    shape: Shape,
+    *,
+    causal: bool,
+    sms: int | None = None,
+    masks: Masks | None = None,
 ) -> Cost:
+    """`masks`: the program's mask region (`translator.planner.masks`): its key blocks per query tile and
+    its kept pairs replace the header's (`causal`), and its masked blocks cost their per-score test."""
     r = rates(target)
     mma = target.mma.get(t.dtype) or next(iter(target.mma.values()))
     elem = gpu.DTYPE_BYTES[t.dtype]
@@ -137,6 +159,15 @@ def estimate(
     else:
         mean_iters = float(k_tiles)
     prologue_cyc = t.block_m * (t.d_qk + t.d_v) * elem / r.l2_bytes  # load Q, store O
+    mask_cyc = 0.0
+    visible = _visible_pairs(shape, causal)
+    if masks is not None:
+        kb = mask_blocks(masks, t.block_m, t.block_n, shape.seqlen_q, shape.seqlen_k)
+        mean_iters = kb.computed
+        mask_cyc = kb.masked * t.block_m * t.block_n * MASK_OPS_PER_SCORE / r.alu_ops
+        visible = max(1, round(kept_pairs(masks, shape.seqlen_q, shape.seqlen_k)))
+        if target.wgmma:
+            prologue_cyc = HOPPER_TILE_CYCLES
 
     blocks = q_tiles * shape.batch * shape.heads
     slots = sms * max(1, res.blocks_per_sm)
@@ -145,16 +176,16 @@ def estimate(
     # An SM runs its resident blocks concurrently, sharing its tensor cores: a wave takes the time of
     # blocks_per_sm blocks run back to back. Tiles past the sequence end and masked-out keys cost time
     # but do no useful work, so they show up only in the denominator.
-    block_cyc = mean_iters * iter_cyc + prologue_cyc
+    block_cyc = mean_iters * iter_cyc + mask_cyc + prologue_cyc
     total_cyc = waves * max(1, res.blocks_per_sm) * block_cyc
-    useful_flops = shape.batch * shape.heads * 2.0 * _visible_pairs(shape, causal) * (t.d_qk + t.d_v)
+    useful_flops = shape.batch * shape.heads * 2.0 * visible * (t.d_qk + t.d_v)
     score = useful_flops / (total_cyc * sms * r.mma_flops)
     breakdown = {
         "blocks_per_sm": float(res.blocks_per_sm),
         "waves": float(waves),
         "wave_efficiency": wave_eff,
         "mma_feed_efficiency": feed,
-        "tile_efficiency": _visible_pairs(shape, causal) / (q_tiles * t.block_m * mean_iters * t.block_n),
+        "tile_efficiency": visible / (q_tiles * t.block_m * max(mean_iters, 1e-9) * t.block_n),
         "load_overlap": 1.0 if overlapped else compute_cyc / (compute_cyc + load_cyc),
         "softmax_share": sfu_cyc / (mma_cyc + sfu_cyc),
         "flops_per_kv_byte": flops_iter / (t.block_n * (t.d_qk + t.d_v) * elem),

@@ -1,0 +1,107 @@
+"""What a program's masks do to a tiling's work, for the cost model: per query tile, how many key blocks the
+kernel computes and how many of those it masks per score, from the same interval classification the
+kernels run (`kernel_ir.passes.block_class`), with the Scalars at their defaults; and the (query, key)
+pairs the masks keep, which does not depend on the tiling.
+
+A mask that reads a side tensor (document ids, flags) is unknown here: its blocks count as computed and
+masked, as a kernel without its launch-time classification would run them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from kernel_ir import passes
+from kernel_ir.expr import Expr
+from tl_language.model import Model
+from translator.errors import TranslateError
+
+# The kept-pairs estimate classifies a grid of at most PAIRS_CELLS × PAIRS_CELLS rectangles (64 × 64 keys
+# and queries or larger): whole when the classification keeps a rectangle, half when it cannot tell.
+PAIRS_CELLS = 64
+# Query tiles sampled (evenly) for the mean key blocks of a tile: the planner ranks a few dozen tilings
+# on every completion request, so each costs a few thousand block tests at most.
+SAMPLED_TILES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Masks:
+    exprs: tuple[Expr, ...]
+    scalars: tuple[tuple[str, int | float], ...]  # the Scalars' defaults
+
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    computed: float  # key blocks a query tile runs, averaged over the tiles
+    masked: float  # of which the classification could not prove whole (masked per score)
+
+
+def masks_of(model: Model) -> Masks | None:
+    """The masks of `model`'s mask region (None without one, or where the program does not lower yet: a
+    half-written file is planned as its header says)."""
+    from translator.lower import lower_forward
+    from translator.pattern import match_attention
+
+    try:
+        ir = lower_forward(model, match_attention(model), {})
+    except (TranslateError, KeyError, ValueError, TypeError, AttributeError):
+        return None
+    if ir.header_mask != "expr" or not ir.masks:
+        return None
+    return Masks(tuple(ir.masks), tuple((s.name, s.default) for s in ir.scalars))
+
+
+def _env(masks: Masks, seqlen_q: int, seqlen_k: int) -> dict[str, int | float | bool]:
+    return {"seqlen_q": seqlen_q, "seqlen_k": seqlen_k, **dict(masks.scalars)}
+
+
+@functools.lru_cache(maxsize=64)
+def _block_class(exprs: tuple[Expr, ...]) -> passes.BlockClass:
+    return passes.block_class(exprs)
+
+
+def _classes(masks: Masks, env: dict, q: tuple[int, int], kv: tuple[int, int]) -> tuple[bool, bool]:
+    """(never, always) of the rectangle rows q[0]…q[1] × keys kv[0]…kv[1]; unknown counts as neither."""
+    bc = _block_class(masks.exprs)
+    rect = {**env, "q_lo": q[0], "q_hi": q[1], "kv_lo": kv[0], "kv_hi": kv[1]}
+    return passes.evaluate(bc.never, rect) is True, passes.evaluate(bc.always, rect) is True
+
+
+@functools.lru_cache(maxsize=256)
+def blocks(masks: Masks, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int) -> Blocks:
+    env = _env(masks, seqlen_q, seqlen_k)
+    tiles = math.ceil(seqlen_q / block_m)
+    sample = sorted(
+        {round(i * (tiles - 1) / max(1, SAMPLED_TILES - 1)) for i in range(min(tiles, SAMPLED_TILES))}
+    )
+    computed = masked = 0
+    for m in sample:
+        q = (m * block_m, min(seqlen_q, (m + 1) * block_m) - 1)
+        for n in range(math.ceil(seqlen_k / block_n)):
+            kv = (n * block_n, min(seqlen_k, (n + 1) * block_n) - 1)
+            never, always = _classes(masks, env, q, kv)
+            if never:
+                continue
+            computed += 1
+            masked += not (always and kv[1] - kv[0] + 1 == block_n)
+    return Blocks(computed / len(sample), masked / len(sample))
+
+
+@functools.lru_cache(maxsize=64)
+def kept_pairs(masks: Masks, seqlen_q: int, seqlen_k: int) -> float:
+    """The (query, key) pairs the masks keep, estimated on a grid of rectangles (the same for every
+    tiling, so it moves no ranking)."""
+    env = _env(masks, seqlen_q, seqlen_k)
+    gq = max(64, math.ceil(seqlen_q / PAIRS_CELLS))
+    gk = max(64, math.ceil(seqlen_k / PAIRS_CELLS))
+    total = 0.0
+    for q0 in range(0, seqlen_q, gq):
+        q = (q0, min(seqlen_q, q0 + gq) - 1)
+        for k0 in range(0, seqlen_k, gk):
+            kv = (k0, min(seqlen_k, k0 + gk) - 1)
+            never, always = _classes(masks, env, q, kv)
+            area = (q[1] - q[0] + 1) * (kv[1] - kv[0] + 1)
+            total += 0.0 if never else area if always else area / 2
+    return total
