@@ -68,6 +68,26 @@ def side_tensors(
     return side
 
 
+def kept_pairs(program: Any, q: Any, k: Any, side: dict[str, Any]) -> float:
+    """The (query, key) pairs `program`'s masks keep on these inputs (summed over batch and heads),
+    counted by the IR reference on a ones V: the useful work TFLOPS are quoted on."""
+    import torch
+
+    from kernel_ir.expr import const
+    from kernel_ir.program import Forward
+    from runner.ir_reference import forward_reference
+
+    count = Forward(
+        score=const(1.0), masks=program.masks, normalizer="none", tensors=program.tensors,
+        scalars=program.scalars,
+    )  # fmt: skip
+    ones = torch.ones(k.shape[0], k.shape[1], k.shape[2], 8, device=q.device)
+    kept, _ = forward_reference(
+        count, q[..., :8].float(), k[..., :8].float(), ones, tensors={t: side[t] for t in side}, chunk=512
+    )
+    return float(kept[..., 0].sum())
+
+
 def flex_mods(name: str, scalars: dict[str, Any], side: dict[str, Any], sq: int, sk: int) -> Any:
     """(score_mod, mask_mod) for FlexAttention with the same meaning as the catalogue file, or None where
     FlexAttention cannot say it (a sink logit in the denominator, a normalizer other than softmax)."""

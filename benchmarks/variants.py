@@ -41,6 +41,7 @@ from benchmarks.variant_cases import (  # noqa: E402  (after the path insert)
     flex_calls,
     flex_mods,
     for_shape,
+    kept_pairs,
     plain_texts,
     side_tensors,
     with_param,
@@ -102,10 +103,8 @@ def _bench_shape(
     timed beside the plain kernel, FlexAttention and FA4 (native), balanced order; a row per variant."""
     import torch
 
-    from kernel_ir.expr import const
     from kernel_ir.program import Forward
     from runner.bench import time_interleaved
-    from runner.ir_reference import forward_reference
     from runner.launch import launch
 
     rows: list[dict[str, Any]] = []
@@ -127,19 +126,7 @@ def _bench_shape(
         scalars = {s.name: s.default for s in program.scalars} if program else {}
         o = torch.empty_like(q)
         lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-        # useful pairs: the masks' kept (query, key) pairs, counted by the IR reference on a ones V
-        count = Forward(
-            score=const(1.0),
-            masks=program.masks,
-            normalizer="none",
-            tensors=program.tensors,
-            scalars=program.scalars,
-        )
-        ones = torch.ones(B, S, hkv, 8, device="cuda")
-        kept, _ = forward_reference(
-            count, q[..., :8].float(), k[..., :8].float(), ones, tensors={t: side[t] for t in side}, chunk=512
-        )
-        pairs = float(kept[..., 0].sum())
+        pairs = kept_pairs(program, q, k, side)
         flops = 4 * pairs * D
         causal = bool(program.masks)
         plain = loaded["plain_causal" if causal else "plain_none"]

@@ -1,0 +1,228 @@
+"""Catalogue variants' derived backward against FlexAttention's backward (and FA4's, where FA4 runs the
+variant natively: softcap, sliding window, learnable sink), one process, balanced order; TFLOPS on the
+pairs the masks keep, the backward counted as 2.5× the forward's FLOPs (issue 18's third target).
+
+    python3 benchmarks/variants_backward.py [--seqlens 4096,16384] [--only a,b] [--json OUT]
+
+Every catalogue file is set to sm_90, bf16, d 128 (`variant_cases.for_shape`), so the backward is the
+wgmma skeleton. Its forward gives O and LSE; side tensors are random (`variant_cases.side_tensors`) and
+not learnable here (FlexAttention's captured tensors get no gradient either). Before anything is timed,
+TL's dq, dk, dv must agree with FlexAttention's autograd gradients of the same score_mod / mask_mod on
+the same inputs (max |difference| ≤ 2e-2 · max |Flex's|, per gradient; `backward.grad_check`), and FA4's
+with TL's; a candidate that disagrees is reported and not timed. The baselines' backward is
+`torch.autograd.grad` of a retained forward graph (their backward kernels only); FlexAttention's block
+mask is built outside the timed region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.backward import grad_check  # noqa: E402  (after the path insert)
+from benchmarks.variant_cases import (  # noqa: E402
+    allow_recompiles,
+    catalogue,
+    fa4_available,
+    fa4_native,
+    flex_mods,
+    for_shape,
+    kept_pairs,
+    side_tensors,
+)
+
+HEADS = 16
+HEAD_DIM = 128
+TOKENS = 16384
+
+
+def build(names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The forward and the backward of every variant, compiled in one parallel batch: ({name: loaded
+    forward}, {name: BackwardBuild}); a variant whose backward cannot be derived or compiled is left out
+    with a note."""
+    from pipeline.backward import BackwardBuildError, translate_backward
+    from pipeline.build import translate_text
+    from runner.compile import CompileError, CompileJob, compile_many
+    from runner.launch import cuda_device_arch, load
+
+    device = cuda_device_arch()
+    fwd, bwd, jobs = {}, {}, []
+    for n in names:
+        text = for_shape((ROOT / "examples" / "variants" / f"{n}.tl").read_text(), "bf16", HEAD_DIM)
+        try:
+            b = translate_backward(text, dtype="bf16", learnable=())
+        except BackwardBuildError as exc:
+            print(f"{n}: no backward ({str(exc)[:160]})", flush=True)
+            continue
+        f = translate_text(text, Path(f"{n}_bwd_bench.tl"))
+        fwd[n], bwd[n] = f, b
+        jobs.append(
+            (n, "fwd", CompileJob(source=f.source, arch=f.spec.arch, name=f"{n}.cu", device_arch=device))
+        )
+        jobs.append(
+            (n, "bwd", CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.bwd.cu", device_arch=device))
+        )
+    loaded: dict[str, Any] = {}
+    builds: dict[str, Any] = {}
+    for (n, kind, _), c in zip(jobs, compile_many([j for _, _, j in jobs], isolated=True), strict=True):
+        if isinstance(c, CompileError):
+            print(f"{n}: {kind} compile failed: {str(c)[:200]}", flush=True)
+            loaded.pop(n, None)
+            builds.pop(n, None)
+            continue
+        if kind == "fwd":
+            loaded[n] = load(c, fwd[n].spec)
+        else:
+            bwd[n].compiled = c
+            builds[n] = bwd[n]
+    both = set(loaded) & set(builds)
+    return {n: loaded[n] for n in both}, {n: builds[n] for n in both}
+
+
+def _autograd_bwd(fwd: Any, leaves: list[Any], grad_out: Any) -> Any:
+    """`i -> grads` of a retained forward graph: only the backward's kernels run when timed."""
+    import torch
+
+    out = fwd()
+    out = out[0] if isinstance(out, tuple) else out
+
+    def bwd_only(i: int) -> Any:
+        return torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+
+    bwd_only(0)
+    return bwd_only
+
+
+def one_shape(
+    names: list[str], loaded: dict[str, Any], builds: dict[str, Any], S: int, target_s: float
+) -> list[dict[str, Any]]:
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from kernel_ir.program import Forward
+    from runner.bench import time_interleaved
+    from runner.launch import launch
+
+    B, H, D = max(1, TOKENS // S), HEADS, HEAD_DIM
+    scale = 1 / math.sqrt(D)
+    g = torch.Generator(device="cuda").manual_seed(S)
+    q, k, v, do = (torch.randn(B, S, H, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(4))
+    flex = torch.compile(flex_attention, dynamic=False)
+    rows = []
+    for n in names:
+        if n not in loaded:
+            continue
+        spec = loaded[n].spec
+        program = Forward.from_dict(spec.program) if spec.program else None
+        side = side_tensors(program, B, H, H, S, g)
+        scalars = {s.name: s.default for s in program.scalars} if program else {}
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        launch(loaded[n], q, k, v, o, lse, extras=side)
+        build = builds[n]
+
+        def tl(i: int, build: Any = build, o: Any = o, lse: Any = lse, side: Any = side) -> Any:
+            return build.run(q, k, v, o, lse, do, scale=scale, extras=side)
+
+        tl_grads = tl(0)[:3]
+        fns: dict[str, Any] = {"tl": tl}
+        notes: dict[str, Any] = {}
+        mods = flex_mods(n, scalars, side, S, S)
+        if mods is not None:
+            score_mod, mask_mod = mods
+            block_mask = create_block_mask(mask_mod, B, None, S, S, device=q.device) if mask_mod else None
+            leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
+            try:
+                fn = _autograd_bwd(
+                    lambda leaves=leaves, sm=score_mod, bm=block_mask: flex(
+                        *leaves, score_mod=sm, block_mask=bm, scale=scale
+                    ),
+                    leaves,
+                    do.transpose(1, 2),
+                )
+                check = grad_check(tl_grads, [x.transpose(1, 2) for x in fn(0)])
+            except Exception as exc:  # a mod FlexAttention cannot compile: reported, not timed
+                notes["flex"] = f"n/a: {type(exc).__name__}: {str(exc)[:120]}"
+            else:
+                notes["tl_vs_flex"] = check
+                if check["ok"]:
+                    fns["flex"] = fn
+                else:
+                    notes["flex"] = "not timed: TL's gradients disagree with FlexAttention's"
+        fa4_kw = fa4_native(n, scalars, side)
+        if fa4_kw is not None and fa4_available():
+            from flash_attn.cute import flash_attn_func
+
+            leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+            try:
+                fn = _autograd_bwd(
+                    lambda leaves=leaves, kw=fa4_kw: flash_attn_func(*leaves, softmax_scale=scale, **kw),
+                    leaves,
+                    do,
+                )
+                check = grad_check(fn(0), tl_grads)
+            except Exception as exc:
+                notes["fa4"] = f"n/a: {type(exc).__name__}: {str(exc)[:120]}"
+            else:
+                notes["fa4_vs_tl"] = check
+                if check["ok"]:
+                    fns["fa4"] = fn
+                else:
+                    notes["fa4"] = "not timed: FA4's gradients disagree with TL's"
+        flops = 2.5 * 4 * kept_pairs(program, q, k, side) * D
+        timings = time_interleaved(fns, target_s=target_s, warmup_s=0.2)
+        row: dict[str, Any] = {"variant": n, "batch": B, "seqlen": S, **notes}
+        for cand, tm in timings.items():
+            row[cand] = None if isinstance(tm, Exception) else round(flops / (tm.median_ms / 1e3) / 1e12, 1)
+        for base in ("flex", "fa4"):
+            if row.get("tl") and row.get(base):
+                row[f"tl/{base}"] = round(row["tl"] / row[base], 3)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seqlens", default="4096,16384")
+    ap.add_argument("--only", default="", help="comma-separated catalogue names (default: all)")
+    ap.add_argument("--target-s", type=float, default=0.5)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    import torch
+
+    names = [n for n in catalogue() if not args.only or n in args.only.split(",")]
+    allow_recompiles()
+    loaded, builds = build(names)
+    rows = []
+    for S in [int(s) for s in args.seqlens.split(",") if s]:
+        rows += one_shape(names, loaded, builds, S, args.target_s)
+    gpu = torch.cuda.get_device_name()
+    print(f"\nbackward TFLOPS on kept pairs (2.5x forward FLOPs), bf16 d{HEAD_DIM} H{HEADS}, sm_90, {gpu}, "
+          f"{time.strftime('%Y-%m-%d')}")  # fmt: skip
+    print(f"{'variant':26s} {'B×S':>6s} {'tl':>7s} {'flex':>7s} {'fa4':>7s} {'tl/flex':>8s} {'tl/fa4':>7s}")
+    for r in rows:
+        cells = [f"{r[c]:7.1f}" if r.get(c) else f"{'—':>7s}" for c in ("tl", "flex", "fa4")]
+        ratios = [f"{r[c]:8.2f}" if r.get(c) else f"{'—':>8s}" for c in ("tl/flex", "tl/fa4")]
+        print(
+            f"{r['variant']:26s} {r['batch']}×{r['seqlen'] // 1024}k "
+            + " ".join(cells)
+            + " "
+            + " ".join(ratios)
+        )
+    if args.json:
+        meta = {"gpu": gpu, "date": time.strftime("%Y-%m-%d"), "heads": HEADS, "head_dim": HEAD_DIM}
+        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
