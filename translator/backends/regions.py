@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kernel_ir import passes
@@ -456,7 +457,7 @@ def _emit_column_limits(
     w: CodeWriter,
     reg: Regions,
     cb: passes.ColumnBounds,
-    sets: list[passes.KeyBits] = (),
+    sets: Sequence[passes.KeyBits] = (),
     col_sets: dict[Expr, str] | None = None,
 ) -> None:
     """This row's kept keys as one interval [lo, hi] of the block's columns, relative to the thread's
