@@ -573,7 +573,7 @@ def _compiled(e: Expr) -> Evaluator:
             return None if unknown else not decisive
 
         return logic
-    fn = _EVAL_INT.get(e.op) or _EVAL.get(e.op)
+    fn: Callable[..., Any] | None = _EVAL_INT.get(e.op) or _EVAL.get(e.op)
     if fn is None:
         return lambda env: None
     integer = e.op in _EVAL_INT
@@ -596,8 +596,8 @@ def _c_mod(a: int, b: int) -> int | None:
     return None if q is None else a - q * b
 
 
-_EVAL_INT = {"div": _c_div, "mod": _c_mod}
-_EVAL = {
+_EVAL_INT: dict[str, Callable[..., Any]] = {"div": _c_div, "mod": _c_mod}
+_EVAL: dict[str, Callable[..., Any]] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "neg": lambda a: -a,
     "abs": abs, "min": min, "max": max, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
     "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,

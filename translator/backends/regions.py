@@ -367,7 +367,8 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
     if block:
         reg.hoist(w, roots, "uniform", prefix="tl_b")
     arrays = reg.col_arrays(roots)
-    col_sets = {kb.cond: f"tl_kb{i}" for i, kb in enumerate(k for s in sets for k in _col_sets(s))}
+    conds = [k.cond for s in sets for k in _col_sets(s) if k.cond is not None]
+    col_sets = {cond: f"tl_kb{i}" for i, cond in enumerate(conds)}
     if arrays or col_sets:
         w.comment("per-key values, once per block for all of this thread's rows")
         for name, n in arrays:
