@@ -60,3 +60,29 @@ def test_a_file_for_sm80_gets_the_planners_hopper_key_tile(name: str, block_n: i
     assert translate_text(text, Path(f"{name}.tl")).spec.block_n == block_n
     sliding = for_shape((VARIANTS_DIR / "sliding_window.tl").read_text(), "bf16", 128)
     assert "Param BN = 128" in sliding  # a file written for sm_90 keeps its own tiles
+
+
+@pytest.mark.parametrize("name", catalogue())
+def test_flex_mods_have_the_reference_gradients(name: str) -> None:
+    """What `benchmarks/variants_backward.py` checks TL's backward against before timing it: autograd
+    through FlexAttention's score_mod / mask_mod (here eager, float64) gives the IR reference's dq, dk,
+    dv (`runner.backward_reference`), so a disagreement on the GPU is the kernel's, not the baseline's."""
+    from kernel_ir.program import Forward
+    from pipeline.build import translate_text
+    from runner.backward_reference import backward_reference
+
+    text = for_shape((VARIANTS_DIR / f"{name}.tl").read_text(), "bf16", 64)
+    program = Forward.from_dict(translate_text(text, Path(f"{name}.tl")).spec.program)
+    g = torch.Generator().manual_seed(1)
+    B, S, H, D = 1, 96, 2, 16
+    side = side_tensors(program, B, H, H, S, g, device="cpu")
+    mods = flex_mods(name, {s.name: s.default for s in program.scalars}, side, S, S)
+    if mods is None:
+        pytest.skip(f"{name}: FlexAttention has no spelling for it (no baseline is timed)")
+    q, k, v, do = (torch.randn(B, S, H, D, generator=g, dtype=torch.float64) for _ in range(4))
+    want = backward_reference(program, q, k, v, do, tensors=side, dtype=torch.float64)[:3]
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = _eager_flex(*leaves, mods, 1 / math.sqrt(D))
+    got = torch.autograd.grad(out, leaves, do)
+    for n, a, b in zip(("dq", "dk", "dv"), got, want, strict=True):
+        assert torch.allclose(a, b, atol=1e-5), (n, float((a - b).abs().max()))
