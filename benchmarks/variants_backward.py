@@ -102,6 +102,31 @@ def _autograd_bwd(fwd: Any, leaves: list[Any], grad_out: Any) -> Any:
     return bwd_only
 
 
+def _add_checked(
+    label: str,
+    fwd: Any,
+    leaves: list[Any],
+    grad_out: Any,
+    as_bshd: Any,
+    tl_grads: Any,
+    fns: dict[str, Any],
+    notes: dict[str, Any],
+) -> None:
+    """A baseline's backward into `fns` when its dq, dk, dv (`as_bshd` puts them in TL's layout) agree
+    with TL's; otherwise `notes[label]` says why it is not timed (a mod it cannot compile, a mismatch)."""
+    try:
+        fn = _autograd_bwd(fwd, leaves, grad_out)
+        check = grad_check(tl_grads, as_bshd(fn(0)))
+    except Exception as exc:  # reported, not timed
+        notes[label] = f"n/a: {type(exc).__name__}: {str(exc)[:120]}"
+        return
+    notes[f"tl_vs_{label}"] = check
+    if check["ok"]:
+        fns[label] = fn
+    else:
+        notes[label] = f"not timed: its gradients disagree with TL's ({label})"
+
+
 def one_shape(
     names: list[str], loaded: dict[str, Any], builds: dict[str, Any], S: int, target_s: float
 ) -> list[dict[str, Any]]:
@@ -142,43 +167,33 @@ def one_shape(
             score_mod, mask_mod = mods
             block_mask = create_block_mask(mask_mod, B, None, S, S, device=q.device) if mask_mod else None
             leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
-            try:
-                fn = _autograd_bwd(
-                    lambda leaves=leaves, sm=score_mod, bm=block_mask: flex(
-                        *leaves, score_mod=sm, block_mask=bm, scale=scale
-                    ),
-                    leaves,
-                    do.transpose(1, 2),
-                )
-                check = grad_check(tl_grads, [x.transpose(1, 2) for x in fn(0)])
-            except Exception as exc:  # a mod FlexAttention cannot compile: reported, not timed
-                notes["flex"] = f"n/a: {type(exc).__name__}: {str(exc)[:120]}"
-            else:
-                notes["tl_vs_flex"] = check
-                if check["ok"]:
-                    fns["flex"] = fn
-                else:
-                    notes["flex"] = "not timed: TL's gradients disagree with FlexAttention's"
+            _add_checked(
+                "flex",
+                lambda leaves=leaves, sm=score_mod, bm=block_mask: flex(
+                    *leaves, score_mod=sm, block_mask=bm, scale=scale
+                ),
+                leaves,
+                do.transpose(1, 2),
+                lambda grads: [x.transpose(1, 2) for x in grads],
+                tl_grads,
+                fns,
+                notes,
+            )
         fa4_kw = fa4_native(n, scalars, side)
         if fa4_kw is not None and fa4_available():
             from flash_attn.cute import flash_attn_func
 
             leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-            try:
-                fn = _autograd_bwd(
-                    lambda leaves=leaves, kw=fa4_kw: flash_attn_func(*leaves, softmax_scale=scale, **kw),
-                    leaves,
-                    do,
-                )
-                check = grad_check(fn(0), tl_grads)
-            except Exception as exc:
-                notes["fa4"] = f"n/a: {type(exc).__name__}: {str(exc)[:120]}"
-            else:
-                notes["fa4_vs_tl"] = check
-                if check["ok"]:
-                    fns["fa4"] = fn
-                else:
-                    notes["fa4"] = "not timed: FA4's gradients disagree with TL's"
+            _add_checked(
+                "fa4",
+                lambda leaves=leaves, kw=fa4_kw: flash_attn_func(*leaves, softmax_scale=scale, **kw),
+                leaves,
+                do,
+                lambda grads: list(grads),
+                tl_grads,
+                fns,
+                notes,
+            )
         flops = 2.5 * 4 * kept_pairs(program, q, k, side) * D
         timings = time_interleaved(fns, target_s=target_s, warmup_s=0.2)
         row: dict[str, Any] = {"variant": n, "batch": B, "seqlen": S, **notes}
