@@ -33,12 +33,17 @@
 - `column_bounds`: the masks that bound the key index by a per-row value, `kv_idx ≤ U(row)` or
   `kv_idx ≥ L(row)` (an affine comparison with kv_idx's coefficient ±1, `abs(x) ≤ w` as two of them, an
   `or` of same-direction bounds and of per-row conditions as the max / min of its arms), become one interval
-  of block-local columns per row, so a masked score costs two compares against per-row limits instead of
-  the masks' index arithmetic (FlashAttention's column limits, derived). The bounds are sums of the
+  of block-local columns per row, so a masked score costs no index arithmetic (FlashAttention's column
+  limits, derived; the renderers test it as one bit of a row mask). The bounds are sums of the
   masks' own subexpressions (each evaluated as the mask evaluates it) and constants, added in 64 bits, so
   the interval is exact where the masks' arithmetic does not overflow; the rest of the masks stay per score.
   `tile_range` takes the same bounds at a query tile's first and last row: the tile's key range in closed
-  form, which replaces the bisection over interval tests when every mask is such a bound.
+  form, which replaces the bisection over interval tests when every mask is such a bound, and then the
+  run of key blocks every row keeps whole. `key_bits` turns the other conjuncts made of bounds and
+  per-row or per-key conditions (an `or` of bounds in both directions, a global row or key) into set
+  operations the renderers run on the row masks.
+- `evaluate`: an expression with Python integers (three-valued where it reads a tensor), the planner's
+  block tests.
 - `score_cost`: what one score costs the SFU (MUFU instructions, and how many of them are exp2s a
   polynomial on the FMA pipe could take instead) and the FP32 pipe (the SFU is softcap's bottleneck).
 """
@@ -279,10 +284,10 @@ class Bound:
 @dataclass(frozen=True, slots=True)
 class ColumnBounds:
     bounds: tuple[Bound, ...]  # the top-level conjuncts that are bounds: one interval per row
-    # The other conjuncts, evaluated per score as before. A bound inside one (sink tokens' `kv_idx < n_sink |
-    # window`) stays there: compares against per-row limits under an `or` ran out of predicate registers
-    # in the sm_90 kernel (P2R spills, 4328 against 3848 instructions, 5–7 % slower on the H200;
-    # docs/results/2026-12-01-h200-variants-column-limits.json).
+    # The other conjuncts: a bound inside one (sink tokens' `kv_idx < n_sink | window`) is not merged into
+    # the interval (as compares against per-row limits under an `or` it ran out of predicate registers in
+    # the sm_90 kernel, 5–7 % slower on the H200, docs/results/2026-12-01-h200-variants-column-limits.json);
+    # `key_bits` renders such a conjunct as bit sets, the rest stay per score.
     rest: tuple[Expr, ...]
 
 
@@ -445,8 +450,8 @@ def _key_bits(e: Expr) -> KeyBits | None:
 
 def key_bits(e: Expr) -> KeyBits | None:
     """`e` (a conjunct `column_bounds` left in `rest`) as `KeyBits` with at least one bound, or None. A
-    per-key arm (global + sliding's `is_global[kv_idx]`) is a set too: or-ed per score with the other
-    arms' bits instead, its flags sat in predicates (93 P2R in the sm_90 kernel) and the kernel ran 3–5 %
+    per-key arm (global + sliding's `is_global[kv_idx]`) is a set of its own: kept per score and or-ed with
+    the other arms' bits, its flags sat in predicates (93 P2R in the sm_90 kernel) and the kernel ran 3–5 %
     slower on the H200 (docs/results/2026-12-02-h200-variants-all.json)."""
     whole = _key_bits(e)
     if whole is None or not whole.leaves():
@@ -541,15 +546,17 @@ def evaluate(e: Expr, env: dict[str, int | float | bool]) -> int | float | bool 
     """`e` with the variables of `env` (C's truncated division and remainder), or None where it reads a
     variable `env` lacks or a tensor (unknown at plan time). `and` / `or` decide on a known operand: a
     block test is then known wherever its known part settles it. Compiled once per expression into
-    closures (the planner evaluates one block test over thousands of rectangles)."""
-    return _compiled(e)(env)
+    closures (`evaluator`)."""
+    return evaluator(e)(env)
 
 
 Evaluator = Callable[[dict[str, Any]], Any]
 
 
 @functools.lru_cache(maxsize=4096)
-def _compiled(e: Expr) -> Evaluator:
+def evaluator(e: Expr) -> Evaluator:
+    """`evaluate` for `e` as one function of the environment: the planner takes it once and calls it over
+    thousands of block rectangles."""
     if isinstance(e, Const):
         value = e.value
         return lambda env: value
@@ -558,7 +565,7 @@ def _compiled(e: Expr) -> Evaluator:
         return lambda env: env.get(name)
     if not isinstance(e, Op):
         return lambda env: None  # a tensor read
-    args = [_compiled(a) for a in e.args]
+    args = [evaluator(a) for a in e.args]
     if e.op in ("and", "or"):
         decisive = e.op == "or"  # the operand value that settles it
 

@@ -97,6 +97,13 @@ class Regions:
         limits and the tile's key range read the same split."""
         return passes.column_bounds(self.masks)
 
+    @functools.cached_property
+    def key_sets(self) -> tuple[tuple[passes.KeyBits, ...], tuple[Expr, ...]]:
+        """`column_bounds`' other conjuncts split into those the score loops render as bit sets
+        (`kernel_ir.passes.key_bits`) and those they evaluate per score."""
+        bits = [(m, passes.key_bits(m)) for m in self.column_bounds.rest]
+        return tuple(kb for _, kb in bits if kb is not None), tuple(m for m, kb in bits if kb is None)
+
     @property
     def has_masks(self) -> bool:
         return bool(self.ir.masks)
@@ -354,9 +361,7 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
     """The column arrays and the row and column loops of `apply_score` for one form of the score region;
     `block`: the form's uniform values not hoisted per tile are read once here (a saturated clamp's)."""
     cb = reg.column_bounds
-    bits = [(m, passes.key_bits(m)) for m in cb.rest]
-    sets = [kb for _, kb in bits if kb is not None]  # conjuncts rendered as bit operations, per row
-    per_score = tuple(m for m, kb in bits if kb is None)
+    sets, per_score = reg.key_sets
     limited = bool(cb.bounds or sets) and _key_compares(per_score) <= MAX_COMPARES_BESIDE_LIMITS
     masks = list(per_score) if limited else reg.masks
     bound_roots = [t for b in cb.bounds for t in b.roots()] + [t for kb in sets for t in kb.roots()]
@@ -414,12 +419,13 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
         del reg.temps[n]
 
 
-# The row's column limits replace the masks' index arithmetic only when at most this many other compares
-# per key stay beside them: the limits' compares take immediates, so ptxas issues them early, and with
-# two more (sink tokens + window's `kv_idx < n_sink | window`) the sm_90 kernel ran out of predicate
-# registers (153 P2R, 4576 instructions against 3848; 5–7 % slower on the H200 in the first version,
-# docs/results/2026-12-01-h200-variants-column-limits.json). One (a document id, the dilated window's
-# remainders) costs nothing (document mask 4160 → 4128 instructions, dilated window +7 %).
+# The row's column limits (its bit masks) replace the masks' index arithmetic only when at most this many
+# other compares per key stay per score beside them. Measured when the limits were compares against
+# immediates: with two more (sink tokens + window's `or`, now bit sets) the sm_90 kernel ran out of
+# predicate registers (153 P2R, 4576 instructions against 3848; 5–7 % slower on the H200,
+# docs/results/2026-12-01-h200-variants-column-limits.json); one (a document id, the dilated window's
+# remainders) cost nothing (document mask 4160 → 4128 instructions, dilated window +7 %). Not re-measured
+# with the bit masks.
 MAX_COMPARES_BESIDE_LIMITS = 1
 
 
@@ -458,8 +464,8 @@ def _emit_column_limits(
     w: CodeWriter,
     reg: Regions,
     cb: passes.ColumnBounds,
-    sets: Sequence[passes.KeyBits] = (),
-    col_sets: dict[Expr, str] | None = None,
+    sets: Sequence[passes.KeyBits],
+    col_sets: dict[Expr, str],
 ) -> None:
     """This row's kept keys as one interval [lo, hi] of the block's columns, relative to the thread's
     first column (`kernel_ir.passes.column_bounds`); keys past seqlen_k are the upper end's first bound.
@@ -491,10 +497,8 @@ def _emit_column_limits(
     w.comment("then tests one bit at a constant position (one LOP3 with a predicate result) instead of")
     w.comment("comparing its column with the limits")
     w.line("uint32_t tl_keep[(kCols + 31) / 32];")
-    cols = col_sets or {}
-    keep = " & ".join(
-        ["tl::column_bits(tl_lo, tl_hi + 1, 32 * i)", *(_bits_c(reg, kb, leaf, cols) for kb in sets)]
-    )
+    parts = (_bits_c(reg, kb, leaf, col_sets) for kb in sets)
+    keep = " & ".join(["tl::column_bits(tl_lo, tl_hi + 1, 32 * i)", *parts])
     w.line("CUTE_UNROLL")
     w.line(f"for (int i = 0; i < (kCols + 31) / 32; ++i) tl_keep[i] = {keep};")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernel_ir import passes
@@ -53,25 +54,26 @@ def masks_of(model: Model) -> Masks | None:
     return Masks(tuple(ir.masks), tuple((s.name, s.default) for s in ir.scalars))
 
 
-def _env(masks: Masks, seqlen_q: int, seqlen_k: int) -> dict[str, int | float | bool]:
-    return {"seqlen_q": seqlen_q, "seqlen_k": seqlen_k, **dict(masks.scalars)}
+Classes = Callable[[tuple[int, int], tuple[int, int]], tuple[bool, bool]]
 
 
-@functools.lru_cache(maxsize=64)
-def _block_class(exprs: tuple[Expr, ...]) -> passes.BlockClass:
-    return passes.block_class(exprs)
+def _classes(masks: Masks, seqlen_q: int, seqlen_k: int) -> Classes:
+    """`(q, kv) -> (never, always)` of the rectangle rows q[0]…q[1] × keys kv[0]…kv[1] (unknown counts as
+    neither): the block tests compiled once for all the rectangles a count visits."""
+    bc = passes.block_class(masks.exprs)
+    never, always = passes.evaluator(bc.never), passes.evaluator(bc.always)
+    env = {"seqlen_q": seqlen_q, "seqlen_k": seqlen_k, **dict(masks.scalars)}
 
+    def test(q: tuple[int, int], kv: tuple[int, int]) -> tuple[bool, bool]:
+        rect = {**env, "q_lo": q[0], "q_hi": q[1], "kv_lo": kv[0], "kv_hi": kv[1]}
+        return never(rect) is True, always(rect) is True
 
-def _classes(masks: Masks, env: dict, q: tuple[int, int], kv: tuple[int, int]) -> tuple[bool, bool]:
-    """(never, always) of the rectangle rows q[0]…q[1] × keys kv[0]…kv[1]; unknown counts as neither."""
-    bc = _block_class(masks.exprs)
-    rect = {**env, "q_lo": q[0], "q_hi": q[1], "kv_lo": kv[0], "kv_hi": kv[1]}
-    return passes.evaluate(bc.never, rect) is True, passes.evaluate(bc.always, rect) is True
+    return test
 
 
 @functools.lru_cache(maxsize=256)
 def blocks(masks: Masks, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int) -> Blocks:
-    env = _env(masks, seqlen_q, seqlen_k)
+    classes = _classes(masks, seqlen_q, seqlen_k)
     tiles = math.ceil(seqlen_q / block_m)
     sample = sorted(
         {round(i * (tiles - 1) / max(1, SAMPLED_TILES - 1)) for i in range(min(tiles, SAMPLED_TILES))}
@@ -81,7 +83,7 @@ def blocks(masks: Masks, block_m: int, block_n: int, seqlen_q: int, seqlen_k: in
         q = (m * block_m, min(seqlen_q, (m + 1) * block_m) - 1)
         for n in range(math.ceil(seqlen_k / block_n)):
             kv = (n * block_n, min(seqlen_k, (n + 1) * block_n) - 1)
-            never, always = _classes(masks, env, q, kv)
+            never, always = classes(q, kv)
             if never:
                 continue
             computed += 1
@@ -93,7 +95,7 @@ def blocks(masks: Masks, block_m: int, block_n: int, seqlen_q: int, seqlen_k: in
 def kept_pairs(masks: Masks, seqlen_q: int, seqlen_k: int) -> float:
     """The (query, key) pairs the masks keep, estimated on a grid of rectangles (the same for every
     tiling, so it moves no ranking)."""
-    env = _env(masks, seqlen_q, seqlen_k)
+    classes = _classes(masks, seqlen_q, seqlen_k)
     gq = max(64, math.ceil(seqlen_q / PAIRS_CELLS))
     gk = max(64, math.ceil(seqlen_k / PAIRS_CELLS))
     total = 0.0
@@ -101,7 +103,7 @@ def kept_pairs(masks: Masks, seqlen_q: int, seqlen_k: int) -> float:
         q = (q0, min(seqlen_q, q0 + gq) - 1)
         for k0 in range(0, seqlen_k, gk):
             kv = (k0, min(seqlen_k, k0 + gk) - 1)
-            never, always = _classes(masks, env, q, kv)
+            never, always = classes(q, kv)
             area = (q[1] - q[0] + 1) * (kv[1] - kv[0] + 1)
             total += 0.0 if never else area if always else area / 2
     return total
