@@ -1,7 +1,8 @@
-"""What `Param fma_exps` costs in instructions: the static SASS of a catalogue variant built with several
-values, counted by opcode (no GPU needed: NVRTC and nvdisasm from the `sass` extra).
+"""What `Param fma_exps` (or another Param) costs in instructions: the static SASS of a catalogue variant
+built with several values, counted by opcode (no GPU needed: NVRTC and nvdisasm from the `sass` extra).
 
     python3 benchmarks/sass_exp_split.py [--variant softcap] [--values 0,2,8]
+    python3 benchmarks/sass_exp_split.py --param fast_tanh --values 0,1
 
 Each moved exp2 trades one MUFU for the polynomial's instructions: the table's last column is that
 trade, (total(v) − total(0)) / (MUFU(0) − MUFU(v)), the number `translator/planner/cost.py` calls
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", default="softcap")
     ap.add_argument("--values", default="0,2,8")
+    ap.add_argument("--param", default="fma_exps")
     args = ap.parse_args(argv)
 
     from benchmarks.variant_cases import with_param
@@ -36,16 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     values = [v for v in args.values.split(",") if v]
     jobs = []
     for v in values:
-        b = translate_text(with_param(tl, "fma_exps", v), Path(f"{args.variant}_{v}.tl"))
+        b = translate_text(with_param(tl, args.param, v), Path(f"{args.variant}_{v}.tl"))
         jobs.append(CompileJob(source=b.source, arch=b.spec.arch, name=f"{args.variant}_{v}.cu"))
     counts: dict[str, collections.Counter[str]] = {}
     for v, r in zip(values, compile_many(jobs), strict=True):
         if isinstance(r, CompileError):
-            print(f"fma_exps={v}: compile failed: {str(r)[:300]}")
+            print(f"{args.param}={v}: compile failed: {str(r)[:300]}")
             continue
         counts[v] = collections.Counter(base_opcode(o) for o in opcodes(disassemble(r.code)))
-    print(f"static SASS of {args.variant} (sm_90a) by fma_exps")
-    print(f"{'fma_exps':>8s} {'total':>6s} " + " ".join(f"{o:>6s}" for o in OPS) + "  instr/moved exp2")
+    print(f"static SASS of {args.variant} (sm_90a) by {args.param}")
+    print(f"{args.param:>8s} {'total':>6s} " + " ".join(f"{o:>6s}" for o in OPS) + "  instr/moved exp2")
     base = counts.get(values[0])
     for v, c in counts.items():
         total = sum(c.values())

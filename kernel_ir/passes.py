@@ -142,13 +142,21 @@ def reassociate(e: Expr) -> Expr:
 
 
 @functools.lru_cache(maxsize=65536)
-def lower_transcendentals(e: Expr) -> Expr:
+def lower_transcendentals(e: Expr, fast_tanh: bool = False) -> Expr:
     """tanh and sigmoid as the exp2 and the fast reciprocal the kernels compute them with, so that the
     passes after see their arithmetic: the exp2's argument gathers its constant with the score's scale
-    (one FMUL), and a factor outside (softcap's `cap · log2 e`) folds into the `1 − 2r` (one FFMA)."""
+    (one FMUL), and a factor outside (softcap's `cap · log2 e`) folds into the `1 − 2r` (one FFMA).
+    `fast_tanh` (`Forward.fast_tanh`): tanh stays, one tanh.approx on the SFU, and sigmoid(x) becomes
+    1/2 + tanh(x / 2) / 2."""
     if not isinstance(e, Op):
         return e
-    args = tuple(lower_transcendentals(a) for a in e.args)
+    args = tuple(lower_transcendentals(a, fast_tanh) for a in e.args)
+    if fast_tanh and e.op == "sigmoid":
+        (x,) = args
+        half = const(0.5)
+        return op("add", half, op("mul", op("tanh", op("mul", x, half)), half))
+    if fast_tanh:
+        return op(e.op, *args)
     if e.op == "tanh":  # 1 − 2 / (2^(2x·log2 e) + 1)
         (x,) = args
         r = op("rcp", op("add", op("exp2", op("mul", x, const(2 * LOG2E))), const(1.0)))
@@ -472,11 +480,11 @@ def column_bounds(masks: list[Expr]) -> ColumnBounds:
     return ColumnBounds(tuple(bounds), tuple(rest))
 
 
-def rendered_score(score: Expr, *, softmax: bool) -> Expr | None:
+def rendered_score(score: Expr, *, softmax: bool, fast_tanh: bool = False) -> Expr | None:
     """The per-score value the backends render, reassociated and separated: in log2 units under a softmax,
     or None when the score is `s · m` with m uniform and the softmax folds m · log2(e) into its FFMA on raw
-    scores."""
-    score = lower_transcendentals(reassociate(score))
+    scores. `fast_tanh`: tanh and sigmoid as `lower_transcendentals` leaves them for tanh.approx."""
+    score = lower_transcendentals(reassociate(score), fast_tanh)
     if softmax:
         if scale_of(score) is not None:
             return None
@@ -496,12 +504,11 @@ class ScoreCost:
     fp32: int
 
 
-# (MUFU, movable exp2s, FP32) per operation: tanh(x) = 1 - 2 / (2^(2x·log2 e) + 1) is an exp2, a
-# reciprocal and three FP32 instructions; sigmoid(x) = 1 / (1 + 2^(-x·log2 e)) an exp2, a reciprocal and
-# two; a division by a non-uniform value a reciprocal and a multiply.
+# (MUFU, movable exp2s, FP32) per operation of a rendered score: tanh is left there only under
+# `fast_tanh`, one tanh.approx (sigmoid is rewritten through it; elsewhere both are lowered to the exp2
+# and the reciprocal they cost); a division by a non-uniform value a reciprocal and a multiply.
 _OP_COST = {
-    "tanh": (2, 1, 3),
-    "sigmoid": (2, 1, 2),
+    "tanh": (1, 0, 0),
     "exp": (1, 1, 1),
     "exp2": (1, 1, 0),
     "log": (1, 0, 1),

@@ -63,6 +63,9 @@ class Forward:
     # interval arithmetic cannot bound, so a small kernel classifies every (query block, key block) at
     # launch (FlexAttention's block mask), once per (batch) or per (batch, head).
     block_mask: str = ""
+    # `Param fast_tanh = 1`: the kernels compute tanh (and sigmoid through it) with the SFU's
+    # tanh.approx.f32, as FlashAttention 3 and 4 do; the reference keeps the exact functions.
+    fast_tanh: bool = False
     lines: dict[str, int] = field(default_factory=dict)  # region → TL line (1-based), for the tags
 
     # ---- what the emitters ask ----
@@ -98,6 +101,7 @@ class Forward:
             "tensors": [[t.name, list(t.dims), t.dtype] for t in self.tensors],
             "header_mask": self.header_mask,
             "block_mask": self.block_mask,
+            "fast_tanh": self.fast_tanh,
         }
 
     @staticmethod
@@ -112,6 +116,7 @@ class Forward:
             tensors=tuple(SideTensor(n, tuple(dims), dt) for n, dims, dt in d.get("tensors", ())),
             header_mask=d.get("header_mask", "none"),
             block_mask=d.get("block_mask", ""),
+            fast_tanh=bool(d.get("fast_tanh", False)),
         )
 
     def to_json(self) -> str:

@@ -63,6 +63,12 @@ SPECIAL_PARAMS: dict[str, str] = {
         "balance of the SFU against the issue slots, 0 while the SFU hides under the tensor cores; the "
         "plain kernel keeps 0)"
     ),
+    "fast_tanh": (
+        "0 or 1: tanh (and sigmoid, as 1/2 + tanh(x/2)/2) on the SFU's tanh.approx.f32, one instruction "
+        "with a relative error up to 2^-11, as FlashAttention 3 and 4 compute softcap; the forward and "
+        "the derived backward use it alike, and the verification measures it against the exact reference "
+        "(default 0: tanh from one exp2 and a fast division, a few ulp of float32)"
+    ),
     **PARAM_DOCS,  # splits, page_size, pack_gqa, varlen (tl_language/inference.py)
 }
 

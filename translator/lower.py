@@ -103,7 +103,7 @@ class _Lower:
             raise self.fail(stmt.args[0] if stmt.args else None, str(exc)) from None
 
 
-def lower_forward(model: Model, m: Match, lines: dict[str, int]) -> Forward:
+def lower_forward(model: Model, m: Match, lines: dict[str, int], *, fast_tanh: bool = False) -> Forward:
     low = _Lower(model, m)
     masks: list[ir.Expr] = []
     sink = None
@@ -141,6 +141,7 @@ def lower_forward(model: Model, m: Match, lines: dict[str, int]) -> Forward:
         scalars=tuple(low.scalars.values()),
         tensors=tuple(low.side.values()),
         header_mask="expr" if masks else model.mask,
+        fast_tanh=fast_tanh,
         lines=lines,
     )
 

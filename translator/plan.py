@@ -148,7 +148,8 @@ def make_plan(model: Model, text: str = "") -> KernelPlan:
         window = (_or(model.window[0], -1), _or(model.window[1], -1))
 
     header = _header_lines(model)
-    ir = lower_forward(model, m, {k.kind: k.tl_line for k in steps})
+    fast_tanh = bool(_param(model, "fast_tanh", 0))
+    ir = lower_forward(model, m, {k.kind: k.tl_line for k in steps}, fast_tanh=fast_tanh)
     plan = KernelPlan(
         kernel_name=model.kernel_name or "tl_attention_fwd",
         arch=model.target.arch,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kernel_ir import passes
-from kernel_ir.expr import F32, I32, Var, op, text
+from kernel_ir.expr import F32, I32, Op, Var, op, text, walk
 from tl_language import gpu
 from translator.backends.regions import EXP2_POLY, fma_predicate
 from translator.planner.cost import fma_exp_share
@@ -146,7 +146,9 @@ def _sm90_source(tl: str) -> str:
 
 
 def test_softcap_renders_its_exps_split_and_a_param_overrides_the_share():
-    tl = (ROOT / "examples/variants/softcap.tl").read_text()
+    from benchmarks.variant_cases import with_param
+
+    tl = with_param((ROOT / "examples/variants/softcap.tl").read_text(), "fast_tanh", "0")
     src = _sm90_source(tl)
     share = re.search(r"const bool tl_fma = \(c & 7\) < (\d);", src)
     assert share is not None
@@ -265,3 +267,74 @@ def test_relative_bias_renders_a_saturated_path_per_bound():
     lam = lam[: lam.index("};")]
     assert "rel[head_idx, 128]" in lam and "rel[head_idx, 0]" in lam
     assert lam.count("rel_ptr[") == 3  # one read per saturated block, one per score elsewhere
+
+
+SIGMOID = op("sigmoid", op("mul", S, SCALE))
+
+
+def test_fast_tanh_keeps_one_tanh_and_writes_sigmoid_through_it():
+    value = passes.rendered_score(SOFTCAP, softmax=True, fast_tanh=True)
+    ops = [n.op for n in walk(value) if isinstance(n, Op)]
+    assert ops.count("tanh") == 1 and "exp2" not in ops and "rcp" not in ops
+    assert passes.score_cost(value) == passes.ScoreCost(mufu=1, exps=0, fp32=2)
+    exact = passes.rendered_score(SOFTCAP, softmax=True)
+    assert passes.score_cost(exact).mufu == 2 and "tanh" not in [getattr(n, "op", "") for n in walk(exact)]
+    sig = passes.lower_transcendentals(SIGMOID, True)
+    assert [n.op for n in walk(sig) if isinstance(n, Op)].count("tanh") == 1
+    for x in (-30.0, -2.5, -0.1, 0.0, 0.7, 4.0, 40.0):
+        want = 1.0 / (1.0 + np.exp(-x))
+        assert abs(_eval_f(sig, {"s": x, "softmax_scale": 1.0}) - want) < 1e-12
+
+
+def _eval_f(e, env):
+    """A float IR expression at one point (the ops sigmoid's rewrite uses)."""
+    from kernel_ir.expr import Const
+
+    if isinstance(e, Const):
+        return float(e.value)
+    if isinstance(e, Var):
+        return env[e.name]
+    a = [_eval_f(x, env) for x in e.args]
+    ops = {"add": lambda: a[0] + a[1], "mul": lambda: a[0] * a[1], "tanh": lambda: float(np.tanh(a[0]))}
+    return ops[e.op]()
+
+
+def test_fast_tanh_renders_tanh_approx_in_the_forward_and_the_backward(tmp_path):
+    from benchmarks.variant_cases import with_param
+    from pipeline.backward import translate_backward
+
+    tl = with_param((ROOT / "examples/variants/softcap.tl").read_text(), "fast_tanh", "1")
+    src = _sm90_source(tl)
+    body = src.split("tanh_approx(float x)", 1)[1]
+    assert 'asm("tanh.approx.f32 %0, %1;"' in src
+    assert "tl::tanh_approx(" in body and "tl::tanh_exp2(" not in body
+    (tmp_path / "softcap.tl").write_text(tl)
+    bwd = translate_backward(tmp_path / "softcap.tl").source
+    assert "tl::tanh_approx(" in bwd.split("tanh_approx(float x)", 1)[1]
+    off = _sm90_source(with_param(tl, "fast_tanh", "0"))
+    assert "tl::tanh_approx(" not in off.split("tanh_approx(float x)", 1)[1]
+    sigmoid = with_param((ROOT / "examples/variants/sigmoid_attention.tl").read_text(), "fast_tanh", "1")
+    body = _sm90_source(sigmoid).split("tanh_approx(float x)", 1)[1]
+    assert "tl::tanh_approx(" in body and "tl::sigmoid_exp2(" not in body  # 1/2 + tanh(x/2)/2
+
+
+def test_fast_tanh_is_a_flag_and_the_reference_stays_exact():
+    torch = pytest.importorskip("torch")
+    from kernel_ir.program import Forward, Scalar
+    from runner.ir_reference import forward_reference
+    from tl_language.analysis import analyze
+    from tl_language.resources import SPECIAL_PARAMS
+
+    tl = (ROOT / "examples/variants/softcap.tl").read_text()
+    tl = tl.replace("Param fast_tanh = 1", "Param fast_tanh = 2")
+    diags = [d for d in analyze(tl).diagnostics if d.code == "TL307"]
+    assert len(diags) == 1 and "fast_tanh = 2" in diags[0].message
+    assert "tanh.approx" in SPECIAL_PARAMS["fast_tanh"]
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 40, 2, 32, generator=g, dtype=torch.float64) * 4 for _ in range(3))
+    scalars = (Scalar("cap", "f32", 5.0),)
+    exact = forward_reference(Forward(score=SOFTCAP, scalars=scalars), q, k, v, dtype=torch.float64)
+    fast = Forward.from_dict(Forward(score=SOFTCAP, scalars=scalars, fast_tanh=True).to_dict())
+    assert fast.fast_tanh
+    got = forward_reference(fast, q, k, v, dtype=torch.float64)
+    assert all(torch.equal(a, b) for a, b in zip(exact, got, strict=True))

@@ -1,6 +1,6 @@
 """TL307: parameter values are in range: positive tiles, warps a power of two up to 16, stages ≥ 1,
-consumers 1–3, overlap, pingpong and persistent 0 or 1, fma_exps 0–8; the inference Params (splits
-0–128, page_size a power of two from 16 to 256, pack_gqa and varlen 0 or 1)."""
+consumers 1–3, overlap, pingpong, persistent and fast_tanh 0 or 1, fma_exps 0–8; the inference Params
+(splits 0–128, page_size a power of two from 16 to 256, pack_gqa and varlen 0 or 1)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tl_language.model import Model
 from tl_language.resources import HOPPER_MAX_CONSUMERS, WARP_CHOICES
 
 _POSITIVE = ("BM", "BN", "d", "d_qk", "d_v", "group", "heads_kv", "stages")
-_FLAGS = ("overlap", "pingpong", "persistent", *INFERENCE_FLAGS)  # 0/1 switches
+_FLAGS = ("overlap", "pingpong", "persistent", "fast_tanh", *INFERENCE_FLAGS)  # 0/1 switches
 
 
 def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:

@@ -83,7 +83,7 @@ class Regions:
     @property
     def value(self) -> Expr | None:
         """The per-score value the tile holds after the region (None: the raw score stays, folded)."""
-        return passes.rendered_score(self.ir.score, softmax=self.softmax)
+        return passes.rendered_score(self.ir.score, softmax=self.softmax, fast_tanh=self.ir.fast_tanh)
 
     @property
     def masks(self) -> list[Expr]:
@@ -133,7 +133,7 @@ class Regions:
             return BINDINGS[e.name]
         if isinstance(e, Load):
             return f"{tensor_arg(e.tensor)}[{self._offset(e)}]"
-        return _op(e.op, [self.c(a) for a in e.args], e, self.fma)
+        return _op(e.op, [self.c(a) for a in e.args], e, self.fma, fast_tanh=self.ir.fast_tanh)
 
     def _offset(self, e: Load) -> str:
         """Row-major offset with each index clamped to its dim: rows past seqlen_q and keys past seqlen_k
@@ -199,7 +199,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}  # fmt: skip
 
 
-def _op(name: str, a: list[str], e: Op, fma: str = "false") -> str:
+def _op(name: str, a: list[str], e: Op, fma: str = "false", *, fast_tanh: bool = False) -> str:
     f32 = e.type == F32 or (e.args and e.args[0].type == F32)
     if name in _INFIX:
         return f"({a[0]} {_INFIX[name]} {a[1]})"
@@ -218,8 +218,10 @@ def _op(name: str, a: list[str], e: Op, fma: str = "false") -> str:
     if name == "relu":
         return f"fmaxf({a[0]}, 0.f)" if f32 else f"max({a[0]}, 0)"
     if name == "tanh":
-        return f"tl::tanh_exp2({a[0]}, {fma})"
+        return f"tl::tanh_approx({a[0]})" if fast_tanh else f"tl::tanh_exp2({a[0]}, {fma})"
     if name == "sigmoid":
+        if fast_tanh:
+            return f"fmaf(0.5f, tl::tanh_approx(0.5f * {a[0]}), 0.5f)"
         return f"tl::sigmoid_exp2({a[0]}, {fma})"
     if name == "exp":
         return _exp2(f"{a[0]} * 1.44269504088896340736f", fma)
@@ -261,8 +263,8 @@ def emit_region_helpers(w: CodeWriter) -> None:
     """Device functions the score regions call (inside `namespace tl`, after `exp2_approx`)."""
     emit_exp2_fma(w)
     emit_column_bits(w)
-    w.comment("tanh and sigmoid from one exp2 and a fast division: exact to a few ulp of fp32 where")
-    w.comment("a score needs it (tanh.approx's 2^-11 would move softcapped logits by 1e-2). `fma`: the")
+    w.comment("tanh and sigmoid from one exp2 and a fast division: exact to a few ulp of fp32 (tanh.approx's")
+    w.comment("2^-11 moves a logit near a cap of 30 by up to 1.5e-2; `Param fast_tanh` opts in). `fma`: the")
     w.comment("exp2 runs on the FP32 pipe (a compile-time constant once the column loop is unrolled).")
     with w.block("CUTE_DEVICE float tanh_exp2(float x, bool fma)"):
         w.line("const float e = exp2_on(2.88539008177792681f * x, fma);  // e^(2x)")
@@ -270,6 +272,14 @@ def emit_region_helpers(w: CodeWriter) -> None:
     w.line()
     with w.block("CUTE_DEVICE float sigmoid_exp2(float x, bool fma)"):
         w.line("return __fdividef(1.f, 1.f + exp2_on(-1.44269504088896340736f * x, fma));")
+    w.line()
+    w.comment("`Param fast_tanh`: one SFU instruction (MUFU.TANH), relative error up to 2^-11, as")
+    w.comment("FlashAttention 3 and 4 compute softcap's tanh; the verification measures it against the exact")
+    w.comment("reference.")
+    with w.block("CUTE_DEVICE float tanh_approx(float x)"):
+        w.line("float y;")
+        w.line('asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));')
+        w.line("return y;")
     w.line()
 
 

@@ -75,7 +75,7 @@ class HopperConfig:
         if p.ir.plain:  # the tuned plain kernel stays as measured unless the TL asks
             return 0
         softmax = p.ir.normalizer == "softmax"
-        value = passes.rendered_score(p.ir.score, softmax=softmax)
+        value = passes.rendered_score(p.ir.score, softmax=softmax, fast_tanh=p.ir.fast_tanh)
         cost = passes.score_cost(value) if value is not None else passes.ScoreCost(0, 0, 0)
         target = gpu.target(p.arch) or gpu.TARGETS["sm_90"]
         return fma_exp_share(cost, softmax=softmax, d_qk=p.head_dim_qk, d_v=p.head_dim_v, target=target)
