@@ -251,10 +251,12 @@ BACKWARD_ROW_SUMS_PARAM: tuple[str, str, str] = ("row_sums", "float*", "uintp")
 def backward_program_params(
     program: dict | None, learnable: tuple[str, ...]
 ) -> tuple[tuple[str, str, str], ...]:
-    """What dot_do_o and dq_dk_dv take after their ABI: the program's scalars and side tensors (no block
-    mask: the backward classifies blocks per score where the forward needed one), then one fp32 gradient
-    buffer `<name>_grad` per learnable tensor (zeroed before the launch, the tensor's shape)."""
-    out = [p for p in program_params(program) if p[0] != "block_mask_ptr"]
+    """What dot_do_o and dq_dk_dv take after their ABI: the program's scalars and side tensors and, where
+    the forward classifies blocks at launch, the backward's own block classes (`<name>_bwd_block_mask`
+    at the backward's tiles, launched before dq_dk_dv; dot_do_o takes the pointer and ignores it), then
+    one fp32 gradient buffer `<name>_grad` per learnable tensor (zeroed before the launch, the tensor's
+    shape)."""
+    out = list(program_params(program))
     out += [(f"{name}_grad", "float*", "uintp") for name in learnable]
     return tuple(out)
 

@@ -24,6 +24,7 @@ from runner.launch import (
     _check_tensor,
     _opt_in_shared_memory,
     _torch_stream,
+    launch_block_classes,
     program_args,
     require_device,
     torch_dtype,
@@ -31,6 +32,11 @@ from runner.launch import (
 
 PARTS = ("dot_do_o", "dq_dk_dv", "convert_dq")
 ROW_GRADS = "row_grads"
+BLOCK_MASK = "block_mask"  # the backward's block classes at its tiles, where the forward has a block mask
+
+
+def _block_mask(spec: BackwardSpec) -> str:
+    return str((spec.program or {}).get("block_mask", ""))
 
 
 def dq_splits(spec: BackwardSpec, seqlen_k: int, batch: int, heads_kv: int, sms: int) -> int:
@@ -64,7 +70,7 @@ def load_backward(compiled: CompiledKernel, spec: BackwardSpec) -> LoadedBackwar
             obj = ObjectCode.from_ptx(compiled.code, name=compiled.name)
         else:
             obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
-        parts = PARTS + ((ROW_GRADS,) if spec.row_sums else ())
+        parts = PARTS + ((ROW_GRADS,) if spec.row_sums else ()) + ((BLOCK_MASK,) if _block_mask(spec) else ())
         kernels = {part: obj.get_kernel(spec.kernel(part)) for part in parts}
     except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
         raise LoadError(
@@ -161,7 +167,20 @@ def backward(
     stream = _torch_stream(q.device)
     sizes = [np.int32(batch), np.int32(seqlen_q), np.int32(seqlen_k), np.int32(heads), np.int32(heads_kv)]
     common = [np.float32(scale), np.int32(win[0]), np.int32(win[1])]
-    program = [value for _, value in tail] + [np.uintp(g.data_ptr()) for g in grads.values()]
+    program = [value for _, value in tail]
+    classes = None
+    if _block_mask(spec):
+        classes = launch_block_classes(
+            loaded.kernels[BLOCK_MASK],
+            sizes + common,  # BLOCK_MASK_PARAMS
+            program,
+            q,
+            k,
+            tiles=(spec.block_m, spec.block_n),
+            per_head=_block_mask(spec) == "per_head",
+        )
+        program.append(np.uintp(classes.data_ptr()))
+    program += [np.uintp(g.data_ptr()) for g in grads.values()]
     if row_sums is not None:
         program.append(np.uintp(row_sums.data_ptr()))
     i64 = np.int64
@@ -190,5 +209,5 @@ def backward(
     if row_sums is not None:
         grid = (math.ceil(seqlen_q / spec.threads), batch, heads)
         cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels[ROW_GRADS], *main)
-    loaded.buffers = {"dpsum": dpsum, "dq_accum": dq_accum, "row_sums": row_sums}
+    loaded.buffers = {"dpsum": dpsum, "dq_accum": dq_accum, "row_sums": row_sums, "block_classes": classes}
     return dq, dk, dv, grads

@@ -365,34 +365,49 @@ def _launch_block_mask(
     """Classify every (query block, key block) with the masks on the current stream; returns the buffer's
     pointer (numpy) for the attention kernel. The buffer stays valid for kernels queued after this one on
     the same stream (PyTorch's allocator is stream-ordered)."""
+    from runner.abi import BLOCK_MASK_PARAMS
+
+    spec = loaded.spec
+    if loaded.block_mask_kernel is None or spec.block_n <= 0:
+        raise LaunchError(f"{spec.kernel_name}: its block-mask kernel is missing; rebuild with `tl build`")
+    by_name = dict(zip((p[0] for p in ATTENTION_PARAMS), args, strict=True))
+    buf = launch_block_classes(
+        loaded.block_mask_kernel,
+        [by_name[name] for name, _, _ in BLOCK_MASK_PARAMS],
+        [v for _, v in tail],
+        q,
+        k,
+        tiles=(spec.block_m, spec.block_n),
+        per_head=_block_mask(spec) == "per_head",
+    )
+    loaded.block_mask_buffer = buf
+    import numpy as np
+
+    return np.uintp(buf.data_ptr())
+
+
+def launch_block_classes(
+    kernel: Any, head: list[Any], values: list[Any], q: Any, k: Any, *, tiles: tuple[int, int], per_head: bool
+) -> Any:
+    """A `_block_mask` kernel (the forward's, or the backward's at its own tiles) over every (query block,
+    key block) of q and k, on the current stream: `head` is its BLOCK_MASK_PARAMS, `values` the program's
+    scalars and side tensors. Returns the (batch, heads or 1, m_blocks, n_blocks) uint8 classes (keep it
+    alive until the kernels that read it have been queued)."""
     import numpy as np
     import torch
     from cuda.core import LaunchConfig
     from cuda.core import launch as cu_launch
 
-    from runner.abi import BLOCK_MASK_PARAMS, BLOCK_MASK_THREADS
+    from runner.abi import BLOCK_MASK_THREADS
 
-    spec = loaded.spec
-    if loaded.block_mask_kernel is None or spec.block_n <= 0:
-        raise LaunchError(f"{spec.kernel_name}: its block-mask kernel is missing; rebuild with `tl build`")
     batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
-    m_blocks = math.ceil(seqlen_q / spec.block_m)
-    n_blocks = math.ceil(k.shape[1] / spec.block_n)
-    per_head = _block_mask(spec) == "per_head"
-    buf = torch.empty(
-        (batch, heads if per_head else 1, m_blocks, n_blocks), dtype=torch.uint8, device=q.device
-    )
-    by_name = dict(zip((p[0] for p in ATTENTION_PARAMS), args, strict=True))
-    head = [by_name[name] for name, _, _ in BLOCK_MASK_PARAMS]
-    config = LaunchConfig(
-        grid=(n_blocks, m_blocks, batch * (heads if per_head else 1)), block=BLOCK_MASK_THREADS
-    )
-    values = [v for _, v in tail]
-    cu_launch(
-        _torch_stream(q.device), config, loaded.block_mask_kernel, *head, *values, np.uintp(buf.data_ptr())
-    )
-    loaded.block_mask_buffer = buf
-    return np.uintp(buf.data_ptr())
+    m_blocks = math.ceil(seqlen_q / tiles[0])
+    n_blocks = math.ceil(k.shape[1] / tiles[1])
+    planes = heads if per_head else 1
+    buf = torch.empty((batch, planes, m_blocks, n_blocks), dtype=torch.uint8, device=q.device)
+    config = LaunchConfig(grid=(n_blocks, m_blocks, batch * planes), block=BLOCK_MASK_THREADS)
+    cu_launch(_torch_stream(q.device), config, kernel, *head, *values, np.uintp(buf.data_ptr()))
+    return buf
 
 
 def _launch_tma(

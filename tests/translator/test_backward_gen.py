@@ -132,3 +132,29 @@ def test_blocks_with_every_score_kept_take_the_loop_without_mask_selects():
     fast, slow = main.split("if (!masked && (m_block + 1) * kBlockM <= seqlen_q) {")[1].split("else {")[:2]
     assert "const bool keep = true;" in fast and "const bool row_in = true;" in fast
     assert "const bool keep = row_in && (!masked ||" in slow and "const bool row_in = row < seqlen_q;" in slow
+
+
+@pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
+def test_a_launch_time_block_mask_gets_its_own_classes_at_the_backward_tiles(skeleton):
+    arch = "sm_90" if skeleton == "sm90" else "sm_80"
+    b = translate_backward(VARIANTS / "document_mask.tl", arch=arch, skeleton=skeleton)
+    kernel = b.spec.kernel("block_mask")
+    assert _signature(b.source, kernel)[-1] == "block_mask"
+    body = b.source.split(f"{kernel}(", 1)[1]
+    assert f"constexpr int kBlockM = {b.spec.block_m};" in body
+    assert f"constexpr int kBlockN = {b.spec.block_n};" in body
+    # dq_dk_dv reads the classes (empty blocks skipped, whole ones unmasked), indexed as the kernel writes
+    assert _signature(b.source, b.spec.kernel("dq_dk_dv"))[-1] == "block_mask_ptr"
+    main = b.source.split(f"{b.spec.kernel('dq_dk_dv')}(", 1)[1].split(f"{kernel}(", 1)[0]
+    index = "((static_cast<long long>(bidb) * 1 + 0) * m_blocks + m_block) * n_blocks + n_block"
+    assert f"return block_mask_ptr[{index}];" in main
+    assert "return 1;" not in main.split("auto block_class", 1)[1].split("};", 1)[0]
+
+
+def test_a_bounded_mask_trims_the_query_range_by_bisection_and_no_mask_trims_nothing():
+    window = translate_backward(VARIANTS / "sliding_window.tl").source
+    assert "auto blocks_empty = [&](int m_first, int m_end) -> bool" in window
+    assert "if (blocks_empty(mid, m_block_max)) m_hi = mid; else m_lo = mid + 1;" in window
+    assert "if (blocks_empty(m_block_min, mid)) m_lo = mid; else m_hi = mid - 1;" in window
+    plain = translate_backward(ROOT / "examples" / "mha_fwd.tl").source
+    assert "blocks_empty" not in plain and "kept |= block_class" not in plain

@@ -319,13 +319,58 @@ def fma_predicate(fma_exps: int, col: str = "c") -> str:
     return f"(({col}) & 7) < {fma_exps}" if " " in col else f"({col} & 7) < {fma_exps}"
 
 
-def emit_block_rectangle(w: CodeWriter, first: str = "n_block", end: str = "(n_block + 1)") -> None:
-    """`q_lo`…`q_hi` × `kv_lo`…`kv_hi`: the tile's rows and key blocks [first, end), inclusive and clipped
-    to the lengths, as `kernel_ir.passes`' interval arithmetic names them (Q_LO … KV_HI)."""
-    w.line("const int q_lo = m_block * kBlockM;")
-    w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+def emit_block_rectangle(
+    w: CodeWriter,
+    first: str = "n_block",
+    end: str = "(n_block + 1)",
+    rows: tuple[str, str] = ("m_block", "(m_block + 1)"),
+) -> None:
+    """`q_lo`…`q_hi` × `kv_lo`…`kv_hi`: the query blocks [rows) and key blocks [first, end), inclusive and
+    clipped to the lengths, as `kernel_ir.passes`' interval arithmetic names them (Q_LO … KV_HI)."""
+    w.line(f"const int q_lo = {rows[0]} * kBlockM;")
+    w.line(f"const int q_hi = min(seqlen_q, {rows[1]} * kBlockM) - 1;")
     w.line(f"const int kv_lo = {first} * kBlockN;")
     w.line(f"const int kv_hi = min(seqlen_k, {end} * kBlockN) - 1;")
+
+
+def emit_trim_by_probes(w: CodeWriter, lo: str, hi: str) -> None:
+    """Narrow the blocks [lo, hi) to their first and last kept one by `block_class` read from a launch-time
+    block mask: eight classes a step (independent loads, one memory latency per eight blocks), then the
+    caller's one at a time."""
+    w.comment("the range: skip empty blocks at both ends, eight classes a step (independent loads,")
+    w.comment("one memory latency per eight blocks), then one at a time")
+    for cond, step, probe in (
+        (f"{lo} + 8 <= {hi}", f"{lo} += 8", f"{lo} + i"),
+        (f"{hi} - 8 >= {lo}", f"{hi} -= 8", f"{hi} - 1 - i"),
+    ):
+        with w.block(f"while ({cond})"):
+            w.line("int kept = 0;")
+            w.line("CUTE_UNROLL")
+            w.line(f"for (int i = 0; i < 8; ++i) kept |= block_class({probe});")
+            w.line("if (kept) break;")
+            w.line(f"{step};")
+
+
+def emit_trim_by_bisection(
+    w: CodeWriter, lo: str, hi: str, temps: tuple[str, str], blocks: str = "key blocks"
+) -> None:
+    """Narrow the blocks [lo, hi) by `blocks_empty(first, end)`, an interval test over a run's union, to
+    the longest empty runs at both ends (a run that passes the test passes it shortened, so each end is a
+    bisection), then the caller trims the blocks only a test of their own proves empty."""
+    a, b = temps
+    w.comment(f"the range: the longest empty runs of {blocks} at both ends by bisection (one")
+    w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
+    w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
+    w.line(f"int {a} = {lo}, {b} = {hi};  // the empty suffix starts in [{a}, {b}]")
+    with w.block(f"while ({a} < {b})"):
+        w.line(f"const int mid = ({a} + {b}) / 2;")
+        w.line(f"if (blocks_empty(mid, {hi})) {b} = mid; else {a} = mid + 1;")
+    w.line(f"{hi} = {a};")
+    w.line(f"{a} = {lo};  // the empty prefix's end, in [{a}, {b}]")
+    with w.block(f"while ({a} < {b})"):
+        w.line(f"const int mid = ({a} + {b} + 1) / 2;")
+        w.line(f"if (blocks_empty({lo}, mid)) {a} = mid; else {b} = mid - 1;")
+    w.line(f"{lo} = {a};")
 
 
 def emit_score_lambda(
@@ -596,32 +641,9 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
         if tr.lo_min or tr.hi_max:
             _emit_tile_range(w, reg, tr)
         if reg.ir.block_mask:
-            w.comment("the range: skip empty blocks at both ends, eight classes a step (independent loads,")
-            w.comment("one memory latency per eight blocks), then one at a time")
-            for cond, step, probe in (
-                ("n_block_min + 8 <= n_block_max", "n_block_min += 8", "n_block_min + i"),
-                ("n_block_max - 8 >= n_block_min", "n_block_max -= 8", "n_block_max - 1 - i"),
-            ):
-                with w.block(f"while ({cond})"):
-                    w.line("int kept = 0;")
-                    w.line("CUTE_UNROLL")
-                    w.line(f"for (int i = 0; i < 8; ++i) kept |= block_class({probe});")
-                    w.line("if (kept) break;")
-                    w.line(f"{step};")
+            emit_trim_by_probes(w, "n_block_min", "n_block_max")
         elif not tr.exact:
-            w.comment("the range: the longest empty runs of key blocks at both ends by bisection (one")
-            w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
-            w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
-            w.line("int n_lo = n_block_min, n_hi = n_block_max;  // the empty suffix starts in [n_lo, n_hi]")
-            with w.block("while (n_lo < n_hi)"):
-                w.line("const int mid = (n_lo + n_hi) / 2;")
-                w.line("if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;")
-            w.line("n_block_max = n_lo;")
-            w.line("n_lo = n_block_min;  // the empty prefix's end, in [n_lo, n_hi]")
-            with w.block("while (n_lo < n_hi)"):
-                w.line("const int mid = (n_lo + n_hi + 1) / 2;")
-                w.line("if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;")
-            w.line("n_block_min = n_lo;")
+            emit_trim_by_bisection(w, "n_block_min", "n_block_max", ("n_lo", "n_hi"))
         w.line("while (n_block_max > n_block_min && block_class(n_block_max - 1) == 0) --n_block_max;")
         w.line("while (n_block_min < n_block_max && block_class(n_block_min) == 0) ++n_block_min;")
 

@@ -40,7 +40,14 @@ from runner.abi import (
     backward_program_params,
 )
 from translator.backends.arch import ELEMENT, arch_facts
-from translator.backends.regions import Regions, emit_block_rectangle, emit_region_helpers
+from translator.backends.regions import (
+    Regions,
+    emit_block_mask_kernel,
+    emit_block_rectangle,
+    emit_region_helpers,
+    emit_trim_by_bisection,
+    emit_trim_by_probes,
+)
 from translator.backends.row_helpers import emit_row_helpers
 from translator.backends.sm80_bwd_rows import (
     LOG2E,
@@ -156,6 +163,10 @@ def assemble(
     _emit_preprocess(w, plan, sink_partials, tail)
     emit_main(w, plan, partials, tail, deterministic)
     _emit_convert(w, plan, dq_vector)
+    if ir.block_mask:
+        emit_block_mask_kernel(
+            w, ir, name=f"{name}_bwd", block_m=block_m, block_n=block_n, tag_line=plan.line_of("mask_expr")
+        )
     if corrected:
         emit_row_grads(
             w,
@@ -735,9 +746,6 @@ def _emit_group_head(
     w.line("const int bidh = bidh_kv * group + g;")
     _emit_uniforms(w, reg, partials)
     _emit_block_class(w, reg)
-    w.line("int m_block_min = 0, m_block_max = m_blocks;")
-    w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
-    w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
     summed = _thread_summed(reg.ir, partials)
     for i in summed:
         w.line(f"float tl_g{i} = 0.f;  // Σ dX · ∂X/∂{partials[i][0].tensor}[…] over this thread's scores")
@@ -871,15 +879,36 @@ def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
 
 
 def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
+    """`block_class(m_block)` of the key block's query blocks (0 empty, 1 masked per score, 2 whole) and
+    `m_block_min` … `m_block_max`, the range without the empty blocks at its ends: trimmed by bisection
+    over interval tests of runs of query blocks (a window's key block keeps a few dozen of 256 at 16k),
+    or from the launch-time classes eight at a time."""
     bc = passes.block_class(reg.ir.masks)
     with w.block("auto block_class = [&](int m_block) -> int", "};"):
         if reg.ir.block_mask:
-            w.comment("masks over per-token side tensors: every block is evaluated per score")
-            w.line("return 1;")
-            return
-        emit_block_rectangle(w)
-        w.line(f"if ({reg.c(bc.never)}) return 0;")
-        w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
+            head, heads = ("bidh", "heads") if reg.ir.block_mask == "per_head" else ("0", "1")
+            w.comment("masks over per-token side tensors: classified at launch at this kernel's tiles")
+            w.comment("(`_bwd_block_mask`, (batch, heads or 1, m_blocks, n_blocks) bytes)")
+            w.line(
+                f"return block_mask_ptr[((static_cast<long long>(bidb) * {heads} + {head}) * m_blocks + m_block) "
+                "* n_blocks + n_block];"
+            )
+        else:
+            emit_block_rectangle(w)
+            w.line(f"if ({reg.c(bc.never)}) return 0;")
+            w.line(f"return ({reg.c(bc.always)}) && (n_block + 1) * kBlockN <= seqlen_k ? 2 : 1;")
+    w.line("int m_block_min = 0, m_block_max = m_blocks;")
+    if reg.ir.block_mask:
+        emit_trim_by_probes(w, "m_block_min", "m_block_max")
+    elif bc.exact_empty:
+        with w.block("auto blocks_empty = [&](int m_first, int m_end) -> bool", "};"):
+            w.comment("query blocks [m_first, m_end) keep no score of this key block: the test over their union")
+            w.line("if (m_first >= m_end) return true;")
+            emit_block_rectangle(w, rows=("m_first", "m_end"))
+            w.line(f"return {reg.c(bc.never)};")
+        emit_trim_by_bisection(w, "m_block_min", "m_block_max", ("m_lo", "m_hi"), "query blocks")
+    w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
+    w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
 
 
 def _emit_scores(
