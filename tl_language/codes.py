@@ -197,7 +197,8 @@ _TABLE: list[Code] = [
          "A parameter value that is out of range (zero, negative, not a power of two).",
          "warps is 1, 2, 4, 8 or 16; stages and every tile size are at least 1; a value must be a whole "
          "number. The kernels take stages 1–2 (sm_75–sm_89) or 1–4 (sm_90), one of group and heads_kv, "
-         "and pingpong only with two or three consumers and overlap; fma_exps is 0 to 8."),
+         "and pingpong only with two or three consumers and overlap; fma_exps is 0 to 8; overlap, "
+         "pingpong, persistent and fast_tanh are 0 or 1."),
     Code("TL308", "tile-not-constant", E,
          "A tile of a global copy that is not a number fixed when the kernel is compiled.",
          "Tiles are built from integers and Params (`(BM, d)`); a runtime value such as `seqlen_q`, "
