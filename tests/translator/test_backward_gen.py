@@ -149,12 +149,3 @@ def test_a_launch_time_block_mask_gets_its_own_classes_at_the_backward_tiles(ske
     index = "((static_cast<long long>(bidb) * 1 + 0) * m_blocks + m_block) * n_blocks + n_block"
     assert f"return block_mask_ptr[{index}];" in main
     assert "return 1;" not in main.split("auto block_class", 1)[1].split("};", 1)[0]
-
-
-def test_a_bounded_mask_trims_the_query_range_by_bisection_and_no_mask_trims_nothing():
-    window = translate_backward(VARIANTS / "sliding_window.tl").source
-    assert "auto blocks_empty = [&](int m_first, int m_end) -> bool" in window
-    assert "if (blocks_empty(mid, m_block_max)) m_hi = mid; else m_lo = mid + 1;" in window
-    assert "if (blocks_empty(m_block_min, mid)) m_lo = mid; else m_hi = mid - 1;" in window
-    plain = translate_backward(ROOT / "examples" / "mha_fwd.tl").source
-    assert "blocks_empty" not in plain and "kept |= block_class" not in plain

@@ -351,14 +351,12 @@ def emit_trim_by_probes(w: CodeWriter, lo: str, hi: str) -> None:
             w.line(f"{step};")
 
 
-def emit_trim_by_bisection(
-    w: CodeWriter, lo: str, hi: str, temps: tuple[str, str], blocks: str = "key blocks"
-) -> None:
+def emit_trim_by_bisection(w: CodeWriter, lo: str, hi: str, temps: tuple[str, str]) -> None:
     """Narrow the blocks [lo, hi) by `blocks_empty(first, end)`, an interval test over a run's union, to
     the longest empty runs at both ends (a run that passes the test passes it shortened, so each end is a
     bisection), then the caller trims the blocks only a test of their own proves empty."""
     a, b = temps
-    w.comment(f"the range: the longest empty runs of {blocks} at both ends by bisection (one")
+    w.comment("the range: the longest empty runs of key blocks at both ends by bisection (one")
     w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
     w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
     w.line(f"int {a} = {lo}, {b} = {hi};  // the empty suffix starts in [{a}, {b}]")

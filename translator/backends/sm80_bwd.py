@@ -45,7 +45,6 @@ from translator.backends.regions import (
     emit_block_mask_kernel,
     emit_block_rectangle,
     emit_region_helpers,
-    emit_trim_by_bisection,
     emit_trim_by_probes,
 )
 from translator.backends.row_helpers import emit_row_helpers
@@ -880,9 +879,10 @@ def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
 
 def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
     """`block_class(m_block)` of the key block's query blocks (0 empty, 1 masked per score, 2 whole) and
-    `m_block_min` … `m_block_max`, the range without the empty blocks at its ends: trimmed by bisection
-    over interval tests of runs of query blocks (a window's key block keeps a few dozen of 256 at 16k),
-    or from the launch-time classes eight at a time."""
+    `m_block_min` … `m_block_max`, the range without the empty blocks at its ends, one interval test a
+    block (a bisection over runs, as the forward's, measured 25 % slower on the dilated window and no
+    faster on the others: docs/results/2026-12-03-h200-variants-backward-block-classes.json), or from the
+    launch-time classes eight at a time."""
     bc = passes.block_class(reg.ir.masks)
     with w.block("auto block_class = [&](int m_block) -> int", "};"):
         if reg.ir.block_mask:
@@ -900,13 +900,6 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
     w.line("int m_block_min = 0, m_block_max = m_blocks;")
     if reg.ir.block_mask:
         emit_trim_by_probes(w, "m_block_min", "m_block_max")
-    elif bc.exact_empty:
-        with w.block("auto blocks_empty = [&](int m_first, int m_end) -> bool", "};"):
-            w.comment("query blocks [m_first, m_end) keep no score of this key block: the test over their union")
-            w.line("if (m_first >= m_end) return true;")
-            emit_block_rectangle(w, rows=("m_first", "m_end"))
-            w.line(f"return {reg.c(bc.never)};")
-        emit_trim_by_bisection(w, "m_block_min", "m_block_max", ("m_lo", "m_hi"), "query blocks")
     w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
     w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
 
