@@ -69,9 +69,14 @@ def program_params(program: dict | None) -> tuple[tuple[str, str, str], ...]:
         (f"{name}_ptr", "const float*" if dtype == "float32" else "const int*", "uintp")
         for name, _dims, dtype in program.get("tensors", ())
     ]
-    if program.get("block_mask"):
+    if block_mask_kind(program):
         out.append(("block_mask_ptr", "const unsigned char*", "uintp"))
     return tuple(out)
+
+
+def block_mask_kind(program: dict | None) -> str:
+    """`Forward.block_mask` of a launch spec's program: "" (none), "shared" or "per_head"."""
+    return str((program or {}).get("block_mask", ""))
 
 
 # The launch-time block mask (`Forward.block_mask`): kernel `<name>_block_mask` in the same module, one

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from runner.abi import BackwardSpec
+from runner.abi import BackwardSpec, block_mask_kind
 from runner.compile import CompiledKernel
 from runner.launch import (
     LaunchError,
@@ -33,10 +33,6 @@ from runner.launch import (
 PARTS = ("dot_do_o", "dq_dk_dv", "convert_dq")
 ROW_GRADS = "row_grads"
 BLOCK_MASK = "block_mask"  # the backward's block classes at its tiles, where the forward has a block mask
-
-
-def _block_mask(spec: BackwardSpec) -> str:
-    return str((spec.program or {}).get("block_mask", ""))
 
 
 def dq_splits(spec: BackwardSpec, seqlen_k: int, batch: int, heads_kv: int, sms: int) -> int:
@@ -70,7 +66,8 @@ def load_backward(compiled: CompiledKernel, spec: BackwardSpec) -> LoadedBackwar
             obj = ObjectCode.from_ptx(compiled.code, name=compiled.name)
         else:
             obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
-        parts = PARTS + ((ROW_GRADS,) if spec.row_sums else ()) + ((BLOCK_MASK,) if _block_mask(spec) else ())
+        parts = PARTS + ((ROW_GRADS,) if spec.row_sums else ())
+        parts += (BLOCK_MASK,) if block_mask_kind(spec.program) else ()
         kernels = {part: obj.get_kernel(spec.kernel(part)) for part in parts}
     except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
         raise LoadError(
@@ -169,7 +166,8 @@ def backward(
     common = [np.float32(scale), np.int32(win[0]), np.int32(win[1])]
     program = [value for _, value in tail]
     classes = None
-    if _block_mask(spec):
+    mask_kind = block_mask_kind(spec.program)
+    if mask_kind:
         classes = launch_block_classes(
             loaded.kernels[BLOCK_MASK],
             sizes + common,  # BLOCK_MASK_PARAMS
@@ -177,7 +175,7 @@ def backward(
             q,
             k,
             tiles=(spec.block_m, spec.block_n),
-            per_head=_block_mask(spec) == "per_head",
+            per_head=mask_kind == "per_head",
         )
         program.append(np.uintp(classes.data_ptr()))
     program += [np.uintp(g.data_ptr()) for g in grads.values()]

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runner.abi import ATTENTION_PARAMS, LaunchSpec
+from runner.abi import ATTENTION_PARAMS, LaunchSpec, block_mask_kind
 from runner.compile import CompiledKernel
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
         else:
             obj = ObjectCode.from_cubin(compiled.code, name=compiled.name)
         kernel = obj.get_kernel(spec.kernel_name)
-        mask_kernel = obj.get_kernel(f"{spec.kernel_name}_block_mask") if _block_mask(spec) else None
+        masked = block_mask_kind(spec.program)
+        mask_kernel = obj.get_kernel(f"{spec.kernel_name}_block_mask") if masked else None
         combine = obj.get_kernel(spec.combine_name) if spec.combine_name else None
     except Exception as exc:  # cuda.core raises CUDAError with the driver's code in the text
         hint = ""
@@ -119,10 +120,6 @@ def load(compiled: CompiledKernel, spec: LaunchSpec) -> LoadedKernel:
         block_mask_kernel=mask_kernel,
         combine_kernel=combine,
     )
-
-
-def _block_mask(spec: LaunchSpec) -> str:
-    return str((spec.program or {}).get("block_mask", ""))
 
 
 def _opt_in_shared_memory(kernel: Any, nbytes: int, device_id: int) -> None:
@@ -346,7 +343,7 @@ def launch(
     tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
-    if _block_mask(spec):
+    if block_mask_kind(spec.program):
         tail.append(("uintp", _launch_block_mask(loaded, args, tail, q, k)))
     grid_xyz = grid(spec, batch, seqlen_q, heads, sm_count(q.device.index) if spec.persistent else 0)
     if spec.uses_tma:
@@ -365,6 +362,8 @@ def _launch_block_mask(
     """Classify every (query block, key block) with the masks on the current stream; returns the buffer's
     pointer (numpy) for the attention kernel. The buffer stays valid for kernels queued after this one on
     the same stream (PyTorch's allocator is stream-ordered)."""
+    import numpy as np
+
     from runner.abi import BLOCK_MASK_PARAMS
 
     spec = loaded.spec
@@ -378,11 +377,9 @@ def _launch_block_mask(
         q,
         k,
         tiles=(spec.block_m, spec.block_n),
-        per_head=_block_mask(spec) == "per_head",
+        per_head=block_mask_kind(spec.program) == "per_head",
     )
     loaded.block_mask_buffer = buf
-    import numpy as np
-
     return np.uintp(buf.data_ptr())
 
 

@@ -319,18 +319,23 @@ def fma_predicate(fma_exps: int, col: str = "c") -> str:
     return f"(({col}) & 7) < {fma_exps}" if " " in col else f"({col} & 7) < {fma_exps}"
 
 
-def emit_block_rectangle(
-    w: CodeWriter,
-    first: str = "n_block",
-    end: str = "(n_block + 1)",
-    rows: tuple[str, str] = ("m_block", "(m_block + 1)"),
-) -> None:
-    """`q_lo`…`q_hi` × `kv_lo`…`kv_hi`: the query blocks [rows) and key blocks [first, end), inclusive and
-    clipped to the lengths, as `kernel_ir.passes`' interval arithmetic names them (Q_LO … KV_HI)."""
-    w.line(f"const int q_lo = {rows[0]} * kBlockM;")
-    w.line(f"const int q_hi = min(seqlen_q, {rows[1]} * kBlockM) - 1;")
+def emit_block_rectangle(w: CodeWriter, first: str = "n_block", end: str = "(n_block + 1)") -> None:
+    """`q_lo`…`q_hi` × `kv_lo`…`kv_hi`: the tile's rows and key blocks [first, end), inclusive and clipped
+    to the lengths, as `kernel_ir.passes`' interval arithmetic names them (Q_LO … KV_HI)."""
+    w.line("const int q_lo = m_block * kBlockM;")
+    w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
     w.line(f"const int kv_lo = {first} * kBlockN;")
     w.line(f"const int kv_hi = min(seqlen_k, {end} * kBlockN) - 1;")
+
+
+def block_mask_read(ir: Forward, m_blocks: str, n_blocks: str) -> str:
+    """C of the launch-time class of block (m_block, n_block) of this (batch, head), as `_block_mask`
+    writes them: (batch, heads or 1, m_blocks, n_blocks) bytes."""
+    head, heads = ("bidh", "heads") if ir.block_mask == "per_head" else ("0", "1")
+    return (
+        f"block_mask_ptr[((static_cast<long long>(bidb) * {heads} + {head}) * {m_blocks} + m_block) * "
+        f"{n_blocks} + n_block]"
+    )
 
 
 def emit_trim_by_probes(w: CodeWriter, lo: str, hi: str) -> None:
@@ -349,26 +354,6 @@ def emit_trim_by_probes(w: CodeWriter, lo: str, hi: str) -> None:
             w.line(f"for (int i = 0; i < 8; ++i) kept |= block_class({probe});")
             w.line("if (kept) break;")
             w.line(f"{step};")
-
-
-def emit_trim_by_bisection(w: CodeWriter, lo: str, hi: str, temps: tuple[str, str]) -> None:
-    """Narrow the blocks [lo, hi) by `blocks_empty(first, end)`, an interval test over a run's union, to
-    the longest empty runs at both ends (a run that passes the test passes it shortened, so each end is a
-    bisection), then the caller trims the blocks only a test of their own proves empty."""
-    a, b = temps
-    w.comment("the range: the longest empty runs of key blocks at both ends by bisection (one")
-    w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
-    w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
-    w.line(f"int {a} = {lo}, {b} = {hi};  // the empty suffix starts in [{a}, {b}]")
-    with w.block(f"while ({a} < {b})"):
-        w.line(f"const int mid = ({a} + {b}) / 2;")
-        w.line(f"if (blocks_empty(mid, {hi})) {b} = mid; else {a} = mid + 1;")
-    w.line(f"{hi} = {a};")
-    w.line(f"{a} = {lo};  // the empty prefix's end, in [{a}, {b}]")
-    with w.block(f"while ({a} < {b})"):
-        w.line(f"const int mid = ({a} + {b} + 1) / 2;")
-        w.line(f"if (blocks_empty({lo}, mid)) {a} = mid; else {b} = mid - 1;")
-    w.line(f"{lo} = {a};")
 
 
 def emit_score_lambda(
@@ -600,16 +585,11 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
     rows and keys (`kernel_ir.passes.block_class`)."""
     bc = passes.block_class(reg.ir.masks)
     if reg.ir.block_mask:
-        head = "bidh" if reg.ir.block_mask == "per_head" else "0"
-        heads = "heads" if reg.ir.block_mask == "per_head" else "1"
         note = "which key blocks the masks empty, cut or keep whole: classified at launch"
         lam = "auto block_class = [&](int n_block) -> int"
         with w.tl(tag_line, note), w.block(lam, "};"):
-            w.line(
-                f"return block_mask_ptr[((static_cast<long long>(bidb) * {heads} + {head}) * "
-                "cute::ceil_div(seqlen_q, kBlockM) + m_block) * cute::ceil_div(seqlen_k, kBlockN) "
-                "+ n_block];"
-            )
+            m_blocks, n_blocks = "cute::ceil_div(seqlen_q, kBlockM)", "cute::ceil_div(seqlen_k, kBlockN)"
+            w.line(f"return {block_mask_read(reg.ir, m_blocks, n_blocks)};")
     else:
         tr = passes.tile_range(reg.column_bounds)
         if tr.exact:
@@ -641,7 +621,19 @@ def emit_block_class(w: CodeWriter, reg: Regions, *, tag_line: int | None) -> No
         if reg.ir.block_mask:
             emit_trim_by_probes(w, "n_block_min", "n_block_max")
         elif not tr.exact:
-            emit_trim_by_bisection(w, "n_block_min", "n_block_max", ("n_lo", "n_hi"))
+            w.comment("the range: the longest empty runs of key blocks at both ends by bisection (one")
+            w.comment("interval test over a run's union proves each of its blocks empty, and a run that")
+            w.comment("passes it passes it shortened), then the blocks only a test of their own proves empty")
+            w.line("int n_lo = n_block_min, n_hi = n_block_max;  // the empty suffix starts in [n_lo, n_hi]")
+            with w.block("while (n_lo < n_hi)"):
+                w.line("const int mid = (n_lo + n_hi) / 2;")
+                w.line("if (blocks_empty(mid, n_block_max)) n_hi = mid; else n_lo = mid + 1;")
+            w.line("n_block_max = n_lo;")
+            w.line("n_lo = n_block_min;  // the empty prefix's end, in [n_lo, n_hi]")
+            with w.block("while (n_lo < n_hi)"):
+                w.line("const int mid = (n_lo + n_hi + 1) / 2;")
+                w.line("if (blocks_empty(n_block_min, mid)) n_lo = mid; else n_hi = mid - 1;")
+            w.line("n_block_min = n_lo;")
         w.line("while (n_block_max > n_block_min && block_class(n_block_max - 1) == 0) --n_block_max;")
         w.line("while (n_block_min < n_block_max && block_class(n_block_min) == 0) ++n_block_min;")
 

@@ -42,6 +42,7 @@ from runner.abi import (
 from translator.backends.arch import ELEMENT, arch_facts
 from translator.backends.regions import (
     Regions,
+    block_mask_read,
     emit_block_mask_kernel,
     emit_block_rectangle,
     emit_region_helpers,
@@ -886,13 +887,9 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
     bc = passes.block_class(reg.ir.masks)
     with w.block("auto block_class = [&](int m_block) -> int", "};"):
         if reg.ir.block_mask:
-            head, heads = ("bidh", "heads") if reg.ir.block_mask == "per_head" else ("0", "1")
             w.comment("masks over per-token side tensors: classified at launch at this kernel's tiles")
             w.comment("(`_bwd_block_mask`, (batch, heads or 1, m_blocks, n_blocks) bytes)")
-            w.line(
-                f"return block_mask_ptr[((static_cast<long long>(bidb) * {heads} + {head}) * m_blocks + m_block) "
-                "* n_blocks + n_block];"
-            )
+            w.line(f"return {block_mask_read(reg.ir, 'm_blocks', 'n_blocks')};")
         else:
             emit_block_rectangle(w)
             w.line(f"if ({reg.c(bc.never)}) return 0;")
