@@ -3,11 +3,14 @@
     python benchmarks/profile_ncu.py --out DIR [--kernels tl,fa4] [--cases hd128,hd64,hd64-causal]
         [--seqlen 8192] [--sm90-params hd64:BN=128,...]
     python benchmarks/profile_ncu.py --out DIR --cases v:sliding_window,v:document_mask --seqlen 16384
+    python benchmarks/profile_ncu.py --out DIR --cases b:sliding_window --seqlen 16384      (backward)
 
 A case `v:NAME` is the catalogue variant `examples/variants/NAME.tl` (sm_90, bf16, d 128, its side tensors
 as `benchmarks/variants.py` makes them); FA4 runs it natively where it can (softcap, window, sink) and
 otherwise through FlexAttention's FLASH backend, which lowers the same score_mod / mask_mod to FA4's CuTe
-DSL kernel (`benchmarks/variant_cases.py`).
+DSL kernel (`benchmarks/variant_cases.py`). A case `b:NAME` is that variant's derived backward (the
+dQ/dK/dV kernel, on `benchmarks/variants_backward.py`'s inputs) beside FA4's backward where FA4 runs the
+variant natively.
 
 Each (kernel, case) runs in its own process under Nsight Compute (`ncu --set full --clock-control none`):
 the child builds its inputs (bf16, 16k tokens, 2048 hidden, as the benchmark), launches the kernel WARMUP
@@ -106,9 +109,55 @@ def _variant_child(kind: str, name: str, seqlen: int) -> int:
     return 0
 
 
+def _backward_child(kind: str, name: str, seqlen: int) -> int:
+    """One variant's backward (ours: the derived kernels, FA4's: autograd of its native call) launched
+    WARMUP + 1 times on `benchmarks/variants_backward.py`'s inputs."""
+    import math
+    import zlib
+
+    import torch
+
+    from benchmarks import variants_backward as vb
+    from benchmarks.variant_cases import fa4_native, side_tensors
+    from kernel_ir.program import Forward
+    from runner.launch import launch
+
+    B, H, D, S = max(1, vb.TOKENS // seqlen), vb.HEADS, vb.HEAD_DIM, seqlen
+    scale = 1 / math.sqrt(D)
+    g = torch.Generator(device="cuda").manual_seed(S)
+    q, k, v, do = (torch.randn(B, S, H, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(4))
+    loaded, builds = vb.build([name])
+    program = Forward.from_dict(loaded[name].spec.program)
+    gv = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name}:{S}".encode()))
+    side = side_tensors(program, B, H, H, S, gv)
+    if kind == "tl":
+        o, lse = torch.empty_like(q), torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        launch(loaded[name], q, k, v, o, lse, extras=side)
+        run = lambda i: builds[name].run(q, k, v, o, lse, do, scale=scale, extras=side)  # noqa: E731
+    else:
+        native = fa4_native(name, {s.name: s.default for s in program.scalars}, side)
+        if native is None:
+            print(f"{name}: FA4 does not run this variant natively", file=sys.stderr)
+            return 2
+        from flash_attn.cute import flash_attn_func
+
+        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+        out = flash_attn_func(*leaves, softmax_scale=scale, **native)
+        out = out[0] if isinstance(out, tuple) else out
+        run = lambda i: torch.autograd.grad(out, leaves, do, retain_graph=True)  # noqa: E731
+    for i in range(WARMUP):
+        run(i)
+    torch.cuda.synchronize()
+    run(WARMUP)  # the profiled launch
+    torch.cuda.synchronize()
+    return 0
+
+
 def _name_filter(kind: str, case: str) -> str:
     """ncu's kernel filter: a variant's kernel by its exact name (its launch-time block-mask kernel, named
-    `<kernel>_block_mask`, is not the one profiled)."""
+    `<kernel>_block_mask`, is not the one profiled); a backward's dQ/dK/dV kernel, FA4's main backward."""
+    if case.startswith("b:"):
+        return "regex:_bwd_dq_dk_dv$" if kind == "tl" else "regex:FlashAttentionBackwardSm90"
     if kind == "tl" and case.startswith("v:"):
         return f"regex:^{_variant_spec(case[2:]).spec.kernel_name}$"
     return NAME_FILTER[kind]
@@ -132,6 +181,8 @@ def _load_variant(name: str):  # -> LoadedKernel
 
 
 def _child(kind: str, case: str, seqlen: int, params: dict[str, int]) -> int:
+    if case.startswith("b:"):
+        return _backward_child(kind, case[2:], seqlen)
     if case.startswith("v:"):
         return _variant_child(kind, case[2:], seqlen)
     import torch
@@ -180,7 +231,13 @@ def _precompile(cases: list[str], params: dict[int, dict[str, int]]) -> None:
     from runner.launch import require_device
 
     items = []
+    if names := [c[2:] for c in cases if c.startswith("b:")]:
+        from benchmarks.variants_backward import build
+
+        build(names)  # into the kernel cache, for the children
     for case in cases:
+        if case.startswith("b:"):
+            continue
         if case.startswith("v:"):
             items.append(_variant_spec(case[2:]))
             continue
