@@ -80,11 +80,13 @@ def _text(path: str, d: int) -> str:
 # dQ/dK/dV kernel, an sm_90a cubin, timed beside the sm80 skeleton by `backward.py --also _sm90`;
 # "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
-# (softcap, sigmoid, ReLU): pick the others with --only)
+# (softcap, sigmoid, ReLU): pick the others with --only; "sm90ws": it with a producer warp group loading
+# Q, dO and the rows behind mbarriers, `generate_backward_sm90(producer=True)`)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
     "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True}}, "_sm90ovl"),
+    "sm90ws": ({"arch": "sm_90", "skeleton": "sm90", "options": {"producer": True}}, "_sm90ws"),
 }
 
 
@@ -226,7 +228,7 @@ def main() -> int:
         choices=tuple(SKELETONS),
         default="sm80",
         help="--build: sm90 = the wgmma dQ/dK/dV kernel, tags _sm90; sm90ovl = it with P overlapping dP's "
-        "wgmma (overlap_p, not yet run on a GPU), tags _sm90ovl",
+        "wgmma (overlap_p), tags _sm90ovl; sm90ws = it with a producer warp group, tags _sm90ws",
     )
     args = ap.parse_args()
     if args.build:

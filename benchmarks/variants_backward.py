@@ -43,12 +43,15 @@ from benchmarks.variant_cases import (  # noqa: E402
 HEADS = 16
 HEAD_DIM = 128
 TOKENS = 16384
+AB = ":ab"  # the key suffix of `--ab`'s second backward (timed as candidate tl_ab)
 
 
-def build(names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def build(
+    names: list[str], ab: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The forward and the backward of every variant, compiled in one parallel batch: ({name: loaded
     forward}, {name: BackwardBuild}); a variant whose backward cannot be derived or compiled is left out
-    with a note."""
+    with a note. `ab`: the sm90 generator's options of a second backward, under the key `name + AB`."""
     from pipeline.backward import BackwardBuildError, translate_backward
     from pipeline.build import translate_text
     from runner.compile import CompileError, CompileJob, compile_many
@@ -71,6 +74,15 @@ def build(names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         jobs.append(
             (n, "bwd", CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.bwd.cu", device_arch=device))
         )
+        if ab:
+            try:
+                b2 = translate_backward(text, dtype="bf16", learnable=(), skeleton="sm90", options=ab)
+            except BackwardBuildError as exc:
+                print(f"{n}: no A/B backward ({str(exc)[:160]})", flush=True)
+                continue
+            bwd[n + AB] = b2
+            job = CompileJob(source=b2.source, arch=b2.spec.arch, name=f"{n}.ab.bwd.cu", device_arch=device)
+            jobs.append((n + AB, "bwd", job))
     loaded: dict[str, Any] = {}
     builds: dict[str, Any] = {}
     for (n, kind, _), c in zip(jobs, compile_many([j for _, _, j in jobs], isolated=True), strict=True):
@@ -85,7 +97,7 @@ def build(names: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             bwd[n].compiled = c
             builds[n] = bwd[n]
     both = set(loaded) & set(builds)
-    return {n: loaded[n] for n in both}, {n: builds[n] for n in both}
+    return {n: loaded[n] for n in both}, {n: builds[n] for n in builds if n.removesuffix(AB) in both}
 
 
 def _autograd_bwd(fwd: Any, leaves: list[Any], grad_out: Any) -> Any:
@@ -162,6 +174,18 @@ def one_shape(
         tl_grads = tl(0)[:3]
         fns: dict[str, Any] = {"tl": tl}
         notes: dict[str, Any] = {}
+        if n + AB in builds:
+            ab = builds[n + AB]
+
+            def tl_ab(i: int, ab: Any = ab, o: Any = o, lse: Any = lse, side: Any = side) -> Any:
+                return ab.run(q, k, v, o, lse, do, scale=scale, extras=side)
+
+            check = grad_check(tl_grads, tl_ab(0)[:3])
+            notes["tl_ab_vs_tl"] = check
+            if check["ok"]:
+                fns["tl_ab"] = tl_ab
+            else:
+                notes["tl_ab"] = "not timed: its gradients disagree with tl's"
         mods = flex_mods(n, scalars, side, S, S)
         if mods is not None:
             score_mod, mask_mod = mods
@@ -202,6 +226,10 @@ def one_shape(
         for base in ("flex", "fa4"):
             if row.get("tl") and row.get(base):
                 row[f"tl/{base}"] = round(row["tl"] / row[base], 3)
+            if row.get("tl_ab") and row.get(base):
+                row[f"tl_ab/{base}"] = round(row["tl_ab"] / row[base], 3)
+        if row.get("tl_ab") and row.get("tl"):
+            row["tl_ab/tl"] = round(row["tl_ab"] / row["tl"], 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -213,22 +241,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated catalogue names (default: all)")
     ap.add_argument("--target-s", type=float, default=0.5)
     ap.add_argument("--json", default="")
+    ap.add_argument(
+        "--ab",
+        default="",
+        help="KEY=INT,…: options of the sm90 backward generator for a second TL candidate, tl_ab "
+        "(e.g. producer=1); its gradients must agree with tl's before it is timed",
+    )
     args = ap.parse_args(argv)
     import torch
 
     names = [n for n in catalogue() if not args.only or n in args.only.split(",")]
     allow_recompiles()
-    loaded, builds = build(names)
+    ab = {k: bool(int(v)) for k, _, v in (x.partition("=") for x in args.ab.split(",") if x)}
+    loaded, builds = build(names, ab or None)
     rows = []
     for S in [int(s) for s in args.seqlens.split(",") if s]:
         rows += one_shape(names, loaded, builds, S, args.target_s)
     gpu = torch.cuda.get_device_name()
     print(f"\nbackward TFLOPS on kept pairs (2.5x forward FLOPs), bf16 d{HEAD_DIM} H{HEADS}, sm_90, {gpu}, "
           f"{time.strftime('%Y-%m-%d')}")  # fmt: skip
-    print(f"{'variant':26s} {'B×S':>6s} {'tl':>7s} {'flex':>7s} {'fa4':>7s} {'tl/flex':>8s} {'tl/fa4':>7s}")
+    cols, rcols = ("tl", "flex", "fa4"), ("tl/flex", "tl/fa4")
+    if ab:
+        print(f"tl_ab: the sm90 backward with {args.ab}")
+        cols = ("tl", "tl_ab", "flex", "fa4")
+        rcols = ("tl/flex", "tl/fa4", "tl_ab/tl", "tl_ab/flex", "tl_ab/fa4")
+    print(f"{'variant':26s} {'B×S':>6s} " + " ".join(f"{c:>7s}" for c in cols) + " "
+          + " ".join(f"{c:>8s}" for c in rcols))  # fmt: skip
     for r in rows:
-        cells = [f"{r[c]:7.1f}" if r.get(c) else f"{'—':>7s}" for c in ("tl", "flex", "fa4")]
-        ratios = [f"{r[c]:8.2f}" if r.get(c) else f"{'—':>8s}" for c in ("tl/flex", "tl/fa4")]
+        cells = [f"{r[c]:7.1f}" if r.get(c) else f"{'—':>7s}" for c in cols]
+        ratios = [f"{r[c]:8.2f}" if r.get(c) else f"{'—':>8s}" for c in rcols]
         print(
             f"{r['variant']:26s} {r['batch']}×{r['seqlen'] // 1024}k "
             + " ".join(cells)

@@ -275,7 +275,7 @@ class BackwardSpec:
     name: str
     block_m: int
     block_n: int
-    threads: int
+    threads: int  # of every kernel but dq_dk_dv
     shared_bytes: int  # dynamic shared memory of dq_dk_dv
     dtype: str
     head_dim: int
@@ -290,9 +290,14 @@ class BackwardSpec:
     deterministic: bool = False  # dQ through one dq_accum slice per grid column, summed in order
     tl_file: str | None = None
     source_sha256: str | None = None
+    main_threads: int = 0  # dq_dk_dv's (0: `threads`; the sm_90 producer warp group adds 128)
 
     def kernel(self, part: str) -> str:
         return f"{self.name}_bwd_{part}"
+
+    @property
+    def dq_dk_dv_threads(self) -> int:
+        return self.main_threads or self.threads
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

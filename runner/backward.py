@@ -197,7 +197,7 @@ def backward(
     main = [np.uintp(t.data_ptr()) for t in ptrs] + sizes
     main += [i64(s) for t in (q, k, v, do, dk, dv) for s in _strides(t)] + common + program
     grid = (splits, batch, heads_kv)
-    config = LaunchConfig(grid=grid, block=spec.threads, shmem_size=spec.shared_bytes)
+    config = LaunchConfig(grid=grid, block=spec.dq_dk_dv_threads, shmem_size=spec.shared_bytes)
     cu_launch(stream, config, loaded.kernels["dq_dk_dv"], *main)
 
     conv = [np.uintp(dq_accum.data_ptr()), np.uintp(dq.data_ptr()), np.int32(batch), np.int32(seqlen_q)]

@@ -373,3 +373,113 @@ def test_the_overlapped_plain_backward_compiles_for_sm_90a_with_p_beside_dp():
     exps = sum("MUFU.EX2" in ln for ln in lines[s_done:dp_done])
     assert exps >= 32, f"only {exps} MUFU.EX2 while dPᵀ's wgmma runs"  # 64 key rows × 64 queries / 128
     assert exps == sum("MUFU.EX2" in ln for ln in lines), "exp2s of P after the wait for dPᵀ"
+
+
+# ---- producer: FA3's warp specialisation, a third warp group loading Q, dO and the rows ----
+
+
+def _producer(tl: Path | str, **kw):
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    return generate_backward_sm90(_plan(tl), producer=True, **kw)
+
+
+def test_producer_adds_a_warp_group_and_the_other_kernels_keep_theirs():
+    from translator.backends.sm90_bwd import shared_bytes
+
+    source, spec = _producer(MHA)
+    _, default = _default(MHA)
+    assert spec.main_threads == spec.dq_dk_dv_threads == 384 and spec.threads == default.threads == 256
+    assert default.main_threads == 0 and default.dq_dk_dv_threads == 256
+    assert spec.shared_bytes == shared_bytes(128, producer=True) == default.shared_bytes + 64 * 128 * 2 + 32
+    assert "void __launch_bounds__(384, 1) mha_fwd_bwd_dq_dk_dv(" in source
+    assert "void __launch_bounds__(256) mha_fwd_bwd_convert_dq(" in source
+    assert "void __launch_bounds__(256) mha_fwd_bwd_dot_do_o(" in source
+
+
+def _default(tl: Path | str, **kw):
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    return generate_backward_sm90(_plan(tl), **kw)
+
+
+@pytest.mark.parametrize("tl", [MHA, VARIANTS / "sliding_window.tl", VARIANTS / "document_mask.tl"])
+def test_producer_stages_go_through_full_and_empty_mbarriers(tl):
+    """The producer waits for a stage's release, loads, fences its copies for wgmma and arrives on the
+    stage's full barrier; the consumers wait for it, read it, and release it; past the one block-wide
+    barrier after the mbarriers' init, only the consumers' named barrier remains (the K/V load and the
+    dS exchange)."""
+    main = _main(_producer(tl)[0])
+    head, split = main.split("if (tidx >= Traits::kNThreads) {")
+    producer, consumer = split.split("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
+    assert head.count("__syncthreads();") == 1
+    assert "Barrier::init(&full_qdo[s], Traits::kProducerThreads);" in head
+    assert "Barrier::init(&empty_qdo[s], Traits::kNThreads);" in head
+    assert "__syncthreads" not in producer + consumer
+    assert producer.index("warpgroup_reg_dealloc<Traits::kProducerRegs>") < producer.index("load_QdO(m_block")
+    order = [
+        "if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);",
+        "load_QdO(m_block, stage);",
+        "cute::cp_async_wait<0>();",
+        "tl::fence_async_shared();",
+        "Barrier::arrive(&full_qdo[stage]);",
+    ]
+    at = [producer.index(x) for x in order]
+    assert at == sorted(at) and "return;" in producer
+    loop = consumer.split("for (int m_block = m_block_min; m_block < m_block_max; ) {")[1]
+    order = [
+        "Barrier::wait(&full_qdo[stage], (fill >> 1) & 1);",
+        S_GEMM,
+        "tl::consumer_sync(1, Traits::kNThreads);  // dS of both warp groups",
+        "warpgroup_fence_operand(acc_dk);",
+        "Barrier::arrive(&empty_qdo[stage]);",
+        "++fill;",
+    ]
+    at = [loop.rindex(x) for x in order]
+    assert at == sorted(at)
+    assert loop.count("consumer_sync") == 1 and "load_QdO" not in consumer and "cp_async_fence" not in loop
+    assert "Element* smem_ds_stage = smem_ds + stage * (kBlockM * kBlockN);" in loop
+
+
+def test_producer_walks_the_consumers_blocks():
+    """Both sides classify the same query blocks and advance with next_m_block, so the stages line up."""
+    main = _main(_producer(VARIANTS / "sliding_window.tl")[0])
+    producer, consumer = main.split("if (tidx >= Traits::kNThreads) {")[1].split("warpgroup_reg_alloc")
+    for side in (producer, consumer):
+        assert side.count("auto block_class = [&](int m_block) -> int {") == 1
+        assert "auto next_m_block = [&](int m)" in side
+        assert "for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)" in side
+    assert "m_block = next_m_block(m_block)" in producer and "m_block = next;" in consumer
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in VARIANTS.glob("*.tl")))
+def test_producer_derives_every_catalogue_variant(name):
+    source, spec = _producer(VARIANTS / f"{name}.tl", learnable=LEARN.get(name, ()))
+    assert spec.main_threads == 384 and "Barrier::arrive(&full_qdo[stage]);" in source
+
+
+def test_producer_deterministic_reloads_k_and_v_behind_the_consumers_barrier():
+    main = _main(_producer(MHA, deterministic=True)[0])
+    consumer = main.split("warpgroup_reg_alloc<Traits::kConsumerRegs>();")[1]
+    reload = consumer.split("for (int n_block")[1].split("load_rows(tKgK")[0]
+    assert "cute::cp_async_wait<0>();" in reload and "tl::consumer_sync(1, Traits::kNThreads);" in reload
+
+
+def test_backward_verify_builds_sm90ws_through_the_generator():
+    from benchmarks.backward_verify import SKELETONS
+
+    keywords, suffix = SKELETONS["sm90ws"]
+    assert suffix == "_sm90ws"
+    b = translate_backward(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **keywords)
+    assert b.source == _producer(MHA)[0] and b.spec.main_threads == 384
+
+
+@pytest.mark.nvrtc
+@pytest.mark.slow
+def test_the_producer_backward_compiles_for_sm_90a():
+    from runner.compile import CompileError, CompileJob, compile_many
+
+    source, spec = _producer(MHA)
+    (result,) = compile_many([CompileJob(source=source, arch=spec.arch, name="mha_fwd.ws.bwd.cu")])
+    assert not isinstance(result, CompileError), str(result)[:800]
+    assert result.kind == "cubin" and result.target == "sm_90a"

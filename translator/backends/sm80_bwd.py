@@ -134,6 +134,7 @@ def assemble(
     arch: str,
     includes: tuple[str, ...] = (),
     dq_vector: int = 1,
+    main_threads: int = 0,
 ) -> tuple[str, BackwardSpec]:
     """One backward skeleton's file and spec around its dQ/dK/dV kernel (`emit_main`, after the traits
     and helpers of `emit_defs`): the D kernel, the dQ conversion and the row gradients are the same for
@@ -188,6 +189,7 @@ def assemble(
         block_m=block_m,
         block_n=block_n,
         threads=THREADS,
+        main_threads=main_threads,
         shared_bytes=shared_bytes,
         dtype=plan.dtype,
         head_dim=plan.head_dim_qk,
@@ -346,10 +348,16 @@ def emit_row_copy_helpers(w: CodeWriter) -> None:
 
 
 def _params(
-    w: CodeWriter, name: str, base: tuple[tuple[str, str, str], ...], extra: list[tuple[str, str, str]]
+    w: CodeWriter,
+    name: str,
+    base: tuple[tuple[str, str, str], ...],
+    extra: list[tuple[str, str, str]],
+    *,
+    threads: int = THREADS,
 ) -> None:
     params = [f"{c} {n}" for n, c, _ in base] + [f"{c} {n}" for n, c, _ in extra]
-    w.line(f'extern "C" __global__ void __launch_bounds__({THREADS}) {name}(')
+    bounds = f"{threads}" if threads == THREADS else f"{threads}, 1"
+    w.line(f'extern "C" __global__ void __launch_bounds__({bounds}) {name}(')
     for p in params[:-1]:
         w.line(f"    {p},")
     w.line(f"    {params[-1]}) {{")
@@ -687,21 +695,24 @@ def _emit_key_block(
     _emit_store_dkv(w)
 
 
-def _emit_gmem_copy(w: CodeWriter) -> None:
-    """mK and mV of the key/value head, the 16-byte cp.async tiled copy, its coordinates and `load_rows`
-    (a tile's rows inside the sequence copied, the rest zeroed)."""
-    w.comment("K and V of this key block: loaded once, rows past seqlen_k zeroed")
-    for t, ptr in (("K", "k"), ("V", "v")):
-        w.line(
-            f"Tensor m{t} = make_tensor(make_gmem_ptr(static_cast<Element const*>({ptr}) + bidb * {ptr}_batch_stride"
-            f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
-            f"make_stride({ptr}_row_stride, _1{{}}));"
-        )
-    w.line("typename Traits::GmemTiledCopy gmem_tiled_copy_QKV;")
+def _emit_gmem_copy(w: CodeWriter, copy: str = "GmemTiledCopy", *, kv: bool = True) -> None:
+    """mK and mV of the key/value head, the 16-byte cp.async tiled copy (`Traits::<copy>`), its coordinates
+    and `load_rows` (a tile's rows inside the sequence copied, the rest zeroed). Without `kv`: the copy for
+    Q and dO alone (the sm_90 producer warp group's)."""
+    if kv:
+        w.comment("K and V of this key block: loaded once, rows past seqlen_k zeroed")
+        for t, ptr in (("K", "k"), ("V", "v")):
+            w.line(
+                f"Tensor m{t} = make_tensor(make_gmem_ptr(static_cast<Element const*>({ptr}) + bidb * {ptr}_batch_stride"
+                f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
+                f"make_stride({ptr}_row_stride, _1{{}}));"
+            )
+    w.line(f"typename Traits::{copy} gmem_tiled_copy_QKV;")
     w.line("auto gmem_thr_copy_QKV = gmem_tiled_copy_QKV.get_thread_slice(tidx);")
-    w.line(
-        "Tensor tKVcKV = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
-    )
+    if kv:
+        w.line(
+            "Tensor tKVcKV = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+        )
     w.line(
         "Tensor tQcQ = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
     )
@@ -716,11 +727,12 @@ def _emit_gmem_copy(w: CodeWriter) -> None:
     w.line("};")
 
 
-def _emit_load_kv(w: CodeWriter, deterministic: bool) -> None:
-    """K and V of key block n_block into shared memory through cp.async (one commit group)."""
+def _emit_load_kv(w: CodeWriter, deterministic: bool, sync: str = "__syncthreads();") -> None:
+    """K and V of key block n_block into shared memory through cp.async (one commit group). `sync`: the
+    barrier over the threads that read them (all of the thread block's, or the sm_90 consumers')."""
     if deterministic:
         w.line("cute::cp_async_wait<0>();  // the previous key block's loads, and its readers, are done")
-        w.line("__syncthreads();")
+        w.line(sync)
     w.comment("K and V of this key block: rows past seqlen_k zeroed")
     with w.block(""):
         for t in ("K", "V"):
@@ -738,11 +750,19 @@ def _emit_load_kv(w: CodeWriter, deterministic: bool) -> None:
 
 
 def _emit_group_head(
-    w: CodeWriter, reg: Regions, softmax: bool, partials: list[tuple[Load, Expr]], *, gmma: bool = False
+    w: CodeWriter,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    *,
+    gmma: bool = False,
+    loads: str = "all",
 ) -> list[int]:
     """Inside the loop over the group's query heads: the uniforms, the block classes and the query-block
     range, the head's Q / dO views and `load_QdO` (Q, dO and the rows' LSE and D of block m into a stage),
-    the first block's load. Returns the partials each thread sums (`_thread_summed`)."""
+    the first block's load. Returns the partials each thread sums (`_thread_summed`). `loads`: "all";
+    "lambda" without the first load (the sm_90 producer issues every load in its own loop); "none"
+    without `load_QdO` (the sm_90 consumers, whose producer loads)."""
     w.line("const int bidh = bidh_kv * group + g;")
     _emit_uniforms(w, reg, partials)
     _emit_block_class(w, reg)
@@ -761,6 +781,9 @@ def _emit_group_head(
     w.line(
         "float* dq_head = dq_slice + (static_cast<long long>(bidb) * heads + bidh) * m_blocks * (kBlockM * kHeadDim);"
     )
+    if loads == "none":
+        _emit_next_m_block(w)
+        return summed
     w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
     with w.block("auto load_QdO = [&](int m, int stage)", "};"):
         _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False, gmma=gmma)
@@ -783,13 +806,19 @@ def _emit_group_head(
                 w.line("float* rows = smem_rows + stage * 2 * kBlockM;")
                 w.line("tl::cp_async_f32(rows + tidx, lse + row_base + m * kBlockM + tidx);")
                 w.line("tl::cp_async_f32(rows + kBlockM + tidx, dpsum + row_base + m * kBlockM + tidx);")
-    w.line(
-        "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
-    )
+    _emit_next_m_block(w)
+    if loads == "lambda":
+        return summed
     w.line("int stage = 0;")
     w.line("if (m_block_min < m_block_max) load_QdO(m_block_min, 0);")
     w.line("cute::cp_async_fence();")
     return summed
+
+
+def _emit_next_m_block(w: CodeWriter) -> None:
+    w.line(
+        "auto next_m_block = [&](int m) { do { ++m; } while (m < m_block_max && block_class(m) == 0); return m; };"
+    )
 
 
 def _emit_group_tail(
@@ -800,6 +829,11 @@ def _emit_group_tail(
         ld = partials[i][0]
         w.line(f"tl_g{i} = tl::warp_sum(tl_g{i});")
         w.line(f"if (tidx % 32 == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
+    drop_head_temps(reg)
+
+
+def drop_head_temps(reg: Regions) -> None:
+    """The head's hoisted uniforms, out of scope after its blocks."""
     for n in [n for n, t in reg.temps.items() if t.startswith("tl_u")]:
         del reg.temps[n]
 

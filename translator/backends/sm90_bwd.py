@@ -50,13 +50,22 @@ BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
 DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
+PRODUCER_THREADS = 128  # `producer`: a third warp group loads Q, dO and the rows' LSE and D
+PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128 · 24 + 256 · 240 ≤ 64k registers
+CONSUMER_SYNC = "tl::consumer_sync(1, Traits::kNThreads);"  # the consumer warp groups' named barrier
+WS_INCLUDES = (
+    "#include <cutlass/arch/barrier.h>       // mbarriers",
+    "#include <cutlass/arch/reg_reconfig.h>  // setmaxnreg",
+)
 
 
-def shared_bytes(head_dim: int, dtype_bytes: int = 2) -> int:
+def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, producer: bool = False) -> int:
     """K, V, dS and two stages of (Q, dO) in the input dtype, two stages of the rows' LSE and D (fp32),
-    and 1024 bytes to round the base up to the swizzle's period."""
-    elems = 2 * BLOCK_N * head_dim + BLOCK_M * BLOCK_N + 2 * 2 * BLOCK_M * head_dim
-    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + 1024
+    and 1024 bytes to round the base up to the swizzle's period. `producer`: dS double-buffered and the
+    stages' four mbarriers."""
+    ds = (2 if producer else 1) * BLOCK_M * BLOCK_N
+    elems = 2 * BLOCK_N * head_dim + ds + 2 * 2 * BLOCK_M * head_dim
+    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + (4 * 8 if producer else 0) + 1024
 
 
 def atoms(dtype: str, head_dim: int) -> dict[str, GmmaAtom]:
@@ -85,6 +94,7 @@ def generate_backward_sm90(
     tl_file: str | None = None,
     deterministic: bool = False,
     overlap_p: bool = False,
+    producer: bool = False,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover.
@@ -92,7 +102,11 @@ def generate_backward_sm90(
     for Sᵀ alone and compute Pᵀ while dPᵀ's wgmma still runs, then wait for dPᵀ and compute dSᵀ
     (FlashAttention-3's order). Only for programs whose dX/ds, masks and partials do not read the raw
     score, which Pᵀ overwrites (softcap's 1 − tanh² does): TranslateError otherwise, never a silent
-    fallback, so an A/B timing cannot compare the default with itself."""
+    fallback, so an A/B timing cannot compare the default with itself. `producer`: FlashAttention-3's
+    warp specialisation: a third warp group (`setmaxnreg.dec`) loads Q, dO and the rows' LSE and D into
+    the two stages, each behind a full and an empty mbarrier, so the consumers (`setmaxnreg.inc`) never
+    wait on their own loads nor meet the whole thread block at a barrier: the one barrier left a block is
+    theirs, the dS exchange (dS double-buffered)."""
     fa2._check(plan, learnable)
     _check(plan)
     if overlap_p:
@@ -100,7 +114,7 @@ def generate_backward_sm90(
     d = plan.head_dim_qk
 
     def defs(w: CodeWriter) -> None:
-        _emit_traits(w, plan)
+        _emit_traits(w, plan, producer=producer)
         emit_helpers(w, regions=True)
         w.line()
         _emit_bwd_helpers(w)
@@ -114,13 +128,14 @@ def generate_backward_sm90(
             f"Target {NVRTC_ARCH}, {plan.dtype}, head dim {d}; dQ/dK/dV on wgmma (FlashAttention-3's dataflow),",
             "verified on the H200 against autograd of the IR reference (docs/performance.md).",
         ),
-        includes=extended_includes(*atoms(plan.dtype, d).values()),
+        includes=extended_includes(*atoms(plan.dtype, d).values()) + (WS_INCLUDES if producer else ()),
         emit_defs=defs,
-        emit_main=functools.partial(_emit_main, overlap_p=overlap_p),
+        emit_main=functools.partial(_emit_main, overlap_p=overlap_p, producer=producer),
         line_directives=True,
         block_m=BLOCK_M,
         block_n=BLOCK_N,
-        shared_bytes=shared_bytes(d),
+        shared_bytes=shared_bytes(d, producer=producer),
+        main_threads=THREADS + PRODUCER_THREADS if producer else 0,
         arch=NVRTC_ARCH,
         dq_vector=DQ_VECTOR,
     )
@@ -158,7 +173,7 @@ def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
         raise TranslateError([unsupported(where, why)])
 
 
-def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
+def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> None:
     d = plan.head_dim_qk
     a = atoms(plan.dtype, d)
     w.comment("Tiles, wgmma atoms and shared-memory layouts of the dQ/dK/dV kernel.")
@@ -167,7 +182,11 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
         w.line(f"static constexpr int kBlockM = {BLOCK_M};  // query rows per step of the loop")
         w.line(f"static constexpr int kBlockN = {BLOCK_N};  // key rows of this thread block")
         w.line(f"static constexpr int kHeadDim = {d};")
-        w.line(f"static constexpr int kNThreads = {THREADS};  // two warp groups")
+        w.line(f"static constexpr int kNThreads = {THREADS};  // two {'consumer ' if producer else ''}warp groups")
+        if producer:
+            w.line(f"static constexpr int kProducerThreads = {PRODUCER_THREADS};  // the loads' warp group")
+            w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: cp.async needs few")
+            w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
         w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
         w.line(
             f"using TiledMmaSdP = decltype(make_tiled_mma({a['SdP'].cute()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
@@ -212,6 +231,14 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
             "Element>{},"
         )
         w.line("    Layout<Shape<Int<kNThreads / 8>, _8>, Stride<_8, _1>>{}, Layout<Shape<_1, _8>>{}));")
+        if producer:
+            w.line(
+                "using GmemTiledCopyQdO = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, "
+                "Element>{},"
+            )
+            w.line(
+                "    Layout<Shape<Int<kProducerThreads / 8>, _8>, Stride<_8, _1>>{}, Layout<Shape<_1, _8>>{}));"
+            )
     w.line()
 
 
@@ -244,10 +271,12 @@ def _emit_main(
     deterministic: bool,
     *,
     overlap_p: bool = False,
+    producer: bool = False,
 ) -> None:
     reg = Regions(plan.ir)
     softmax = plan.ir.normalizer == "softmax"
-    fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail)
+    threads = THREADS + PRODUCER_THREADS if producer else THREADS
+    fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail, threads=threads)
     with w.indent():
         fa2._emit_main_aliases(w, f"{plan.kernel_name}_bwd_traits")
         w.comment(
@@ -267,24 +296,37 @@ def _emit_main(
             w.line("Element* smem_k = reinterpret_cast<Element*>(smem);")
             w.line("Element* smem_v = smem_k + kBlockN * kHeadDim;")
             w.line("Element* smem_ds = smem_v + kBlockN * kHeadDim;")
-            w.line("Element* smem_qdo = smem_ds + kBlockM * kBlockN;")
+            if producer:
+                w.line("Element* smem_qdo = smem_ds + 2 * kBlockM * kBlockN;  // dS: one buffer per stage")
+            else:
+                w.line("Element* smem_qdo = smem_ds + kBlockM * kBlockN;")
             w.line("constexpr int kQdOElems = 2 * kBlockM * kHeadDim;  // one stage: Q then dO")
             w.line(
                 "float* smem_rows = reinterpret_cast<float*>(smem_qdo + 2 * kQdOElems);  // per stage: LSE, then D"
             )
-            for t, ptr, lay, shape in (
+            if producer:
+                w.line("uint64_t* full_qdo = reinterpret_cast<uint64_t*>(smem_rows + 2 * 2 * kBlockM);  // per stage")
+                w.line("uint64_t* empty_qdo = full_qdo + 2;")
+            views = [
                 ("sK", "smem_k", "K", "kBlockN, kHeadDim"),
                 ("sV", "smem_v", "V", "kBlockN, kHeadDim"),
                 ("sdS", "smem_ds", "dS", "kBlockM, kBlockN"),
                 ("sKt", "smem_k", "Kt", "kHeadDim, kBlockN"),
                 ("sdSt", "smem_ds", "dSt", "kBlockN, kBlockM"),
-            ):
+            ]
+            for t, ptr, lay, shape in [v for v in views if not (producer and v[1] == "smem_ds")]:
                 w.line(
                     f"Tensor {t} = make_tensor(make_smem_ptr({ptr}), typename Traits::SmemLayout{lay}{{}});  // ({shape})"
                 )
         w.line()
         with w.tl(plan.line_of("load_k"), "global → shared: 16-byte cp.async into the swizzled tiles"):
             fa2._emit_gmem_copy(w)
+        if producer:
+            fa2._emit_dq_slice(w, deterministic)
+            _emit_stage_barriers(w, plan)
+            with w.block("if (tidx >= Traits::kNThreads)"):
+                _emit_producer(w, plan, reg, softmax, partials, deterministic)
+            w.line("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
         w.comment("The three warp-group MMAs: K, V, Kᵀ and dS are fixed, Q and dO move with the stage")
         w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
         w.line("auto thr_mma_sdp = tiled_mma_sdp.get_thread_slice(tidx);  // this thread's accumulators")
@@ -299,19 +341,24 @@ def _emit_main(
             w.line(f"auto wg_mma_{m} = tiled_mma_{m}.get_thread_slice(wg * 128);")
         w.line("Tensor tSrK = wg_mma_sdp.partition_fragment_A(sK);  // GMMA descriptors")
         w.line("Tensor tdPrV = wg_mma_sdp.partition_fragment_A(sV);")
-        w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
+        if not producer:
+            w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
         w.line("Tensor tdQrKt = wg_mma_dq.partition_fragment_B(sKt);")
-        w.comment("dSᵀ: this thread's accumulator elements → shared memory, in the input dtype")
-        w.line("Tensor tdSsdS = thr_mma_sdp.partition_C(sdSt);")
+        if not producer:
+            w.comment("dSᵀ: this thread's accumulator elements → shared memory, in the input dtype")
+            w.line("Tensor tdSsdS = thr_mma_sdp.partition_C(sdSt);")
         w.line(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
         )
         w.line()
-        fa2._emit_dq_slice(w, deterministic)
+        if producer:
+            w.line("int fill = 0;  // query blocks consumed so far: stage fill % 2, its phase (fill / 2) % 2")
+        else:
+            fa2._emit_dq_slice(w, deterministic)
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
             with w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"):
-                _emit_key_block(w, plan, reg, softmax, partials, deterministic, overlap_p)
+                _emit_key_block(w, plan, reg, softmax, partials, deterministic, overlap_p, producer)
     w.line("}")
     w.line()
 
@@ -324,20 +371,31 @@ def _emit_key_block(
     partials: list[tuple[Load, Expr]],
     deterministic: bool,
     overlap_p: bool = False,
+    producer: bool = False,
 ) -> None:
     """One key block: K and V in, dK and dV over every query block of the group's heads, dQ's share
-    added into dq_slice, dK and dV stored."""
-    fa2._emit_load_kv(w, deterministic)
+    added into dq_slice, dK and dV stored. `producer`: the consumers' part (the producer loads Q, dO and
+    the rows)."""
+    if producer:
+        fa2._emit_load_kv(w, deterministic, sync=CONSUMER_SYNC)
+        w.line("cute::cp_async_wait<0>();  // K and V")
+        w.line("tl::fence_async_shared();")
+        w.line(f"{CONSUMER_SYNC}  // both warp groups' K and V rows, for wgmma")
+    else:
+        fa2._emit_load_kv(w, deterministic)
     fa2.emit_dkdv_accumulators(w)
     with w.block("for (int g = 0; g < group; ++g)"):
         with w.tl(
             plan.line_of("mask") if plan.mask != "none" else None, "block classes: skip empty query blocks"
         ):
-            summed = fa2._emit_group_head(w, reg, softmax, partials, gmma=True)
+            summed = fa2._emit_group_head(
+                w, reg, softmax, partials, gmma=True, loads="none" if producer else "all"
+            )
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
-            _emit_query_block(w, plan, reg, softmax, partials, overlap_p)
-        w.line("__syncthreads();  // the next head's first load reuses stage 0")
+            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, producer)
+        if not producer:
+            w.line("__syncthreads();  // the next head's first load reuses stage 0")
         fa2._emit_group_tail(w, reg, partials, summed)
     w.line()
     fa2._emit_store_dkv(w)
@@ -350,15 +408,27 @@ def _emit_query_block(
     softmax: bool,
     partials: list[tuple[Load, Expr]],
     overlap_p: bool = False,
+    producer: bool = False,
 ) -> None:
     w.line("const int next = next_m_block(m_block);")
     w.line("const bool masked = block_class(m_block) == 1;")
-    w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
-    w.line("tl::fence_async_shared();")
-    w.line("__syncthreads();  // also: the previous block's wgmmas have all read dS, Q and dO")
-    with w.tl(plan.line_of("load_q"), "prefetch the next query block's Q and dO"):
-        w.line("if (next < m_block_max) load_QdO(next, stage ^ 1);  // overlaps this block's compute")
-        w.line("cute::cp_async_fence();")
+    if producer:
+        w.line("const int stage = fill & 1;")
+        with w.tl(plan.line_of("load_q"), "this block's Q, dO, LSE and D: the producer's stage"):
+            w.line("Barrier::wait(&full_qdo[stage], (fill >> 1) & 1);")
+        w.comment("dS of this block: the other buffer's readers (the previous block's dQ) may still run")
+        w.line("Element* smem_ds_stage = smem_ds + stage * (kBlockM * kBlockN);")
+        w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
+        w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});")
+        w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
+        w.line("Tensor tdSsdS = thr_mma_sdp.partition_C(sdSt);  // dSᵀ: accumulator elements → shared")
+    else:
+        w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
+        w.line("tl::fence_async_shared();")
+        w.line("__syncthreads();  // also: the previous block's wgmmas have all read dS, Q and dO")
+        with w.tl(plan.line_of("load_q"), "prefetch the next query block's Q and dO"):
+            w.line("if (next < m_block_max) load_QdO(next, stage ^ 1);  // overlaps this block's compute")
+            w.line("cute::cp_async_fence();")
     fa2._emit_qdo_views(w, "smem_qdo + stage * kQdOElems", gmma=True)
     w.line("Tensor tSrQ = wg_mma_sdp.partition_fragment_B(sQ);")
     w.line("Tensor tdPrdO = wg_mma_sdp.partition_fragment_B(sdO);")
@@ -400,7 +470,10 @@ def _emit_query_block(
         w.line("cute::copy(rdS, tdSsdS);  // dSᵀ for dQ's GEMM")
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
-        w.line("__syncthreads();  // dS of both warp groups is in shared memory")
+        if producer:
+            w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
+        else:
+            w.line("__syncthreads();  // dS of both warp groups is in shared memory")
     with w.tl(plan.line_of("gemm_qk"), "dQ = dS·K (SS) and dK += dSᵀ·Q (RS), dQ's atomics under dK's GEMM"):
         w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});")
         w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);")
@@ -424,5 +497,62 @@ def _emit_query_block(
         w.line("warpgroup_wait<0>();")
         w.line("warpgroup_fence_operand(acc_dk);")
         w.line("warpgroup_fence_operand(acc_dv);")
-    w.line("stage ^= 1;")
+    if producer:
+        with w.tl(plan.line_of("load_q"), "Q, dO and the rows of this stage are read: the producer's again"):
+            w.line("Barrier::arrive(&empty_qdo[stage]);")
+        w.line("++fill;")
+    else:
+        w.line("stage ^= 1;")
     w.line("m_block = next;")
+
+
+def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan) -> None:
+    """The stages' mbarriers: full (the producer's 128 threads arrive once their loads landed) and empty
+    (the 256 consumer threads arrive once they read the stage), then the last block-wide barrier."""
+    with w.tl(plan.line_of("load_q"), "mbarriers of the (Q, dO) stages: full (producer), empty (consumers)"):
+        w.line("using Barrier = cutlass::arch::ClusterBarrier;")
+        with w.block("if (tidx == 0)"):
+            w.line("CUTE_UNROLL")
+            with w.block("for (int s = 0; s < 2; ++s)"):
+                w.line("Barrier::init(&full_qdo[s], Traits::kProducerThreads);")
+                w.line("Barrier::init(&empty_qdo[s], Traits::kNThreads);")
+            w.line("cutlass::arch::fence_barrier_init();")
+        w.line("__syncthreads();  // the last block-wide barrier: the warp groups part ways below")
+
+
+def _emit_producer(
+    w: CodeWriter,
+    plan: KernelPlan,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    deterministic: bool,
+) -> None:
+    """The producer warp group: the consumers' walk over (key block, head, query block), each query block's
+    Q, dO, LSE and D by cp.async into the next stage once the consumers released it; its threads wait for
+    their own copies, fence them for wgmma (async proxy) and arrive on the stage's full barrier."""
+    w.comment("Producer warp group: registers back to the pool; its 128 threads copy each stage")
+    w.line("cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();")
+    w.line("const int tidx = threadIdx.x - Traits::kNThreads;  // within the producer warp group")
+    fa2._emit_gmem_copy(w, "GmemTiledCopyQdO", kv=False)
+    w.line("int fill = 0;  // query blocks loaded so far: stage fill % 2, its phase (fill / 2) % 2")
+    with w.tl(plan.line_of("loop"), "the consumers' key blocks, heads and query blocks, in their order"):
+        w.line("CUTE_NO_UNROLL")
+        with (
+            w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"),
+            w.block("for (int g = 0; g < group; ++g)"),
+        ):
+            fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads="lambda")
+            w.line("CUTE_NO_UNROLL")
+            with w.block("for (int m_block = m_block_min; m_block < m_block_max; m_block = next_m_block(m_block))"):
+                w.line("const int stage = fill & 1;")
+                w.line("if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);")
+                with w.tl(plan.line_of("load_q"), "Q, dO and the rows' LSE and D of this query block"):
+                    w.line("load_QdO(m_block, stage);")
+                    w.line("cute::cp_async_fence();")
+                    w.line("cute::cp_async_wait<0>();")
+                    w.line("tl::fence_async_shared();  // for the consumers' wgmma (the async proxy)")
+                    w.line("Barrier::arrive(&full_qdo[stage]);")
+                w.line("++fill;")
+            fa2.drop_head_temps(reg)
+    w.line("return;")
