@@ -29,6 +29,7 @@ DIR=${DIR:-.cache/bwd90}
 ONLY=${ONLY:-'.'}
 OVL=${OVL:-'^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bias)_bf16_d128)$'}
 WS=${WS:-'.'}
+WSK=${WSK:-'^$'}  # sm90wsk: sm90ws with the grid key block column first (key_major), tags _sm90wsk
 BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
 NVCC_FLAG="--nvcc"
 [ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
@@ -67,6 +68,9 @@ python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "
 # shellcheck disable=SC2086
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ws --only "$WS" $NVCC_FLAG \
   > "$OUT/build_sm90ws.log" 2>&1
+# shellcheck disable=SC2086
+python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90wsk --only "$WSK" $NVCC_FLAG \
+  > "$OUT/build_sm90wsk.log" 2>&1
 wait $SM80
 grep -i "fail\|error" "$OUT"/build_sm*.log | head -5
 tail -qn1 "$OUT"/build_sm*.log
@@ -103,6 +107,8 @@ grep -c "_sm90ovl: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 overlap_p verifie
 grep "_sm90ovl: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 overlap_p not ok: /'
 grep -c "_sm90ws: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 producer verified ok: /'
 grep "_sm90ws: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 producer not ok: /'
+grep -c "_sm90wsk: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 producer key-major verified ok: /'
+grep "_sm90wsk: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 producer key-major not ok: /'
 
 # shellcheck disable=SC2086
 PYTHONPATH="$FA4_PATH$PYTHONPATH" timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH \

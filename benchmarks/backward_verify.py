@@ -81,12 +81,17 @@ def _text(path: str, d: int) -> str:
 # "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
 # (softcap, sigmoid, ReLU): pick the others with --only; "sm90ws": it with a producer warp group loading
-# Q, dO and the rows behind mbarriers, `generate_backward_sm90(producer=True)`)
+# Q, dO and the rows behind mbarriers, `generate_backward_sm90(producer=True)`; "sm90wsk": it with the grid
+# taken key block column first, `key_major=True`)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
     "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True}}, "_sm90ovl"),
     "sm90ws": ({"arch": "sm_90", "skeleton": "sm90", "options": {"producer": True}}, "_sm90ws"),
+    "sm90wsk": (
+        {"arch": "sm_90", "skeleton": "sm90", "options": {"producer": True, "key_major": True}},
+        "_sm90wsk",
+    ),
 }
 
 

@@ -14,7 +14,8 @@ is taken against the faster of the two.
 
 `--ab "PARAM=V1,V2;VARIANT:PARAM2=V3"`: each variant (or only VARIANT) is also built with `Param PARAM = V`
 for every value (set or replaced in its TL), verified, and timed in the same interleaved run as
-`tl PARAM=V` (A/Bs of one switch at a time).
+`tl PARAM=V` (A/Bs of one switch at a time); `BM=V` sets `consumers` to V / 64 with it (e.g. the d 64
+plain kernel's 192 rows on three consumer warp groups).
 
 The TL kernels are the catalogue files as written (Target set to sm_90, bf16): their tiles are the
 catalogue's, not tuned per variant (that is issue 17's planner work).
@@ -229,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in names:
         for only, param, value in ab:
             if only in ("", n):
-                texts[f"{n} {param}={value}"] = with_param(texts[n], param, value)
+                text = with_param(texts[n], param, value)
+                if param == "BM":  # sm_90: one consumer warp group per 64 query rows, as the files set it
+                    text = with_param(text, "consumers", str(int(value) // 64))
+                texts[f"{n} {param}={value}"] = text
     built = {}
     for n, t in texts.items():
         built[n] = translate_text(

@@ -483,3 +483,20 @@ def test_the_producer_backward_compiles_for_sm_90a():
     (result,) = compile_many([CompileJob(source=source, arch=spec.arch, name="mha_fwd.ws.bwd.cu")])
     assert not isinstance(result, CompileError), str(result)[:800]
     assert result.kind == "cubin" and result.target == "sm_90a"
+
+
+def test_key_major_takes_the_grid_key_column_first():
+    """Thread block t of the (columns, batch, K/V heads) grid: heads fastest, then batch, then the key
+    column, and the column (not blockIdx.x) starts the key-block loop and picks the deterministic slice."""
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    for producer in (False, True):
+        kw = {"producer": producer, "key_major": True, "deterministic": True}
+        main = _main(generate_backward_sm90(_plan(MHA), **kw)[0])
+        assert "const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);" in main
+        assert "const int bidh_kv = tile % gridDim.z;" in main
+        assert "const int bidb = (tile / gridDim.z) % gridDim.y;" in main
+        assert "blockIdx.x" not in main.split("const int grid_col")[1]
+        loop = "for (int n_block = grid_col; n_block < n_blocks; n_block += gridDim.x)"
+        assert main.count(loop) == 1 + producer
+        assert "float* dq_slice = dq_accum + grid_col * (" in main

@@ -590,24 +590,39 @@ def _emit_main_aliases(w: CodeWriter, traits: str) -> None:
     w.line("constexpr int kHeadDim = Traits::kHeadDim;")
 
 
-def _emit_block_indices(w: CodeWriter) -> None:
-    """The thread block's coordinates: (key block column, batch, K/V head) and the GQA group size."""
+def _emit_block_indices(w: CodeWriter, *, key_major: bool = False) -> None:
+    """The thread block's coordinates: (key block column, batch, K/V head) and the GQA group size.
+    `key_major`: the grid's blocks taken key column first (`grid_col`): the thread blocks of every (batch,
+    head) for one key block column are launched together, so where masks give the first key blocks the
+    most query rows (sink tokens, a prefix, causal) those start first instead of one head's at a time."""
     w.line("const int tidx = threadIdx.x;")
     w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
-    w.line("const int bidb = blockIdx.y;")
-    w.line("const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group")
+    if key_major:
+        w.comment("key block columns outermost: every head's first key blocks start first (longest first)")
+        w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
+        w.line("const int bidh_kv = tile % gridDim.z;  // K/V head: the loop below visits each query head of its group")
+        w.line("const int bidb = (tile / gridDim.z) % gridDim.y;")
+        w.line("const int grid_col = tile / (gridDim.y * gridDim.z);")
+    else:
+        w.line("const int bidb = blockIdx.y;")
+        w.line("const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group")
     w.line("const int group = heads / heads_kv;")
     w.line()
 
 
-def _emit_dq_slice(w: CodeWriter, deterministic: bool) -> None:
+def grid_col(key_major: bool) -> str:
+    """The thread block's key block column (`_emit_block_indices`)."""
+    return "grid_col" if key_major else "blockIdx.x"
+
+
+def _emit_dq_slice(w: CodeWriter, deterministic: bool, col: str = "blockIdx.x") -> None:
     """`m_blocks` and `dq_slice`, where this thread block adds its dQ (its own slice when deterministic)."""
     w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
     if deterministic:
         w.comment(
             "this grid column's slice of dq_accum: only its thread block adds into it, in program order"
         )
-        w.line(f"float* dq_slice = dq_accum + blockIdx.x * ({DQ_SLICE});")
+        w.line(f"float* dq_slice = dq_accum + {col} * ({DQ_SLICE});")
     else:
         w.line("float* dq_slice = dq_accum;  // atomics from every key block (the grid has one column each)")
     w.line()

@@ -95,6 +95,7 @@ def generate_backward_sm90(
     deterministic: bool = False,
     overlap_p: bool = False,
     producer: bool = False,
+    key_major: bool = False,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover.
@@ -106,7 +107,8 @@ def generate_backward_sm90(
     warp specialisation: a third warp group (`setmaxnreg.dec`) loads Q, dO and the rows' LSE and D into
     the two stages, each behind a full and an empty mbarrier, so the consumers (`setmaxnreg.inc`) never
     wait on their own loads nor meet the whole thread block at a barrier: the one barrier left a block is
-    theirs, the dS exchange (dS double-buffered)."""
+    theirs, the dS exchange (dS double-buffered). `key_major`: the grid taken key block column first
+    (`sm80_bwd._emit_block_indices`)."""
     fa2._check(plan, learnable)
     _check(plan)
     if overlap_p:
@@ -130,7 +132,7 @@ def generate_backward_sm90(
         ),
         includes=extended_includes(*atoms(plan.dtype, d).values()) + (WS_INCLUDES if producer else ()),
         emit_defs=defs,
-        emit_main=functools.partial(_emit_main, overlap_p=overlap_p, producer=producer),
+        emit_main=functools.partial(_emit_main, overlap_p=overlap_p, producer=producer, key_major=key_major),
         line_directives=True,
         block_m=BLOCK_M,
         block_n=BLOCK_N,
@@ -272,8 +274,10 @@ def _emit_main(
     *,
     overlap_p: bool = False,
     producer: bool = False,
+    key_major: bool = False,
 ) -> None:
     reg = Regions(plan.ir)
+    col = fa2.grid_col(key_major)
     softmax = plan.ir.normalizer == "softmax"
     threads = THREADS + PRODUCER_THREADS if producer else THREADS
     fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail, threads=threads)
@@ -286,7 +290,7 @@ def _emit_main(
         w.line(
             "char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));"
         )
-        fa2._emit_block_indices(w)
+        fa2._emit_block_indices(w, key_major=key_major)
         with w.tl(
             plan.line_of("alloc_k"), "K, V (this key block), dSᵀ, two stages of (Q, dO) in shared memory"
         ):
@@ -322,10 +326,10 @@ def _emit_main(
         with w.tl(plan.line_of("load_k"), "global → shared: 16-byte cp.async into the swizzled tiles"):
             fa2._emit_gmem_copy(w)
         if producer:
-            fa2._emit_dq_slice(w, deterministic)
+            fa2._emit_dq_slice(w, deterministic, col)
             _emit_stage_barriers(w, plan)
             with w.block("if (tidx >= Traits::kNThreads)"):
-                _emit_producer(w, plan, reg, softmax, partials, deterministic)
+                _emit_producer(w, plan, reg, softmax, partials, col)
             w.line("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
         w.comment("The three warp-group MMAs: K, V, Kᵀ and dS are fixed, Q and dO move with the stage")
         w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
@@ -354,10 +358,10 @@ def _emit_main(
         if producer:
             w.line("int fill = 0;  // query blocks consumed so far: stage fill % 2, its phase (fill / 2) % 2")
         else:
-            fa2._emit_dq_slice(w, deterministic)
+            fa2._emit_dq_slice(w, deterministic, col)
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
-            with w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"):
+            with w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"):
                 _emit_key_block(w, plan, reg, softmax, partials, deterministic, overlap_p, producer)
     w.line("}")
     w.line()
@@ -526,7 +530,7 @@ def _emit_producer(
     reg: Regions,
     softmax: bool,
     partials: list[tuple[Load, Expr]],
-    deterministic: bool,
+    col: str,
 ) -> None:
     """The producer warp group: the consumers' walk over (key block, head, query block), each query block's
     Q, dO, LSE and D by cp.async into the next stage once the consumers released it; its threads wait for
@@ -539,7 +543,7 @@ def _emit_producer(
     with w.tl(plan.line_of("loop"), "the consumers' key blocks, heads and query blocks, in their order"):
         w.line("CUTE_NO_UNROLL")
         with (
-            w.block("for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x)"),
+            w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"),
             w.block("for (int g = 0; g < group; ++g)"),
         ):
             fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads="lambda")
