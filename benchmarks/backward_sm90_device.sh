@@ -112,7 +112,7 @@ grep "_sm90wsk: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 producer
 
 # shellcheck disable=SC2086
 PYTHONPATH="$FA4_PATH$PYTHONPATH" timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH \
-  --also _sm90,_sm90ovl,_sm90ws --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+  --also _sm90,_sm90ovl,_sm90ws,_sm90wsk --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 echo "benchmarked at ${SECONDS}s"
 grep "^ *fa4" "$OUT/bench.log" | head -8
 tail -n6 "$OUT/bench.log"
@@ -139,7 +139,8 @@ for r in rows:
           f" {ratio(v['tl_sm90ws'], v['fa4']):>7}"
           + (f"  fa4: {r['fa4_note']}" if r.get("fa4_note") else ""))
 print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton,")
-print("sm90ovl = it with overlap_p (P while dP's wgmma runs), sm90ws = it with a producer warp group;")
+print("sm90ovl = it with overlap_p (P while dP's wgmma runs), sm90ws = it with a producer warp group")
+print("(tl_sm90wsk in the JSON: that with the grid key column first);")
 print("fa4 = FlashAttention 4 (flash_attn.cute),")
 print("timed only where its dq/dk/dv agree with SDPA flash's")
 EOF
