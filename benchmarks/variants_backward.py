@@ -43,15 +43,16 @@ from benchmarks.variant_cases import (  # noqa: E402
 HEADS = 16
 HEAD_DIM = 128
 TOKENS = 16384
-AB = ":ab"  # the key suffix of `--ab`'s second backward (timed as candidate tl_ab)
+AB = ":ab"  # the key suffix of `--ab`'s backwards: name + AB + i for option set i (candidate tl_ab<i>)
 
 
 def build(
-    names: list[str], ab: dict[str, Any] | None = None
+    names: list[str], ab: list[dict[str, Any]] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The forward and the backward of every variant, compiled in one parallel batch: ({name: loaded
     forward}, {name: BackwardBuild}); a variant whose backward cannot be derived or compiled is left out
-    with a note. `ab`: the sm90 generator's options of a second backward, under the key `name + AB`."""
+    with a note. `ab`: option sets of the sm90 generator, one more backward each, under the key
+    `name + AB + i` (i from 1)."""
     from pipeline.backward import BackwardBuildError, translate_backward
     from pipeline.build import translate_text
     from runner.compile import CompileError, CompileJob, compile_many
@@ -74,15 +75,17 @@ def build(
         jobs.append(
             (n, "bwd", CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.bwd.cu", device_arch=device))
         )
-        if ab:
+        for i, options in enumerate(ab or (), 1):
             try:
-                b2 = translate_backward(text, dtype="bf16", learnable=(), skeleton="sm90", options=ab)
+                b2 = translate_backward(text, dtype="bf16", learnable=(), skeleton="sm90", options=options)
             except BackwardBuildError as exc:
-                print(f"{n}: no A/B backward ({str(exc)[:160]})", flush=True)
+                print(f"{n}: no A/B backward {options} ({str(exc)[:160]})", flush=True)
                 continue
-            bwd[n + AB] = b2
-            job = CompileJob(source=b2.source, arch=b2.spec.arch, name=f"{n}.ab.bwd.cu", device_arch=device)
-            jobs.append((n + AB, "bwd", job))
+            key = f"{n}{AB}{i}"
+            bwd[key] = b2
+            name = f"{n}.ab{i}.bwd.cu"
+            job = CompileJob(source=b2.source, arch=b2.spec.arch, name=name, device_arch=device)
+            jobs.append((key, "bwd", job))
     loaded: dict[str, Any] = {}
     builds: dict[str, Any] = {}
     for (n, kind, _), c in zip(jobs, compile_many([j for _, _, j in jobs], isolated=True), strict=True):
@@ -97,7 +100,7 @@ def build(
             bwd[n].compiled = c
             builds[n] = bwd[n]
     both = set(loaded) & set(builds)
-    return {n: loaded[n] for n in both}, {n: builds[n] for n in builds if n.removesuffix(AB) in both}
+    return {n: loaded[n] for n in both}, {n: builds[n] for n in builds if n.split(AB)[0] in both}
 
 
 def _autograd_bwd(fwd: Any, leaves: list[Any], grad_out: Any) -> Any:
@@ -174,18 +177,18 @@ def one_shape(
         tl_grads = tl(0)[:3]
         fns: dict[str, Any] = {"tl": tl}
         notes: dict[str, Any] = {}
-        if n + AB in builds:
-            ab = builds[n + AB]
+        for key in sorted(x for x in builds if x.startswith(n + AB)):
+            cand = "tl_ab" + key.split(AB)[1]
 
-            def tl_ab(i: int, ab: Any = ab, o: Any = o, lse: Any = lse, side: Any = side) -> Any:
+            def tl_ab(i: int, ab: Any = builds[key], o: Any = o, lse: Any = lse, side: Any = side) -> Any:
                 return ab.run(q, k, v, o, lse, do, scale=scale, extras=side)
 
             check = grad_check(tl_grads, tl_ab(0)[:3])
-            notes["tl_ab_vs_tl"] = check
+            notes[f"{cand}_vs_tl"] = check
             if check["ok"]:
-                fns["tl_ab"] = tl_ab
+                fns[cand] = tl_ab
             else:
-                notes["tl_ab"] = "not timed: its gradients disagree with tl's"
+                notes[cand] = "not timed: its gradients disagree with tl's"
         mods = flex_mods(n, scalars, side, S, S)
         if mods is not None:
             score_mod, mask_mod = mods
@@ -223,13 +226,10 @@ def one_shape(
         row: dict[str, Any] = {"variant": n, "batch": B, "seqlen": S, **notes}
         for cand, tm in timings.items():
             row[cand] = None if isinstance(tm, Exception) else round(flops / (tm.median_ms / 1e3) / 1e12, 1)
-        for base in ("flex", "fa4"):
-            if row.get("tl") and row.get(base):
-                row[f"tl/{base}"] = round(row["tl"] / row[base], 3)
-            if row.get("tl_ab") and row.get(base):
-                row[f"tl_ab/{base}"] = round(row["tl_ab"] / row[base], 3)
-        if row.get("tl_ab") and row.get("tl"):
-            row["tl_ab/tl"] = round(row["tl_ab"] / row["tl"], 3)
+        for cand in [c for c in fns if c.startswith("tl")]:
+            for base in ("flex", "fa4", "tl"):
+                if cand != base and row.get(cand) and row.get(base):
+                    row[f"{cand}/{base}"] = round(row[cand] / row[base], 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -244,16 +244,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--ab",
         default="",
-        help="KEY=INT,…: options of the sm90 backward generator for a second TL candidate, tl_ab "
-        "(e.g. producer=1); its gradients must agree with tl's before it is timed",
+        help="KEY=INT,…[;KEY=INT,…]: option sets of the sm90 backward generator, one more TL candidate "
+        "each, tl_ab1, tl_ab2, … (e.g. 'producer=1;producer=1,key_major=1'); each one's gradients must agree "
+        "with tl's before it is timed",
     )
     args = ap.parse_args(argv)
     import torch
 
     names = [n for n in catalogue() if not args.only or n in args.only.split(",")]
     allow_recompiles()
-    ab = {k: bool(int(v)) for k, _, v in (x.partition("=") for x in args.ab.split(",") if x)}
-    loaded, builds = build(names, ab or None)
+    ab = [
+        {k: bool(int(v)) for k, _, v in (x.partition("=") for x in group.split(",") if x)}
+        for group in args.ab.split(";")
+        if group
+    ]
+    loaded, builds = build(names, ab)
     rows = []
     for S in [int(s) for s in args.seqlens.split(",") if s]:
         rows += one_shape(names, loaded, builds, S, args.target_s)
@@ -261,10 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbackward TFLOPS on kept pairs (2.5x forward FLOPs), bf16 d{HEAD_DIM} H{HEADS}, sm_90, {gpu}, "
           f"{time.strftime('%Y-%m-%d')}")  # fmt: skip
     cols, rcols = ("tl", "flex", "fa4"), ("tl/flex", "tl/fa4")
-    if ab:
-        print(f"tl_ab: the sm90 backward with {args.ab}")
-        cols = ("tl", "tl_ab", "flex", "fa4")
-        rcols = ("tl/flex", "tl/fa4", "tl_ab/tl", "tl_ab/flex", "tl_ab/fa4")
+    for i, options in enumerate(ab, 1):
+        print(f"tl_ab{i}: the sm90 backward with {options}")
+        cols += (f"tl_ab{i}",)
+        rcols += (f"tl_ab{i}/tl", f"tl_ab{i}/flex", f"tl_ab{i}/fa4")
     print(f"{'variant':26s} {'B×S':>6s} " + " ".join(f"{c:>7s}" for c in cols) + " "
           + " ".join(f"{c:>8s}" for c in rcols))  # fmt: skip
     for r in rows:
