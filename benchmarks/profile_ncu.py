@@ -10,7 +10,7 @@ as `benchmarks/variants.py` makes them); FA4 runs it natively where it can (soft
 otherwise through FlexAttention's FLASH backend, which lowers the same score_mod / mask_mod to FA4's CuTe
 DSL kernel (`benchmarks/variant_cases.py`). A case `b:NAME` is that variant's derived backward (the
 dQ/dK/dV kernel, on `benchmarks/variants_backward.py`'s inputs) beside FA4's backward where FA4 runs the
-variant natively.
+variant natively; `TL_PROFILE_BWD_OPTIONS=producer=1` profiles the backward built with those options.
 
 Each (kernel, case) runs in its own process under Nsight Compute (`ncu --set full --clock-control none`):
 the child builds its inputs (bf16, 16k tokens, 2048 hidden, as the benchmark), launches the kernel WARMUP
@@ -109,6 +109,13 @@ def _variant_child(kind: str, name: str, seqlen: int) -> int:
     return 0
 
 
+def _backward_options() -> list[dict[str, bool]] | None:
+    """`$TL_PROFILE_BWD_OPTIONS` (KEY=INT,…): the sm90 backward generator's options for `b:` cases."""
+    spec = os.environ.get("TL_PROFILE_BWD_OPTIONS", "")
+    opts = {k: bool(int(v)) for k, _, v in (x.partition("=") for x in spec.split(",") if x)}
+    return [opts] if opts else None
+
+
 def _backward_child(kind: str, name: str, seqlen: int) -> int:
     """One variant's backward (ours: the derived kernels, FA4's: autograd of its native call) launched
     WARMUP + 1 times on `benchmarks/variants_backward.py`'s inputs."""
@@ -126,7 +133,10 @@ def _backward_child(kind: str, name: str, seqlen: int) -> int:
     scale = 1 / math.sqrt(D)
     g = torch.Generator(device="cuda").manual_seed(S)
     q, k, v, do = (torch.randn(B, S, H, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(4))
-    loaded, builds = vb.build([name])
+    options = _backward_options()
+    loaded, builds = vb.build([name], options)
+    if options:  # the options' build, in the default's place
+        builds[name] = builds[f"{name}{vb.AB}1"]
     program = Forward.from_dict(loaded[name].spec.program)
     gv = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name}:{S}".encode()))
     side = side_tensors(program, B, H, H, S, gv)
@@ -234,7 +244,7 @@ def _precompile(cases: list[str], params: dict[int, dict[str, int]]) -> None:
     if names := [c[2:] for c in cases if c.startswith("b:")]:
         from benchmarks.variants_backward import build
 
-        build(names)  # into the kernel cache, for the children
+        build(names, _backward_options())  # into the kernel cache, for the children
     for case in cases:
         if case.startswith("b:"):
             continue
