@@ -174,7 +174,9 @@ def module_image(path: Path, arch: str) -> Any:
     return CompiledKernel(code, kind, target, arch, path.name, "", 0.0, True, path.stem)
 
 
-def run(src: Path, shapes: str) -> int:
+def run(src: Path, shapes: str, repeats: int = 1) -> int:
+    """Every case in `src` on every shape, `repeats` draws each; a draw's seed depends on the shape and
+    the repeat only, so two builds of one program (`_sm90`, `_sm90ws`) see the same inputs."""
     import torch
 
     from runner.abi import BackwardSpec
@@ -202,13 +204,13 @@ def run(src: Path, shapes: str) -> int:
             print(f"{tag}: LOAD FAILED {exc}")
             failed += 1
             continue
-        for s in picked:
+        for i, s in enumerate(p for p in picked for _ in range(repeats)):
             shape = Shape(*s)
             if any(n in tag for n in SAME_LENGTH) and shape.seqlen_q != shape.seqlen_k:
                 continue
             total += 1
             try:
-                res = verify_backward(loaded, shape, seed=total)
+                res = verify_backward(loaded, shape, seed=i)
                 line = res.line()
                 failed += not res.passed
             except Exception as exc:  # report and go on: one case must not hide the others
@@ -227,6 +229,7 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="every program in both dtypes and head dims")
     ap.add_argument("--shapes", default="all", help="'all' or 'B,H,Hkv,Sq,Sk;…'")
     ap.add_argument("--only", default="", help="a regular expression over the case tags (stem_dtype_dN)")
+    ap.add_argument("--repeats", type=int, default=1, help="--run: draws per shape (seeds 0, 1, … per case)")
     ap.add_argument("--nvcc", action="store_true", help="--build with the toolkit's nvcc (sm_90 cubins)")
     ap.add_argument(
         "--skeleton",
@@ -239,7 +242,7 @@ def main() -> int:
     if args.build:
         build(args.build, args.full, args.only, nvcc=args.nvcc, skeleton=args.skeleton)
     if args.run:
-        return run(args.run, args.shapes)
+        return run(args.run, args.shapes, args.repeats)
     return 0
 
 
