@@ -16,8 +16,9 @@
 # Beside them the A/B variant sm90ovl (`generate_backward_sm90(overlap_p=True)`: P computed while dP's
 # wgmma runs, tags _sm90ovl) for the OVL cases: smoked, verified and timed in the same call (its own
 # table column and its ratio to _sm90).
-# And the warp-specialised variant sm90ws (`generate_backward_sm90(producer=True)`: a producer warp group
-# loads Q, dO and the rows behind mbarriers, tags _sm90ws) for the WS cases, the same way (column sm90ws).
+# And sm90cp (`generate_backward_sm90(producer=False, key_major=False)`: the kernel before the producer warp
+# group, tags _sm90cp) for the CP cases, and sm90km (`key_major=True` wherever, tags _sm90km) for the KM
+# cases, the same way (columns sm90cp, sm90km).
 # FA4 beside them when benchmarks/fa4_install.sh installed it on this machine (two calls before this one,
 # carrying .fa4/part1, then .fa4/part2, while the machine stays warm; it lands in /tmp/tl-fa4/site) or
 # TL_FA4_SITE names a folder with flash-attn-4 in it: only the timing step reads that folder, through a
@@ -28,8 +29,8 @@ set -u
 DIR=${DIR:-.cache/bwd90}
 ONLY=${ONLY:-'.'}
 OVL=${OVL:-'^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bias)_bf16_d128)$'}
-WS=${WS:-'.'}
-WSK=${WSK:-'^$'}  # sm90wsk: sm90ws with the grid key block column first (key_major), tags _sm90wsk
+CP=${CP:-'^(causal_)?mha_fwd_bf16_d128$'}
+KM=${KM:-'^$'}
 BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
 NVCC_FLAG="--nvcc"
 [ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
@@ -38,7 +39,8 @@ if [ "${1:-}" = build ]; then  # on the VM, before the call: the cubins the call
   python3 benchmarks/backward_verify.py --build "$DIR" --only '^(causal_)?mha_fwd_bf16_d128$' --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" --nvcc
-  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ws --only "$WS" --nvcc
+  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90cp --only "$CP" --nvcc
+  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" --nvcc
   du -sh "$DIR"
   exit 0
 fi
@@ -66,11 +68,11 @@ python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ON
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" $NVCC_FLAG \
   > "$OUT/build_sm90ovl.log" 2>&1
 # shellcheck disable=SC2086
-python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ws --only "$WS" $NVCC_FLAG \
-  > "$OUT/build_sm90ws.log" 2>&1
+python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90cp --only "$CP" $NVCC_FLAG \
+  > "$OUT/build_sm90cp.log" 2>&1
 # shellcheck disable=SC2086
-python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90wsk --only "$WSK" $NVCC_FLAG \
-  > "$OUT/build_sm90wsk.log" 2>&1
+python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" $NVCC_FLAG \
+  > "$OUT/build_sm90km.log" 2>&1
 wait $SM80
 grep -i "fail\|error" "$OUT"/build_sm*.log | head -5
 tail -qn1 "$OUT"/build_sm*.log
@@ -78,7 +80,7 @@ echo "built at ${SECONDS}s"
 if command -v cuobjdump > /dev/null; then
   for tag in mha_fwd_bf16_d128_sm90 causal_mha_fwd_bf16_d128_sm90 softcap_bf16_d128_sm90 alibi_bf16_d128_sm90 \
     mha_fwd_bf16_d128_sm90ovl causal_mha_fwd_bf16_d128_sm90ovl alibi_bf16_d128_sm90ovl \
-    mha_fwd_bf16_d128_sm90ws causal_mha_fwd_bf16_d128_sm90ws softcap_bf16_d128_sm90ws; do
+    mha_fwd_bf16_d128_sm90cp causal_mha_fwd_bf16_d128_sm90cp softcap_bf16_d128_sm90; do
     [ -f "$DIR/$tag.cubin" ] || continue
     cuobjdump -res-usage "$DIR/$tag.cubin" 2>&1 | grep -A1 "dq_dk_dv" | tail -1 | sed "s/^/$tag: /"
   done
@@ -86,7 +88,7 @@ fi
 
 # smoke: the plain kernel (and its overlap_p variant) at one shape; 124 = one hung
 mkdir -p "$DIR/smoke"
-for tag in mha_fwd_bf16_d128_sm90 mha_fwd_bf16_d128_sm90ovl mha_fwd_bf16_d128_sm90ws sliding_window_bf16_d128_sm90ws; do
+for tag in mha_fwd_bf16_d128_sm90 mha_fwd_bf16_d128_sm90ovl sliding_window_bf16_d128_sm90 document_mask_bf16_d128_sm90; do
   [ -f "$DIR/$tag.cubin" ] && cp "$DIR/$tag.json" "$DIR/$tag.cubin" "$DIR/smoke/"
 done
 timeout 90 python3 benchmarks/backward_verify.py --run "$DIR/smoke" --shapes "2,4,2,1000,1000" > "$OUT/smoke.log" 2>&1
@@ -105,14 +107,14 @@ grep -c "_sm90: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 verified ok: /'
 grep "_sm90: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 not ok: /'
 grep -c "_sm90ovl: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 overlap_p verified ok: /'
 grep "_sm90ovl: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 overlap_p not ok: /'
-grep -c "_sm90ws: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 producer verified ok: /'
-grep "_sm90ws: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 producer not ok: /'
-grep -c "_sm90wsk: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 producer key-major verified ok: /'
-grep "_sm90wsk: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 producer key-major not ok: /'
+grep -c "_sm90cp: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 without the producer verified ok: /'
+grep "_sm90cp: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 without the producer not ok: /'
+grep -c "_sm90km: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 key-major verified ok: /'
+grep "_sm90km: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 key-major not ok: /'
 
 # shellcheck disable=SC2086
 PYTHONPATH="$FA4_PATH$PYTHONPATH" timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH \
-  --also _sm90,_sm90ovl,_sm90ws,_sm90wsk --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+  --also _sm90,_sm90ovl,_sm90cp,_sm90km --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 echo "benchmarked at ${SECONDS}s"
 grep "^ *fa4" "$OUT/bench.log" | head -8
 tail -n6 "$OUT/bench.log"
@@ -123,24 +125,24 @@ try:
     rows = json.load(open(sys.argv[1]))["rows"]
 except (OSError, ValueError, KeyError):
     sys.exit("no bench.json")
-print(f"{'d':>4} {'causal':>6} {'seqlen':>6} {'sm90':>7} {'sm90ovl':>7} {'sm90ws':>7} {'sm80':>7} {'flash':>7} "
-      f"{'cudnn':>7} {'fa4':>7} {'ovl/sm90':>8} {'ws/sm90':>8} {'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10} "
-      f"{'sm90/fa4':>8} {'ws/fa4':>7}")
+print(f"{'d':>4} {'causal':>6} {'seqlen':>6} {'sm90':>7} {'sm90ovl':>7} {'sm90cp':>7} {'sm80':>7} {'flash':>7} "
+      f"{'cudnn':>7} {'fa4':>7} {'ovl/sm90':>8} {'sm90/cp':>8} {'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10} "
+      f"{'sm90/fa4':>8} {'cp/fa4':>7}")
 for r in rows:
     if r["pass"] != "bwd":
         continue
-    v = {k: r.get(k) for k in ("tl_sm90", "tl_sm90ovl", "tl_sm90ws", "tl", "sdpa-flash", "sdpa-cudnn", "fa4")}
+    v = {k: r.get(k) for k in ("tl_sm90", "tl_sm90ovl", "tl_sm90cp", "tl", "sdpa-flash", "sdpa-cudnn", "fa4")}
     cell = lambda x: f"{x:7.1f}" if x else f"{'n/a':>7}"
     ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
     print(f"{r['d']:>4} {r['causal']!s:>6} {r['seqlen']:>6} " + " ".join(cell(x) for x in v.values())
-          + f" {ratio(v['tl_sm90ovl'], v['tl_sm90']):>8} {ratio(v['tl_sm90ws'], v['tl_sm90']):>8}"
+          + f" {ratio(v['tl_sm90ovl'], v['tl_sm90']):>8} {ratio(v['tl_sm90'], v['tl_sm90cp']):>8}"
           + f" {ratio(v['tl_sm90'], v['tl']):>9} {ratio(v['tl_sm90'], v['sdpa-flash']):>10}"
           f" {ratio(v['tl_sm90'], v['sdpa-cudnn']):>10} {ratio(v['tl_sm90'], v['fa4']):>8}"
-          f" {ratio(v['tl_sm90ws'], v['fa4']):>7}"
+          f" {ratio(v['tl_sm90cp'], v['fa4']):>7}"
           + (f"  fa4: {r['fa4_note']}" if r.get("fa4_note") else ""))
 print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton,")
-print("sm90ovl = it with overlap_p (P while dP's wgmma runs), sm90ws = it with a producer warp group")
-print("(tl_sm90wsk in the JSON: that with the grid key column first);")
+print("sm90ovl = it with overlap_p (P while dP's wgmma runs), sm90cp = it without the producer warp group")
+print("(tl_sm90km in the JSON: it with the grid key column first);")
 print("fa4 = FlashAttention 4 (flash_attn.cute),")
 print("timed only where its dq/dk/dv agree with SDPA flash's")
 EOF

@@ -80,18 +80,18 @@ def _text(path: str, d: int) -> str:
 # dQ/dK/dV kernel, an sm_90a cubin, timed beside the sm80 skeleton by `backward.py --also _sm90`;
 # "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
-# (softcap, sigmoid, ReLU): pick the others with --only; "sm90ws": it with a producer warp group loading
-# Q, dO and the rows behind mbarriers, `generate_backward_sm90(producer=True)`; "sm90wsk": it with the grid
-# taken key block column first, `key_major=True`)
+# (softcap, sigmoid, ReLU): pick the others with --only; "sm90cp": the kernel before the producer warp
+# group (the consumers load by cp.async, head-major grid), `producer=False, key_major=False`; "sm90km":
+# the default with the grid key block column first wherever, `key_major=True`)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
     "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True}}, "_sm90ovl"),
-    "sm90ws": ({"arch": "sm_90", "skeleton": "sm90", "options": {"producer": True}}, "_sm90ws"),
-    "sm90wsk": (
-        {"arch": "sm_90", "skeleton": "sm90", "options": {"producer": True, "key_major": True}},
-        "_sm90wsk",
+    "sm90cp": (
+        {"arch": "sm_90", "skeleton": "sm90", "options": {"producer": False, "key_major": False}},
+        "_sm90cp",
     ),
+    "sm90km": ({"arch": "sm_90", "skeleton": "sm90", "options": {"key_major": True}}, "_sm90km"),
 }
 
 
@@ -236,7 +236,8 @@ def main() -> int:
         choices=tuple(SKELETONS),
         default="sm80",
         help="--build: sm90 = the wgmma dQ/dK/dV kernel, tags _sm90; sm90ovl = it with P overlapping dP's "
-        "wgmma (overlap_p), tags _sm90ovl; sm90ws = it with a producer warp group, tags _sm90ws",
+        "wgmma (overlap_p), tags _sm90ovl; sm90cp = it without the producer warp group, tags _sm90cp; "
+        "sm90km = it key-major, tags _sm90km",
     )
     args = ap.parse_args()
     if args.build:

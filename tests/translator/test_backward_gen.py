@@ -19,7 +19,7 @@ VARIANTS = ROOT / "examples" / "variants"
 
 
 def _signature(source: str, kernel: str) -> list[str]:
-    m = re.search(rf"void __launch_bounds__\(\d+\) {kernel}\((.*?)\) {{", source, re.S)
+    m = re.search(rf"void __launch_bounds__\([\d, ]+\) {kernel}\((.*?)\) {{", source, re.S)
     assert m, f"no kernel {kernel}"
     return [p.strip().split()[-1] for p in m.group(1).split(",")]
 

@@ -38,7 +38,7 @@ def _main(source: str) -> str:
 
 
 def _signature(source: str, kernel: str) -> list[str]:
-    m = re.search(rf"void __launch_bounds__\(\d+\) {kernel}\((.*?)\) {{", source, re.S)
+    m = re.search(rf"void __launch_bounds__\([\d, ]+\) {kernel}\((.*?)\) {{", source, re.S)
     assert m, f"no kernel {kernel}"
     return [p.strip().split()[-1] for p in m.group(1).split(",")]
 
@@ -64,8 +64,10 @@ def test_the_sm90_skeleton_targets_sm_90a_with_the_same_launch_shape():
     b = _sm90(MHA)
     s = b.spec
     assert (s.arch, s.block_m, s.block_n, s.threads, s.preprocess_rows) == ("sm_90a", 64, 128, 256, 32)
-    # K, V (128 × 128), dS (64 × 128), two stages of Q and dO (64 × 128), bf16; LSE and D; the 1 KB rounding
-    assert s.shared_bytes == 2 * (2 * 128 * 128 + 64 * 128 + 4 * 64 * 128) + 2 * 2 * 64 * 4 + 1024
+    # K, V (128 × 128), dS twice (64 × 128), two stages of Q and dO (64 × 128), bf16; LSE and D; four
+    # mbarriers; the 1 KB rounding. One warp group more (the producer) for dq_dk_dv only.
+    assert s.shared_bytes == 2 * (2 * 128 * 128 + 2 * 64 * 128 + 4 * 64 * 128) + 2 * 2 * 64 * 4 + 32 + 1024
+    assert s.main_threads == 384
     assert "verified on the H200" in b.source
 
 
@@ -123,7 +125,8 @@ def test_the_five_gemms_in_fa3_order_with_dq_atomics_under_dk():
     assert "Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));" in main
     # dSᵀ reaches shared memory through the generic proxy: fenced before the barrier dQ's wgmma waits on
     store = main.index("cute::copy(rdS, tdSsdS);")
-    assert main.index("tl::fence_async_shared();", store) < main.index("__syncthreads();", store) < at[3]
+    fence = main.index("tl::fence_async_shared();", store)
+    assert fence < main.index("tl::consumer_sync(1, Traits::kNThreads);", store) < at[3]
 
 
 def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
@@ -388,7 +391,7 @@ def test_producer_adds_a_warp_group_and_the_other_kernels_keep_theirs():
     from translator.backends.sm90_bwd import shared_bytes
 
     source, spec = _producer(MHA)
-    _, default = _default(MHA)
+    _, default = _default(MHA, producer=False)
     assert spec.main_threads == spec.dq_dk_dv_threads == 384 and spec.threads == default.threads == 256
     assert default.main_threads == 0 and default.dq_dk_dv_threads == 256
     assert spec.shared_bytes == shared_bytes(128, producer=True) == default.shared_bytes + 64 * 128 * 2 + 32
@@ -465,13 +468,38 @@ def test_producer_deterministic_reloads_k_and_v_behind_the_consumers_barrier():
     assert "cute::cp_async_wait<0>();" in reload and "tl::consumer_sync(1, Traits::kNThreads);" in reload
 
 
-def test_backward_verify_builds_sm90ws_through_the_generator():
+def test_backward_verify_builds_sm90cp_and_sm90km_through_the_generator():
     from benchmarks.backward_verify import SKELETONS
 
-    keywords, suffix = SKELETONS["sm90ws"]
-    assert suffix == "_sm90ws"
-    b = translate_backward(MHA.read_text(), dtype="bf16", learnable=(), deterministic=False, **keywords)
-    assert b.source == _producer(MHA)[0] and b.spec.main_threads == 384
+    text = MHA.read_text()
+    keywords, suffix = SKELETONS["sm90cp"]
+    b = translate_backward(text, dtype="bf16", learnable=(), deterministic=False, **keywords)
+    assert suffix == "_sm90cp" and b.spec.main_threads == 0 and "full_qdo" not in b.source
+    keywords, suffix = SKELETONS["sm90km"]
+    b = translate_backward(text, dtype="bf16", learnable=(), deterministic=False, **keywords)
+    assert suffix == "_sm90km" and b.spec.main_threads == 384 and "const int grid_col" in b.source
+    assert _producer(MHA)[0] == translate_backward(text, arch="sm_90", skeleton="sm90").source
+
+
+@pytest.mark.parametrize(
+    ("name", "key_major"),
+    [
+        ("sink_tokens_window", True),  # the first key block sees every query row
+        ("document_mask", True),  # a launch-time block mask: unknown here
+        ("global_sliding", True),
+        ("prefix_softcap_document", True),
+        ("sliding_window", False),  # a band: every key block alike
+        ("dilated_window", False),
+        ("prefix_lm", False),
+        ("alibi", False),  # causal: a spread of 2
+        ("softcap", False),  # no mask
+    ],
+)
+def test_the_grid_goes_key_major_where_the_work_per_key_block_is_uneven(name, key_major):
+    from translator.backends.sm90_bwd import uneven_key_blocks
+
+    assert uneven_key_blocks(_plan(VARIANTS / f"{name}.tl")) is key_major
+    assert ("const int grid_col" in _sm90(VARIANTS / f"{name}.tl").source) is key_major
 
 
 @pytest.mark.nvrtc

@@ -14,11 +14,17 @@ threads, each owning 64 key rows; K and V stay in shared memory while the block 
     dSᵀ → shared memory, dQ = dS·K   SS wgmma, (kBlockM, kHeadDim), warp group g: columns d/2 · g …
     dQ → dq_accum                    float4 atomics in the dQ MMA's fragment order (`_bwd_convert_dq`)
 
-Loads: cp.async by the consumer threads into the GMMA-swizzled layouts (no TMA, no producer warp group:
-256 threads, so `_bwd_dot_do_o`, `_bwd_convert_dq` and `_bwd_row_grads` are sm80_bwd's, launched as
-today), Q / dO (and the rows' LSE and D) double-buffered; a proxy fence makes those generic-proxy writes
-visible to wgmma. The block classification, the score rows, the learnable side tensors' gradients and
-the deterministic dQ are sm80_bwd's emitters.
+Loads (FA3's warp specialisation, `producer`, the default): a third warp group (`setmaxnreg.dec`) copies
+each query block's Q, dO and the rows' LSE and D by cp.async into the GMMA-swizzled layouts of two
+stages, waits for its copies, fences them for wgmma and arrives on the stage's full mbarrier; the
+consumers (`setmaxnreg.inc`) wait on it and release the stage through its empty mbarrier, and meet each
+other at one named barrier a block (dS, double-buffered, between the warp groups). K and V: cp.async by
+the consumers, once per key block. The other kernels (`_bwd_dot_do_o`, `_bwd_convert_dq`,
+`_bwd_row_grads`) are sm80_bwd's, at 256 threads. `producer=False`: the consumers load Q and dO too, a
+stage ahead, behind two `__syncthreads` a block (the kernel measured before; 1-5 % slower on the H200).
+The grid runs key block column first where the work per key block is uneven (`uneven_key_blocks`). The
+block classification, the score rows, the learnable side tensors' gradients and the deterministic dQ
+are sm80_bwd's emitters.
 
 `overlap_p` (opt-in, the A/B variant `benchmarks/backward_verify.py --skeleton sm90ovl` builds): wait for
 Sᵀ alone (`warpgroup_wait<1>`), compute Pᵀ into acc_s while dPᵀ's wgmma runs, then wait for dPᵀ and
@@ -42,6 +48,7 @@ from translator.backends.sm90.gmma import GmmaAtom, atom_n, extended_includes
 from translator.backends.sm90.helpers import emit_helpers
 from translator.errors import TranslateError, unsupported
 from translator.plan import KernelPlan
+from translator.planner.masks import Masks, key_block_spread
 from translator.writer import CodeWriter
 
 NVRTC_ARCH = "sm_90a"  # wgmma exists only on the arch-specific target
@@ -52,6 +59,10 @@ HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators excee
 DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
 PRODUCER_THREADS = 128  # `producer`: a third warp group loads Q, dO and the rows' LSE and D
 PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128 · 24 + 256 · 240 ≤ 64k registers
+# key-major above this spread (`translator.planner.masks.key_block_spread` at 8k, the Scalars' defaults):
+# causal is 2, sink tokens + window 6.9
+SPREAD_KEY_MAJOR = 3.0
+SPREAD_SEQLEN = 8192
 CONSUMER_SYNC = "tl::consumer_sync(1, Traits::kNThreads);"  # the consumer warp groups' named barrier
 WS_INCLUDES = (
     "#include <cutlass/arch/barrier.h>       // mbarriers",
@@ -94,8 +105,8 @@ def generate_backward_sm90(
     tl_file: str | None = None,
     deterministic: bool = False,
     overlap_p: bool = False,
-    producer: bool = False,
-    key_major: bool = False,
+    producer: bool = True,
+    key_major: bool | None = None,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover.
@@ -107,10 +118,13 @@ def generate_backward_sm90(
     warp specialisation: a third warp group (`setmaxnreg.dec`) loads Q, dO and the rows' LSE and D into
     the two stages, each behind a full and an empty mbarrier, so the consumers (`setmaxnreg.inc`) never
     wait on their own loads nor meet the whole thread block at a barrier: the one barrier left a block is
-    theirs, the dS exchange (dS double-buffered). `key_major`: the grid taken key block column first
-    (`sm80_bwd._emit_block_indices`)."""
+    theirs, the dS exchange (dS double-buffered); off: the consumers load (the kernel verified before it,
+    1-5 % slower on the H200: docs/performance.md). `key_major`: the grid taken key block column first
+    (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so."""
     fa2._check(plan, learnable)
     _check(plan)
+    if key_major is None:
+        key_major = uneven_key_blocks(plan)
     if overlap_p:
         _check_overlap(plan, learnable)
     d = plan.head_dim_qk
@@ -141,6 +155,22 @@ def generate_backward_sm90(
         arch=NVRTC_ARCH,
         dq_vector=DQ_VECTOR,
     )
+
+
+def uneven_key_blocks(plan: KernelPlan) -> bool:
+    """Whether the grid goes key block column first: where a few key blocks see most query rows (sink
+    tokens: the first key block's thread block of the last heads started late in the head-major grid, a
+    tail of one long block), or where the masks read side tensors (documents, a prefix, global tokens:
+    unknown here, uneven in general). Key-major costs L2 locality (every head's Q, dO and dQ at once):
+    on the H200 it made sink tokens + window 1.54× faster at 16k and documents 1.05-1.08×, sliding window
+    0.89-0.94× and causal 0.95-0.96× (docs/performance.md), hence the spread threshold."""
+    ir = plan.ir
+    if ir.block_mask:
+        return True
+    if ir.header_mask != "expr" or not ir.masks:
+        return False
+    masks = Masks(tuple(ir.masks), tuple((s.name, s.default) for s in ir.scalars))
+    return key_block_spread(masks, BLOCK_M, BLOCK_N, SPREAD_SEQLEN, SPREAD_SEQLEN) > SPREAD_KEY_MAJOR
 
 
 def _check(plan: KernelPlan) -> None:

@@ -107,3 +107,18 @@ def kept_pairs(masks: Masks, seqlen_q: int, seqlen_k: int) -> float:
             area = (q[1] - q[0] + 1) * (kv[1] - kv[0] + 1)
             total += 0.0 if never else area if always else area / 2
     return total
+
+
+@functools.lru_cache(maxsize=64)
+def key_block_spread(masks: Masks, block_m: int, block_n: int, seqlen_q: int, seqlen_k: int) -> float:
+    """How uneven the backward's work is: the most query blocks a key block computes, over the mean of
+    every key block (1 for a band or no mask, about 2 for causal, the length over the band where a few
+    keys, sink tokens, see every query)."""
+    classes = _classes(masks, seqlen_q, seqlen_k)
+    rows = [(m * block_m, min(seqlen_q, (m + 1) * block_m) - 1) for m in range(math.ceil(seqlen_q / block_m))]
+    counts = []
+    for n in range(math.ceil(seqlen_k / block_n)):
+        kv = (n * block_n, min(seqlen_k, (n + 1) * block_n) - 1)
+        counts.append(sum(not classes(q, kv)[0] for q in rows))
+    mean = sum(counts) / len(counts)
+    return max(counts) / mean if mean else 1.0
