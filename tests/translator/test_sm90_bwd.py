@@ -502,17 +502,6 @@ def test_the_grid_goes_key_major_where_the_work_per_key_block_is_uneven(name, ke
     assert ("const int grid_col" in _sm90(VARIANTS / f"{name}.tl").source) is key_major
 
 
-@pytest.mark.nvrtc
-@pytest.mark.slow
-def test_the_producer_backward_compiles_for_sm_90a():
-    from runner.compile import CompileError, CompileJob, compile_many
-
-    source, spec = _producer(MHA)
-    (result,) = compile_many([CompileJob(source=source, arch=spec.arch, name="mha_fwd.ws.bwd.cu")])
-    assert not isinstance(result, CompileError), str(result)[:800]
-    assert result.kind == "cubin" and result.target == "sm_90a"
-
-
 def test_key_major_takes_the_grid_key_column_first():
     """Thread block t of the (columns, batch, K/V heads) grid: heads fastest, then batch, then the key
     column, and the column (not blockIdx.x) starts the key-block loop and picks the deterministic slice."""
