@@ -101,10 +101,17 @@ def _variant_child(kind: str, name: str, seqlen: int) -> int:
                 print(f"{name}: FA4 has no spelling for this variant", file=sys.stderr)
                 return 2
             run = flex_calls(mods, q, k, v, scale=scale)({"BACKEND": "FLASH"})
-    for i in range(WARMUP):
+    return _launch_profiled(run)
+
+
+def _launch_profiled(run, warmup: int = WARMUP) -> int:  # run: launch i -> None
+    """`warmup` launches, then the one ncu profiles (`--launch-skip WARMUP --launch-count 1`)."""
+    import torch
+
+    for i in range(warmup):
         run(i)
     torch.cuda.synchronize()
-    run(WARMUP)  # the profiled launch
+    run(warmup)  # the profiled launch
     torch.cuda.synchronize()
     return 0
 
@@ -155,12 +162,7 @@ def _backward_child(kind: str, name: str, seqlen: int) -> int:
         out = flash_attn_func(*leaves, softmax_scale=scale, **native)
         out = out[0] if isinstance(out, tuple) else out
         run = lambda i: torch.autograd.grad(out, leaves, do, retain_graph=True)  # noqa: E731
-    for i in range(WARMUP):
-        run(i)
-    torch.cuda.synchronize()
-    run(WARMUP)  # the profiled launch
-    torch.cuda.synchronize()
-    return 0
+    return _launch_profiled(run)
 
 
 def _name_filter(kind: str, case: str) -> str:
