@@ -9,6 +9,13 @@ The loss is Σ O ∘ dO, one chunk of query rows at a time (autograd of each chu
 chunk's, dK, dV and the side tensors' gradients add up over chunks), so 16k × 16k scores never
 materialise. A row that keeps no key has O = 0 and contributes no gradient (its logsumexp is taken over
 zeros instead of −∞s, so no NaN flows back through it).
+
+`d_from=o`: dQ and dK as the kernels define them, with the softmax's D = rowsum(dO ∘ O) taken from the O
+they are handed (the forward's output, rounded to the input dtype) instead of the exact one. Where a row's
+P sits on one key, dP − D cancels and that rounding alone moves dQ and dK by percents
+(`benchmarks/backward_d_rounding.py`); FlashAttention's backward defines D the same way. The kernels' dX is
+P ∘ (dP − D′) = P ∘ (dP − D) + P ∘ (D − D′), so their dQ and dK are the exact ones plus the gradient of
+Σ stop(P ∘ (D − D′)) ∘ X through the scores X; dV and the side tensors' gradients stay exact.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ def backward_reference(
     learnable: tuple[str, ...] = (),
     chunk: int = 512,
     dtype: torch.dtype = torch.float32,
+    d_from: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """(dQ, dK, dV, {learnable tensor: gradient}) in `dtype`, shaped like q, k, v and the tensors.
     `do` is (batch, seqlen_q, heads, d_v). Raises ValueError as `forward_reference` does, and for a
@@ -90,6 +98,10 @@ def backward_reference(
     vf = v.detach().to(dtype).permute(0, 2, 1, 3).requires_grad_(True)  # (b, hkv, sk, dv)
     qf = q.detach().to(dtype).permute(0, 2, 1, 3).reshape(batch, heads_kv, group, seqlen_q, d_qk)
     dof = do.detach().to(dtype).permute(0, 2, 1, 3)  # (b, h, sq, dv)
+    # D′ = rowsum(dO ∘ O) of the O handed to the kernels (b, h, sq, 1), in the reference's precision
+    d_given = None
+    if d_from is not None:
+        d_given = (d_from.detach().to(dtype).permute(0, 2, 1, 3) * dof).sum(-1, keepdim=True)
     dq = torch.zeros(batch, heads_kv, group, seqlen_q, d_qk, dtype=dtype, device=q.device)
     dk = torch.zeros_like(kf)
     dv = torch.zeros_like(vf)
@@ -127,11 +139,21 @@ def backward_reference(
             o = o * factor
         loss = (o * dof[:, :, start : start + rows]).sum()
         wrt = [qc, kf, vf, *leaves.values()]
-        grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+        shifted = d_given is not None and softmax
+        grads = torch.autograd.grad(loss, wrt, allow_unused=True, retain_graph=shifted)
         if grads[0] is not None:
             dq[:, :, :, start : start + rows] = grads[0]
         for acc, g in zip([dk, dv, *dside.values()], grads[1:], strict=True):
             if g is not None:
                 acc += g
+        if shifted:
+            assert d_given is not None
+            d_exact = (o.detach() * dof[:, :, start : start + rows]).sum(-1, keepdim=True)
+            shift = (p * (d_exact - d_given[:, :, start : start + rows])).detach()
+            dqc, dkc = torch.autograd.grad((shift * x).sum(), [qc, kf], allow_unused=True)
+            if dqc is not None:
+                dq[:, :, :, start : start + rows] += dqc
+            if dkc is not None:
+                dk += dkc
     dq_out = dq.reshape(batch, heads, seqlen_q, d_qk).permute(0, 2, 1, 3)
     return dq_out, dk.permute(0, 3, 1, 2), dv.permute(0, 2, 1, 3), dside

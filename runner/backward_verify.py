@@ -3,8 +3,11 @@
 Per case: random q, k, v, dO in the kernel dtype; O and LSE from the float32 forward reference (O rounded
 to the dtype, as a forward kernel would hand it over); dQ, dK, dV pre-filled with NaN so an element the
 kernels never write is caught; the reference gradients from `runner.backward_reference` on the same
-rounded inputs. Thresholds live in `GRAD_TOLERANCES` and nowhere else. A deterministic build
-(`BackwardSpec.deterministic`) runs a second time and must give the same bits for dQ, dK and dV.
+rounded inputs, dQ and dK with the kernels' D = rowsum(dO ∘ O) of that rounded O (`d_from`: where a row's
+P sits on one key, D's rounding alone moves them by percents, FlashAttention's too; the line reports the
+error against the exact D beside it). Thresholds live in `GRAD_TOLERANCES` and nowhere else. A
+deterministic build (`BackwardSpec.deterministic`) runs a second time and must give the same bits for dQ,
+dK and dV.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class BackwardResult:
     checks: list[GradCheck] = field(default_factory=list)
     # deterministic builds: elements of dQ, dK, dV whose bits differ on a second run (None: not checked)
     rerun_differs: int | None = None
+    # dQ's and dK's rel_l2 against the exact-D gradient (softmax programs; informative, not a check)
+    exact_d: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -74,10 +79,11 @@ class BackwardResult:
         rerun = (
             "" if self.rerun_differs is None else ", rerun bit-identical" if not self.rerun_differs else ""
         )
+        exact = "".join(f", exact D {n} {e:.1e}" for n, e in self.exact_d.items())
         return (
             f"{self.kernel} {self.dtype} {self.shape}: {verdict} "
             f"(worst {worst.name}: rel_l2 {worst.rel_l2:.2e}, max_abs {worst.max_abs:.2e}, "
-            f"nonfinite {sum(c.nonfinite for c in self.checks)}{rerun})"
+            f"nonfinite {sum(c.nonfinite for c in self.checks)}{rerun}{exact})"
         )
 
 
@@ -143,20 +149,29 @@ def verify_backward(
         again = backward(loaded, q, k, v, o, lse, do, softmax_scale=softmax_scale, window=win, extras=side)
         pairs = zip((dq, dk, dv), again[:3], strict=True)
         rerun_differs = sum(int((a.view(torch.int16) != b.view(torch.int16)).sum()) for a, b in pairs)
-    rdq, rdk, rdv, rside = backward_reference(
-        program,
-        q,
-        k,
-        v,
-        do,
-        softmax_scale=softmax_scale,
-        window=win,
-        scalars=scalars,
-        tensors=tensors,
-        learnable=spec.learnable,
-    )
+    def reference(**kw: Any) -> Any:
+        return backward_reference(
+            program,
+            q,
+            k,
+            v,
+            do,
+            softmax_scale=softmax_scale,
+            window=win,
+            scalars=scalars,
+            tensors=tensors,
+            learnable=spec.learnable,
+            **kw,
+        )
+
+    softmax = program.normalizer == "softmax"
+    rdq, rdk, rdv, rside = reference(d_from=o if softmax else None)
     tol = GRAD_TOLERANCES[spec.dtype]
     result = BackwardResult(kernel=spec.name, shape=shape, dtype=spec.dtype, rerun_differs=rerun_differs)
+    if softmax:
+        edq, edk = reference()[:2]
+        pairs = (("dq", dq, edq), ("dk", dk, edk))
+        result.exact_d = {n: compare_grad(n, g, r, tol).rel_l2 for n, g, r in pairs}
     result.checks += [
         compare_grad(n, g, r, tol) for n, g, r in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv))
     ]

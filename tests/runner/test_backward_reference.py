@@ -280,3 +280,49 @@ def test_the_kernels_equations_give_autograds_gradients(name, sq, sk):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
     for n in learnable:
         torch.testing.assert_close(got[3][n], want[3][n], rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize(("causal", "sink"), [(True, False), (False, True)])
+def test_d_from_gives_the_kernels_dq_and_dk_with_d_from_the_handed_o(causal, sink):
+    """`d_from=o`: dQ and dK of dX = P ∘ (dP − rowsum(dO ∘ o)) for the o the kernels are handed (here the
+    exact O plus a perturbation, as rounding to the input dtype would move it), written out by hand in
+    float64; dV and the learnable sink's gradient stay the exact ones."""
+    g = torch.Generator().manual_seed(5)
+    sq, sk, h, hkv, d, dv_ = 9, 13, 4, 2, 16, 8
+    q = torch.randn(1, sq, h, d, generator=g, dtype=torch.float64)
+    k = torch.randn(1, sk, hkv, d, generator=g, dtype=torch.float64)
+    v = torch.randn(1, sk, hkv, dv_, generator=g, dtype=torch.float64)
+    do = torch.randn(1, sq, h, dv_, generator=g, dtype=torch.float64)
+    sinks = torch.randn(h, generator=g, dtype=torch.float64)
+    prog = Forward(
+        score=PLAIN_SCORE,
+        masks=(CAUSAL_MASK,) if causal else (),
+        sink=Load("sinks", (H,), F32) if sink else None,
+        tensors=(SideTensor("sinks", ("heads",), "float32"),) if sink else (),
+        header_mask="causal" if causal else "none",
+    )
+    kw = {"tensors": {"sinks": sinks}, "learnable": ("sinks",)} if sink else {}
+    exact = backward_reference(prog, q, k, v, do, chunk=4, dtype=torch.float64, **kw)
+    o = _attention(q, k, v, 0.25, causal, sinks if sink else None)
+    handed = o + 1e-3 * torch.randn(o.shape, generator=g, dtype=torch.float64)
+    got = backward_reference(prog, q, k, v, do, chunk=4, dtype=torch.float64, d_from=handed, **kw)
+    # by hand: the same P, dP and dX with D from `handed`
+    kk, vv = k.repeat_interleave(h // hkv, dim=2), v.repeat_interleave(h // hkv, dim=2)
+    x = torch.einsum("bqhd,bkhd->bhqk", q, kk) * 0.25
+    if causal:
+        keep = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + sk - sq
+        x = x.masked_fill(~keep, -math.inf)
+    if sink:
+        x = torch.cat([x, sinks.view(1, h, 1, 1).expand(1, h, sq, 1)], dim=-1)
+    p = torch.softmax(x, dim=-1)[..., :sk]
+    dp = torch.einsum("bqhd,bkhd->bhqk", do, vv)
+    d_row = torch.einsum("bqhd,bqhd->bhq", do, handed)[..., None]
+    dx = p * (dp - d_row) * 0.25
+    want_dq = torch.einsum("bhqk,bkhd->bqhd", dx, kk)
+    want_dk = torch.einsum("bhqk,bqhd->bkhd", dx, q).reshape(1, sk, hkv, h // hkv, d).sum(3)
+    torch.testing.assert_close(got[0], want_dq, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(got[1], want_dk, rtol=1e-9, atol=1e-11)
+    assert (got[0] - exact[0]).abs().max() > 1e-6  # the shift is there, and it is not the exact gradient
+    torch.testing.assert_close(got[2], exact[2], rtol=0, atol=0)
+    if sink:
+        torch.testing.assert_close(got[3]["sinks"], exact[3]["sinks"], rtol=0, atol=0)
