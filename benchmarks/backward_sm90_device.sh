@@ -31,6 +31,7 @@ ONLY=${ONLY:-'.'}
 OVL=${OVL:-'^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bias)_bf16_d128)$'}
 CP=${CP:-'^(causal_)?mha_fwd_bf16_d128$'}
 KM=${KM:-'^$'}
+DQB=${DQB:-'^$'}  # sm90dqb: dQ through shared memory and one bulk reduce-add a block (dq_bulk), tags _sm90dqb
 BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
 NVCC_FLAG="--nvcc"
 [ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
@@ -41,6 +42,7 @@ if [ "${1:-}" = build ]; then  # on the VM, before the call: the cubins the call
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90cp --only "$CP" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" --nvcc
+  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90dqb --only "$DQB" --nvcc
   du -sh "$DIR"
   exit 0
 fi
@@ -73,6 +75,9 @@ python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90cp --only "$
 # shellcheck disable=SC2086
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" $NVCC_FLAG \
   > "$OUT/build_sm90km.log" 2>&1
+# shellcheck disable=SC2086
+python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90dqb --only "$DQB" $NVCC_FLAG \
+  > "$OUT/build_sm90dqb.log" 2>&1
 wait $SM80
 grep -i "fail\|error" "$OUT"/build_sm*.log | head -5
 tail -qn1 "$OUT"/build_sm*.log
@@ -111,10 +116,12 @@ grep -c "_sm90cp: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 without the produc
 grep "_sm90cp: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 without the producer not ok: /'
 grep -c "_sm90km: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 key-major verified ok: /'
 grep "_sm90km: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 key-major not ok: /'
+grep -c "_sm90dqb: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 dq_bulk verified ok: /'
+grep "_sm90dqb: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 dq_bulk not ok: /'
 
 # shellcheck disable=SC2086
 PYTHONPATH="$FA4_PATH$PYTHONPATH" timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH \
-  --also _sm90,_sm90ovl,_sm90cp,_sm90km --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+  --also _sm90,_sm90ovl,_sm90cp,_sm90km,_sm90dqb --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 echo "benchmarked at ${SECONDS}s"
 grep "^ *fa4" "$OUT/bench.log" | head -8
 tail -n6 "$OUT/bench.log"
@@ -142,7 +149,7 @@ for r in rows:
           + (f"  fa4: {r['fa4_note']}" if r.get("fa4_note") else ""))
 print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton,")
 print("sm90ovl = it with overlap_p (P while dP's wgmma runs), sm90cp = it without the producer warp group")
-print("(tl_sm90km in the JSON: it with the grid key column first);")
+print("(tl_sm90km, tl_sm90dqb in the JSON: it key-major, it with dQ's bulk add);")
 print("fa4 = FlashAttention 4 (flash_attn.cute),")
 print("timed only where its dq/dk/dv agree with SDPA flash's")
 EOF

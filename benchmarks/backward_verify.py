@@ -82,7 +82,8 @@ def _text(path: str, d: int) -> str:
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
 # (softcap, sigmoid, ReLU): pick the others with --only; "sm90cp": the kernel before the producer warp
 # group (the consumers load by cp.async, head-major grid), `producer=False, key_major=False`; "sm90km":
-# the default with the grid key block column first wherever, `key_major=True`)
+# the default with the grid key block column first wherever, `key_major=True`; "sm90dqb": dQ through
+# shared memory and one bulk reduce-add a block, `dq_bulk=True`, not yet run on a GPU)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
@@ -92,6 +93,7 @@ SKELETONS = {
         "_sm90cp",
     ),
     "sm90km": ({"arch": "sm_90", "skeleton": "sm90", "options": {"key_major": True}}, "_sm90km"),
+    "sm90dqb": ({"arch": "sm_90", "skeleton": "sm90", "options": {"dq_bulk": True}}, "_sm90dqb"),
 }
 
 

@@ -517,3 +517,39 @@ def test_key_major_takes_the_grid_key_column_first():
         loop = "for (int n_block = grid_col; n_block < n_blocks; n_block += gridDim.x)"
         assert main.count(loop) == 1 + producer
         assert "float* dq_slice = dq_accum + grid_col * (" in main
+
+
+def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
+    """`dq_bulk`: the consumers wait for the writer to have read the last tile (not on the first block),
+    store dQ's tile in fragment order, fence it and arrive; the producer's last warp syncs, adds the tile
+    with one bulk reduction from one lane, waits for the read and hands the buffer back; two warps load."""
+    from translator.backends.sm90_bwd import generate_backward_sm90, shared_bytes
+
+    source, spec = generate_backward_sm90(_plan(MHA), dq_bulk=True)
+    main = _main(source)
+    with_dq = shared_bytes(128, producer=True, dq_bulk=True)
+    assert spec.shared_bytes == with_dq == shared_bytes(128, producer=True) + 32768
+    assert "static constexpr int kLoadThreads = 64;" in source and "atomicAdd(dq_tile" not in main
+    consumer = main.split("warpgroup_reg_alloc<Traits::kConsumerRegs>();")[1]
+    order = [
+        "warpgroup_wait<1>();",
+        "if (fill > 0) tl::consumer_sync(3, Traits::kNThreads + 32);",
+        "dq_tile_s[i * Traits::kNThreads] = make_float4(acc_dq(4 * i)",
+        "tl::fence_async_shared();  // st.shared before the bulk copy reads it",
+        "tl::consumer_arrive(2, Traits::kNThreads + 32);",
+        "Barrier::arrive(&empty_qdo[stage]);",
+    ]
+    at = [consumer.index(x) for x in order]
+    assert at == sorted(at)
+    writer = main.split("if (tidx >= Traits::kProducerThreads - 32) {")[1].split("return;")[0]
+    order = [
+        "tl::consumer_sync(2, Traits::kNThreads + 32);",
+        "tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);",
+        "tl::bulk_wait_read();",
+        "tl::consumer_arrive(3, Traits::kNThreads + 32);",
+        "tl::bulk_wait();",
+    ]
+    at = [writer.index(x) for x in order]
+    assert at == sorted(at)
+    with pytest.raises(Exception, match="dq_bulk needs the producer"):
+        generate_backward_sm90(_plan(MHA), dq_bulk=True, producer=False)

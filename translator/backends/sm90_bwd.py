@@ -71,13 +71,14 @@ WS_INCLUDES = (
 )
 
 
-def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, producer: bool = False) -> int:
+def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, producer: bool = False, dq_bulk: bool = False) -> int:
     """K, V, dS and two stages of (Q, dO) in the input dtype, two stages of the rows' LSE and D (fp32),
     and 1024 bytes to round the base up to the swizzle's period. `producer`: dS double-buffered and the
-    stages' four mbarriers."""
+    stages' four mbarriers; `dq_bulk`: dQ's fp32 tile."""
     ds = (2 if producer else 1) * BLOCK_M * BLOCK_N
     elems = 2 * BLOCK_N * head_dim + ds + 2 * 2 * BLOCK_M * head_dim
-    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + (4 * 8 if producer else 0) + 1024
+    dq = BLOCK_M * head_dim * 4 if dq_bulk else 0
+    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + dq + (4 * 8 if producer else 0) + 1024
 
 
 def atoms(dtype: str, head_dim: int) -> dict[str, GmmaAtom]:
@@ -108,6 +109,7 @@ def generate_backward_sm90(
     overlap_p: bool = False,
     producer: bool = True,
     key_major: bool | None = None,
+    dq_bulk: bool = False,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover.
@@ -121,9 +123,16 @@ def generate_backward_sm90(
     wait on their own loads nor meet the whole thread block at a barrier: the one barrier left a block is
     theirs, the dS exchange (dS double-buffered); off: the consumers load (the kernel verified before it,
     1-5 % slower on the H200: docs/performance.md). `key_major`: the grid taken key block column first
-    (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so."""
+    (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so. `dq_bulk` (opt-in, with
+    `producer`; not yet run on a GPU): FA3's dQ path, the consumers store dQ's tile in shared memory and the
+    producer's last warp adds it to dq_accum with one bulk reduction (`cp.reduce.async.bulk`) instead of
+    each thread's float4 atomics; two warps of the producer load."""
     fa2._check(plan, learnable)
     _check(plan)
+    if dq_bulk and not producer:
+        raise TranslateError(
+            [unsupported(plan.range_of("kernel"), "the sm_90 backward: dq_bulk needs the producer warp group")]
+        )
     if key_major is None:
         key_major = uneven_key_blocks(plan)
     if overlap_p:
@@ -131,10 +140,10 @@ def generate_backward_sm90(
     d = plan.head_dim_qk
 
     def defs(w: CodeWriter) -> None:
-        _emit_traits(w, plan, producer=producer)
+        _emit_traits(w, plan, producer=producer, dq_bulk=dq_bulk)
         emit_helpers(w, regions=True)
         w.line()
-        _emit_bwd_helpers(w)
+        _emit_bwd_helpers(w, dq_bulk=dq_bulk)
 
     return fa2.assemble(
         plan,
@@ -147,11 +156,13 @@ def generate_backward_sm90(
         ),
         includes=extended_includes(*atoms(plan.dtype, d).values()) + (WS_INCLUDES if producer else ()),
         emit_defs=defs,
-        emit_main=functools.partial(_emit_main, overlap_p=overlap_p, producer=producer, key_major=key_major),
+        emit_main=functools.partial(
+            _emit_main, overlap_p=overlap_p, producer=producer, key_major=key_major, dq_bulk=dq_bulk
+        ),
         line_directives=True,
         block_m=BLOCK_M,
         block_n=BLOCK_N,
-        shared_bytes=shared_bytes(d, producer=producer),
+        shared_bytes=shared_bytes(d, producer=producer, dq_bulk=dq_bulk),
         main_threads=THREADS + PRODUCER_THREADS if producer else 0,
         arch=NVRTC_ARCH,
         dq_vector=DQ_VECTOR,
@@ -206,7 +217,7 @@ def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
         raise TranslateError([unsupported(where, why)])
 
 
-def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> None:
+def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False, dq_bulk: bool = False) -> None:
     d = plan.head_dim_qk
     a = atoms(plan.dtype, d)
     w.comment("Tiles, wgmma atoms and shared-memory layouts of the dQ/dK/dV kernel.")
@@ -218,6 +229,8 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> 
         w.line(f"static constexpr int kNThreads = {THREADS};  // two {'consumer ' if producer else ''}warp groups")
         if producer:
             w.line(f"static constexpr int kProducerThreads = {PRODUCER_THREADS};  // the loads' warp group")
+            if dq_bulk:
+                w.line(f"static constexpr int kLoadThreads = {PRODUCER_THREADS // 2};  // of them, Q's and dO's")
             w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: cp.async needs few")
             w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
         w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
@@ -270,12 +283,12 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> 
                 "Element>{},"
             )
             w.line(
-                "    Layout<Shape<Int<kProducerThreads / 8>, _8>, Stride<_8, _1>>{}, Layout<Shape<_1, _8>>{}));"
+                f"    Layout<Shape<Int<{_loaders(dq_bulk)} / 8>, _8>, Stride<_8, _1>>{{}}, Layout<Shape<_1, _8>>{{}}));"
             )
     w.line()
 
 
-def _emit_bwd_helpers(w: CodeWriter) -> None:
+def _emit_bwd_helpers(w: CodeWriter, *, dq_bulk: bool = False) -> None:
     with w.block("namespace tl", "}  // namespace tl"):
         w.comment("Sᵀ's accumulator ((2 cols, 2 rows, N/8), MMA_M, MMA_N) seen as (query rows, key columns):")
         w.comment("((2, N/8, MMA_N), (2, MMA_M)), the transpose of acc_rowcol.")
@@ -293,6 +306,20 @@ def _emit_bwd_helpers(w: CodeWriter) -> None:
             w.line('asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
         w.line()
         fa2.emit_row_copy_helpers(w)
+        if dq_bulk:
+            w.line()
+            w.comment("dQ's tile from shared memory added into global fp32 by the bulk-copy engine, one")
+            w.comment("instruction a tile (its own commit group); then wait until it has read the tile")
+            with w.block("CUTE_DEVICE void bulk_reduce_add_f32(float* gmem, float const* smem, int bytes)"):
+                w.line(
+                    'asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\\n" '
+                    '::"l"(gmem), "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes) : "memory");'
+                )
+                w.line('asm volatile("cp.async.bulk.commit_group;\\n" ::: "memory");')
+            with w.block("CUTE_DEVICE void bulk_wait_read()"):
+                w.line('asm volatile("cp.async.bulk.wait_group.read 0;\\n" ::: "memory");')
+            with w.block("CUTE_DEVICE void bulk_wait()"):
+                w.line('asm volatile("cp.async.bulk.wait_group 0;\\n" ::: "memory");')
     w.line()
 
 
@@ -306,6 +333,7 @@ def _emit_main(
     overlap_p: bool = False,
     producer: bool = False,
     key_major: bool = False,
+    dq_bulk: bool = False,
 ) -> None:
     reg = Regions(plan.ir)
     col = fa2.grid_col(key_major)
@@ -339,8 +367,12 @@ def _emit_main(
             w.line(
                 "float* smem_rows = reinterpret_cast<float*>(smem_qdo + 2 * kQdOElems);  // per stage: LSE, then D"
             )
+            rows_end = "smem_rows + 2 * 2 * kBlockM"
+            if dq_bulk:
+                w.line(f"float* smem_dq = {rows_end};  // dQ's tile in its fragment order, for the bulk add")
+                rows_end = "smem_dq + kBlockM * kHeadDim"
             if producer:
-                w.line("uint64_t* full_qdo = reinterpret_cast<uint64_t*>(smem_rows + 2 * 2 * kBlockM);  // per stage")
+                w.line(f"uint64_t* full_qdo = reinterpret_cast<uint64_t*>({rows_end});  // per stage")
                 w.line("uint64_t* empty_qdo = full_qdo + 2;")
             views = [
                 ("sK", "smem_k", "K", "kBlockN, kHeadDim"),
@@ -358,9 +390,9 @@ def _emit_main(
             fa2._emit_gmem_copy(w)
         if producer:
             fa2._emit_dq_slice(w, deterministic, col)
-            _emit_stage_barriers(w, plan)
+            _emit_stage_barriers(w, plan, dq_bulk)
             with w.block("if (tidx >= Traits::kNThreads)"):
-                _emit_producer(w, plan, reg, softmax, partials, col)
+                _emit_producer(w, plan, reg, softmax, partials, col, dq_bulk)
             w.line("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
         w.comment("The three warp-group MMAs: K, V, Kᵀ and dS are fixed, Q and dO move with the stage")
         w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
@@ -393,7 +425,7 @@ def _emit_main(
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
             with w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"):
-                _emit_key_block(w, plan, reg, softmax, partials, deterministic, overlap_p, producer)
+                _emit_key_block(w, plan, reg, softmax, partials, deterministic, overlap_p, producer, dq_bulk)
     w.line("}")
     w.line()
 
@@ -407,6 +439,7 @@ def _emit_key_block(
     deterministic: bool,
     overlap_p: bool = False,
     producer: bool = False,
+    dq_bulk: bool = False,
 ) -> None:
     """One key block: K and V in, dK and dV over every query block of the group's heads, dQ's share
     added into dq_slice, dK and dV stored. `producer`: the consumers' part (the producer loads Q, dO and
@@ -428,7 +461,7 @@ def _emit_key_block(
             )
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
-            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, producer)
+            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, producer, dq_bulk)
         if not producer:
             w.line("__syncthreads();  // the next head's first load reuses stage 0")
         fa2._emit_group_tail(w, reg, partials, summed)
@@ -444,6 +477,7 @@ def _emit_query_block(
     partials: list[tuple[Load, Expr]],
     overlap_p: bool = False,
     producer: bool = False,
+    dq_bulk: bool = False,
 ) -> None:
     w.line("const int next = next_m_block(m_block);")
     w.line("const bool masked = block_class(m_block) == 1;")
@@ -516,19 +550,24 @@ def _emit_query_block(
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);")
         w.line("warpgroup_wait<1>();  // dV's and dQ's groups are done, dK's may still run")
         w.line("warpgroup_fence_operand(acc_dq);")
-        w.comment(
-            "in fragment order, four elements per float4, so a warp's 32 reductions cover 512 contiguous"
-        )
-        w.comment("bytes (rows past seqlen_q add zeros into the tile's padding); _bwd_convert_dq reads it so")
-        w.line(
-            "float4* dq_tile = reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim)) + tidx;"
-        )
-        w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < size(acc_dq) / 4; ++i)"):
-            w.line(
-                "atomicAdd(dq_tile + i * Traits::kNThreads, "
-                "make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3)));"
+        if dq_bulk:
+            _emit_dq_to_shared(w)
+        else:
+            w.comment(
+                "in fragment order, four elements per float4, so a warp's 32 reductions cover 512 contiguous"
             )
+            w.comment(
+                "bytes (rows past seqlen_q add zeros into the tile's padding); _bwd_convert_dq reads it so"
+            )
+            w.line(
+                "float4* dq_tile = reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim)) + tidx;"
+            )
+            w.line("CUTE_UNROLL")
+            with w.block("for (int i = 0; i < size(acc_dq) / 4; ++i)"):
+                w.line(
+                    "atomicAdd(dq_tile + i * Traits::kNThreads, "
+                    "make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3)));"
+                )
         w.line("warpgroup_wait<0>();")
         w.line("warpgroup_fence_operand(acc_dk);")
         w.line("warpgroup_fence_operand(acc_dv);")
@@ -541,7 +580,12 @@ def _emit_query_block(
     w.line("m_block = next;")
 
 
-def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan) -> None:
+def _loaders(dq_bulk: bool) -> str:
+    """The traits' count of the producer threads that copy Q and dO (all of them but with `dq_bulk`)."""
+    return "kLoadThreads" if dq_bulk else "kProducerThreads"
+
+
+def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan, dq_bulk: bool = False) -> None:
     """The stages' mbarriers: full (the producer's 128 threads arrive once their loads landed) and empty
     (the 256 consumer threads arrive once they read the stage), then the last block-wide barrier."""
     with w.tl(plan.line_of("load_q"), "mbarriers of the (Q, dO) stages: full (producer), empty (consumers)"):
@@ -549,7 +593,7 @@ def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan) -> None:
         with w.block("if (tidx == 0)"):
             w.line("CUTE_UNROLL")
             with w.block("for (int s = 0; s < 2; ++s)"):
-                w.line("Barrier::init(&full_qdo[s], Traits::kProducerThreads);")
+                w.line(f"Barrier::init(&full_qdo[s], Traits::{_loaders(dq_bulk)});")
                 w.line("Barrier::init(&empty_qdo[s], Traits::kNThreads);")
             w.line("cutlass::arch::fence_barrier_init();")
         w.line("__syncthreads();  // the last block-wide barrier: the warp groups part ways below")
@@ -562,13 +606,22 @@ def _emit_producer(
     softmax: bool,
     partials: list[tuple[Load, Expr]],
     col: str,
+    dq_bulk: bool = False,
 ) -> None:
     """The producer warp group: the consumers' walk over (key block, head, query block), each query block's
     Q, dO, LSE and D by cp.async into the next stage once the consumers released it; its threads wait for
     their own copies, fence them for wgmma (async proxy) and arrive on the stage's full barrier."""
-    w.comment("Producer warp group: registers back to the pool; its 128 threads copy each stage")
+    w.comment(
+        "Producer warp group: registers back to the pool; "
+        + ("its first two warps copy each stage" if dq_bulk else "its 128 threads copy each stage")
+    )
     w.line("cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();")
     w.line("const int tidx = threadIdx.x - Traits::kNThreads;  // within the producer warp group")
+    if dq_bulk:
+        with w.block(f"if (tidx >= Traits::{_loaders(dq_bulk)})"):
+            with w.block("if (tidx >= Traits::kProducerThreads - 32)"):
+                _emit_dq_writer(w, plan, reg, softmax, partials, col)
+            w.line("return;  // the warp between the loaders and the dQ writer has no work")
     fa2._emit_gmem_copy(w, "GmemTiledCopyQdO", kv=False)
     w.line("int fill = 0;  // query blocks loaded so far: stage fill % 2, its phase (fill / 2) % 2")
     with w.tl(plan.line_of("loop"), "the consumers' key blocks, heads and query blocks, in their order"):
@@ -591,3 +644,56 @@ def _emit_producer(
                 w.line("++fill;")
             fa2.drop_head_temps(reg)
     w.line("return;")
+
+
+DQ_FULL, DQ_EMPTY = 2, 3  # named barriers of the dQ tile (`dq_bulk`): consumers and the writer warp
+DQ_BARRIER_THREADS = "Traits::kNThreads + 32"
+
+
+def _emit_dq_to_shared(w: CodeWriter) -> None:
+    """`dq_bulk`, the consumers: wait until the writer warp has read the previous block's tile, store this
+    block's in the dQ MMA's fragment order (what dq_accum holds), fence it for the bulk copy (async
+    proxy) and tell the writer, without waiting."""
+    w.comment("the previous block's dQ tile is read by the bulk add (the first block: nothing to wait for)")
+    w.line(f"if (fill > 0) tl::consumer_sync({DQ_EMPTY}, {DQ_BARRIER_THREADS});")
+    w.line("float4* dq_tile_s = reinterpret_cast<float4*>(smem_dq) + tidx;")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int i = 0; i < size(acc_dq) / 4; ++i)"):
+        w.line(
+            "dq_tile_s[i * Traits::kNThreads] = "
+            "make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3));"
+        )
+    w.line("tl::fence_async_shared();  // st.shared before the bulk copy reads it")
+    w.line(f"tl::consumer_arrive({DQ_FULL}, {DQ_BARRIER_THREADS});")
+
+
+def _emit_dq_writer(
+    w: CodeWriter,
+    plan: KernelPlan,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    col: str,
+) -> None:
+    """`dq_bulk`, the producer's last warp: the consumers' walk; per query block, wait for their dQ tile in
+    shared memory, add it to the block's dq_accum tile with one bulk reduction (lane 0), wait until the
+    copy has read it and hand the buffer back."""
+    w.comment("dQ writer: one bulk reduce-add of each block's tile into dq_accum")
+    with w.tl(plan.line_of("loop"), "the consumers' key blocks, heads and query blocks, in their order"):
+        w.line("CUTE_NO_UNROLL")
+        with (
+            w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"),
+            w.block("for (int g = 0; g < group; ++g)"),
+        ):
+            fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads="none")
+            w.line("CUTE_NO_UNROLL")
+            with w.block("for (int m_block = m_block_min; m_block < m_block_max; m_block = next_m_block(m_block))"):
+                w.line(f"tl::consumer_sync({DQ_FULL}, {DQ_BARRIER_THREADS});")
+                with w.block("if ((threadIdx.x & 31) == 0)"):
+                    w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim);")
+                    w.line("tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);")
+                    w.line("tl::bulk_wait_read();  // the tile is read: the consumers may overwrite it")
+                w.line("__syncwarp();")
+                w.line(f"tl::consumer_arrive({DQ_EMPTY}, {DQ_BARRIER_THREADS});")
+            fa2.drop_head_temps(reg)
+    w.line("if ((threadIdx.x & 31) == 0) tl::bulk_wait();  // every add has landed before the block exits")
