@@ -34,7 +34,9 @@ compute dSᵀ from the Pᵀ left in acc_s (FA3's order); for programs whose dS�
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 
 from kernel_ir import grad
 from kernel_ir.expr import Expr, Load
@@ -624,26 +626,43 @@ def _emit_producer(
             w.line("return;  // the warp between the loaders and the dQ writer has no work")
     fa2._emit_gmem_copy(w, "GmemTiledCopyQdO", kv=False)
     w.line("int fill = 0;  // query blocks loaded so far: stage fill % 2, its phase (fill / 2) % 2")
+    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="lambda"):
+        w.line("const int stage = fill & 1;")
+        w.line("if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);")
+        with w.tl(plan.line_of("load_q"), "Q, dO and the rows' LSE and D of this query block"):
+            w.line("load_QdO(m_block, stage);")
+            w.line("cute::cp_async_fence();")
+            w.line("cute::cp_async_wait<0>();")
+            w.line("tl::fence_async_shared();  // for the consumers' wgmma (the async proxy)")
+            w.line("Barrier::arrive(&full_qdo[stage]);")
+        w.line("++fill;")
+    w.line("return;")
+
+
+@contextlib.contextmanager
+def _consumers_walk(
+    w: CodeWriter,
+    plan: KernelPlan,
+    reg: Regions,
+    softmax: bool,
+    partials: list[tuple[Load, Expr]],
+    col: str,
+    *,
+    loads: str,
+) -> Iterator[None]:
+    """The consumers' (key block, head, query block) walk for a producer warp: the body runs once per
+    query block the consumers compute, in their order (`m_block`, the head's `dq_head`, …)."""
     with w.tl(plan.line_of("loop"), "the consumers' key blocks, heads and query blocks, in their order"):
         w.line("CUTE_NO_UNROLL")
         with (
             w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"),
             w.block("for (int g = 0; g < group; ++g)"),
         ):
-            fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads="lambda")
+            fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads=loads)
             w.line("CUTE_NO_UNROLL")
             with w.block("for (int m_block = m_block_min; m_block < m_block_max; m_block = next_m_block(m_block))"):
-                w.line("const int stage = fill & 1;")
-                w.line("if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);")
-                with w.tl(plan.line_of("load_q"), "Q, dO and the rows' LSE and D of this query block"):
-                    w.line("load_QdO(m_block, stage);")
-                    w.line("cute::cp_async_fence();")
-                    w.line("cute::cp_async_wait<0>();")
-                    w.line("tl::fence_async_shared();  // for the consumers' wgmma (the async proxy)")
-                    w.line("Barrier::arrive(&full_qdo[stage]);")
-                w.line("++fill;")
+                yield
             fa2.drop_head_temps(reg)
-    w.line("return;")
 
 
 DQ_FULL, DQ_EMPTY = 2, 3  # named barriers of the dQ tile (`dq_bulk`): consumers and the writer warp
@@ -679,21 +698,12 @@ def _emit_dq_writer(
     shared memory, add it to the block's dq_accum tile with one bulk reduction (lane 0), wait until the
     copy has read it and hand the buffer back."""
     w.comment("dQ writer: one bulk reduce-add of each block's tile into dq_accum")
-    with w.tl(plan.line_of("loop"), "the consumers' key blocks, heads and query blocks, in their order"):
-        w.line("CUTE_NO_UNROLL")
-        with (
-            w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"),
-            w.block("for (int g = 0; g < group; ++g)"),
-        ):
-            fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads="none")
-            w.line("CUTE_NO_UNROLL")
-            with w.block("for (int m_block = m_block_min; m_block < m_block_max; m_block = next_m_block(m_block))"):
-                w.line(f"tl::consumer_sync({DQ_FULL}, {DQ_BARRIER_THREADS});")
-                with w.block("if ((threadIdx.x & 31) == 0)"):
-                    w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim);")
-                    w.line("tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);")
-                    w.line("tl::bulk_wait_read();  // the tile is read: the consumers may overwrite it")
-                w.line("__syncwarp();")
-                w.line(f"tl::consumer_arrive({DQ_EMPTY}, {DQ_BARRIER_THREADS});")
-            fa2.drop_head_temps(reg)
+    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="none"):
+        w.line(f"tl::consumer_sync({DQ_FULL}, {DQ_BARRIER_THREADS});")
+        with w.block("if ((threadIdx.x & 31) == 0)"):
+            w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim);")
+            w.line("tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);")
+            w.line("tl::bulk_wait_read();  // the tile is read: the consumers may overwrite it")
+        w.line("__syncwarp();")
+        w.line(f"tl::consumer_arrive({DQ_EMPTY}, {DQ_BARRIER_THREADS});")
     w.line("if ((threadIdx.x & 31) == 0) tl::bulk_wait();  // every add has landed before the block exits")
