@@ -3,6 +3,7 @@ variant natively: softcap, sliding window, learnable sink), one process, balance
 pairs the masks keep, the backward counted as 2.5× the forward's FLOPs (issue 18's third target).
 
     python3 benchmarks/variants_backward.py [--seqlens 4096,16384] [--only a,b] [--json OUT]
+        [--ab 'producer=0;dq_bulk=1'] [--baselines flex,fa4 | --baselines '']
 
 Every catalogue file is set to sm_90, bf16, d 128 (`variant_cases.for_shape`), so the backward is the
 wgmma skeleton. Its forward gives O and LSE; side tensors are random (`variant_cases.side_tensors`) and
@@ -143,7 +144,12 @@ def _add_checked(
 
 
 def one_shape(
-    names: list[str], loaded: dict[str, Any], builds: dict[str, Any], S: int, target_s: float
+    names: list[str],
+    loaded: dict[str, Any],
+    builds: dict[str, Any],
+    S: int,
+    target_s: float,
+    baselines: tuple[str, ...] = ("flex", "fa4"),
 ) -> list[dict[str, Any]]:
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -189,7 +195,7 @@ def one_shape(
                 fns[cand] = tl_ab
             else:
                 notes[cand] = "not timed: its gradients disagree with tl's"
-        mods = flex_mods(n, scalars, side, S, S)
+        mods = flex_mods(n, scalars, side, S, S) if "flex" in baselines else None
         if mods is not None:
             score_mod, mask_mod = mods
             block_mask = create_block_mask(mask_mod, B, None, S, S, device=q.device) if mask_mod else None
@@ -206,7 +212,7 @@ def one_shape(
                 fns,
                 notes,
             )
-        fa4_kw = fa4_native(n, scalars, side)
+        fa4_kw = fa4_native(n, scalars, side) if "fa4" in baselines else None
         if fa4_kw is not None and fa4_available():
             from flash_attn.cute import flash_attn_func
 
@@ -248,9 +254,16 @@ def main(argv: list[str] | None = None) -> int:
         "each, tl_ab1, tl_ab2, … (e.g. 'producer=1;producer=1,key_major=1'); each one's gradients must agree "
         "with tl's before it is timed",
     )
+    ap.add_argument(
+        "--baselines",
+        default="flex,fa4",
+        help="comma-separated, of flex and fa4 ('' for none: an A/B of TL builds alone, without Flex's "
+        "compile per variant and shape)",
+    )
     args = ap.parse_args(argv)
     import torch
 
+    baselines = tuple(b for b in args.baselines.split(",") if b)
     names = [n for n in catalogue() if not args.only or n in args.only.split(",")]
     allow_recompiles()
     ab = [
@@ -261,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     loaded, builds = build(names, ab)
     rows = []
     for S in [int(s) for s in args.seqlens.split(",") if s]:
-        rows += one_shape(names, loaded, builds, S, args.target_s)
+        rows += one_shape(names, loaded, builds, S, args.target_s, baselines)
     gpu = torch.cuda.get_device_name()
     print(f"\nbackward TFLOPS on kept pairs (2.5x forward FLOPs), bf16 d{HEAD_DIM} H{HEADS}, sm_90, {gpu}, "
           f"{time.strftime('%Y-%m-%d')}")  # fmt: skip
