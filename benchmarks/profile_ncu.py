@@ -116,10 +116,10 @@ def _launch_profiled(run, warmup: int = WARMUP) -> int:  # run: launch i -> None
     return 0
 
 
-def _backward_options() -> list[dict[str, bool]] | None:
+def _backward_options() -> list[dict[str, int]] | None:
     """`$TL_PROFILE_BWD_OPTIONS` (KEY=INT,…): the sm90 backward generator's options for `b:` cases."""
     spec = os.environ.get("TL_PROFILE_BWD_OPTIONS", "")
-    opts = {k: bool(int(v)) for k, _, v in (x.partition("=") for x in spec.split(",") if x)}
+    opts = {k: int(v) for k, _, v in (x.partition("=") for x in spec.split(",") if x)}
     return [opts] if opts else None
 
 

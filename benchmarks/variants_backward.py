@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in catalogue() if not args.only or n in args.only.split(",")]
     allow_recompiles()
     ab = [
-        {k: bool(int(v)) for k, _, v in (x.partition("=") for x in group.split(",") if x)}
+        {k: int(v) for k, _, v in (x.partition("=") for x in group.split(",") if x)}
         for group in args.ab.split(";")
         if group
     ]

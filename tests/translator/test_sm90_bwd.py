@@ -553,3 +553,26 @@ def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
     assert at == sorted(at)
     with pytest.raises(Exception, match="dq_bulk needs the producer"):
         generate_backward_sm90(_plan(MHA), dq_bulk=True, producer=False)
+
+
+@pytest.mark.parametrize(("columns", "heads_all", "heavy"), [(128, 16, 1), (3, 2, 2), (1, 4, 1), (5, 1, 3)])
+def test_heavy_columns_map_every_tile_once_heavy_columns_first(columns, heads_all, heavy):
+    """`heavy_columns`: the emitted index arithmetic, run in Python over a grid, visits every (column, head)
+    once; the first heavy × heads tiles are the heavy columns of every head, the rest head-major."""
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    main = _main(generate_backward_sm90(_plan(VARIANTS / "sink_tokens_window.tl"), key_major=False,
+                                        heavy_columns=heavy)[0])  # fmt: skip
+    assert f"const int heavy = min({heavy}, static_cast<int>(gridDim.x));" in main
+    assert "for (int n_block = grid_col; n_block < n_blocks; n_block += gridDim.x)" in main
+    h = min(heavy, columns)
+    seen = []
+    for tile in range(columns * heads_all):
+        first = tile < h * heads_all
+        bh = tile % heads_all if first else (tile - h * heads_all) // (columns - h)
+        col = tile // heads_all if first else h + (tile - h * heads_all) % (columns - h)
+        seen.append((col, bh))
+    assert sorted(seen) == [(c, b) for c in range(columns) for b in range(heads_all)]
+    assert all(c < h for c, _ in seen[: h * heads_all]) and all(c >= h for c, _ in seen[h * heads_all :])
+    rest = seen[h * heads_all :]
+    assert rest == sorted(rest, key=lambda cb: (cb[1], cb[0]))  # head-major

@@ -590,14 +590,28 @@ def _emit_main_aliases(w: CodeWriter, traits: str) -> None:
     w.line("constexpr int kHeadDim = Traits::kHeadDim;")
 
 
-def _emit_block_indices(w: CodeWriter, *, key_major: bool = False) -> None:
+def _emit_block_indices(w: CodeWriter, *, key_major: bool = False, heavy_columns: int = 0) -> None:
     """The thread block's coordinates: (key block column, batch, K/V head) and the GQA group size.
     `key_major`: the grid's blocks taken key column first (`grid_col`): the thread blocks of every (batch,
     head) for one key block column are launched together, so where masks give the first key blocks the
-    most query rows (sink tokens, a prefix, causal) those start first instead of one head's at a time."""
+    most query rows (sink tokens, a prefix, causal) those start first instead of one head's at a time.
+    `heavy_columns` (without `key_major`): only the first that many key columns of every (batch, head) go
+    first, key column first among them; the rest keep the head-major order (one head's Q, dO and dQ in L2
+    at a time)."""
     w.line("const int tidx = threadIdx.x;")
     w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
-    if key_major:
+    if heavy_columns and not key_major:
+        w.comment(f"the first {heavy_columns} key column(s) of every head first, then head-major")
+        w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
+        w.line("const int heads_all = gridDim.y * gridDim.z;")
+        w.line(f"const int heavy = min({heavy_columns}, static_cast<int>(gridDim.x));")
+        w.line("const int rest = gridDim.x - heavy;")
+        w.line("const bool first = tile < heavy * heads_all;")
+        w.line("const int bh = first ? tile % heads_all : (tile - heavy * heads_all) / rest;")
+        w.line("const int grid_col = first ? tile / heads_all : heavy + (tile - heavy * heads_all) % rest;")
+        w.line("const int bidh_kv = bh % gridDim.z;  // K/V head: the loop below visits each query head of its group")
+        w.line("const int bidb = bh / gridDim.z;")
+    elif key_major:
         w.comment("key block columns outermost: every head's first key blocks start first (longest first)")
         w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
         w.line("const int bidh_kv = tile % gridDim.z;  // K/V head: the loop below visits each query head of its group")
@@ -610,7 +624,7 @@ def _emit_block_indices(w: CodeWriter, *, key_major: bool = False) -> None:
     w.line()
 
 
-def grid_col(key_major: bool) -> str:
+def grid_col(key_major: bool | int) -> str:
     """The thread block's key block column (`_emit_block_indices`)."""
     return "grid_col" if key_major else "blockIdx.x"
 

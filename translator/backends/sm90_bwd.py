@@ -112,6 +112,7 @@ def generate_backward_sm90(
     producer: bool = True,
     key_major: bool | None = None,
     dq_bulk: bool = False,
+    heavy_columns: int = 0,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover.
@@ -125,7 +126,8 @@ def generate_backward_sm90(
     wait on their own loads nor meet the whole thread block at a barrier: the one barrier left a block is
     theirs, the dS exchange (dS double-buffered); off: the consumers load (the kernel verified before it,
     1-5 % slower on the H200: docs/performance.md). `key_major`: the grid taken key block column first
-    (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so. `dq_bulk` (opt-in, with
+    (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so. `heavy_columns` (opt-in,
+    with `key_major` off; not yet run on a GPU): only the first that many key columns of every head first. `dq_bulk` (opt-in, with
     `producer`; not yet run on a GPU): FA3's dQ path, the consumers store dQ's tile in shared memory and the
     producer's last warp adds it to dq_accum with one bulk reduction (`cp.reduce.async.bulk`) instead of
     each thread's float4 atomics; two warps of the producer load."""
@@ -159,7 +161,12 @@ def generate_backward_sm90(
         includes=extended_includes(*atoms(plan.dtype, d).values()) + (WS_INCLUDES if producer else ()),
         emit_defs=defs,
         emit_main=functools.partial(
-            _emit_main, overlap_p=overlap_p, producer=producer, key_major=key_major, dq_bulk=dq_bulk
+            _emit_main,
+            overlap_p=overlap_p,
+            producer=producer,
+            key_major=key_major,
+            dq_bulk=dq_bulk,
+            heavy_columns=heavy_columns,
         ),
         line_directives=True,
         block_m=BLOCK_M,
@@ -336,9 +343,10 @@ def _emit_main(
     producer: bool = False,
     key_major: bool = False,
     dq_bulk: bool = False,
+    heavy_columns: int = 0,
 ) -> None:
     reg = Regions(plan.ir)
-    col = fa2.grid_col(key_major)
+    col = fa2.grid_col(key_major or heavy_columns > 0)
     softmax = plan.ir.normalizer == "softmax"
     threads = THREADS + PRODUCER_THREADS if producer else THREADS
     fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail, threads=threads)
@@ -351,7 +359,7 @@ def _emit_main(
         w.line(
             "char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));"
         )
-        fa2._emit_block_indices(w, key_major=key_major)
+        fa2._emit_block_indices(w, key_major=key_major, heavy_columns=heavy_columns)
         with w.tl(
             plan.line_of("alloc_k"), "K, V (this key block), dSᵀ, two stages of (Q, dO) in shared memory"
         ):
