@@ -66,7 +66,8 @@ SPECIAL_PARAMS: dict[str, str] = {
     "fast_tanh": (
         "0 or 1: tanh (and sigmoid, as 1/2 + tanh(x/2)/2) on the SFU's tanh.approx.f32, one instruction "
         "with a relative error up to 2^-11, as FlashAttention 3 and 4 compute softcap; the forward and "
-        "the derived backward use it alike, and the verification measures it against the exact reference "
+        "the derived backward use it alike, and the verification measures it against the exact reference; "
+        "a sigmoid below about 2^-11 then rounds to 0, so its relative accuracy there is lost "
         "(default 0: tanh from one exp2 and a fast division, a few ulp of float32)"
     ),
     **PARAM_DOCS,  # splits, page_size, pack_gqa, varlen (tl_language/inference.py)
