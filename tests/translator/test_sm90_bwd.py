@@ -576,3 +576,14 @@ def test_heavy_columns_map_every_tile_once_heavy_columns_first(columns, heads_al
     assert all(c < h for c, _ in seen[: h * heads_all]) and all(c >= h for c, _ in seen[h * heads_all :])
     rest = seen[h * heads_all :]
     assert rest == sorted(rest, key=lambda cb: (cb[1], cb[0]))  # head-major
+
+
+def test_heavy_columns_turn_the_automatic_key_major_off_and_refuse_an_explicit_one():
+    from translator.backends.sm90_bwd import generate_backward_sm90
+
+    plan = _plan(VARIANTS / "sink_tokens_window.tl")  # key-major by default (uneven_key_blocks)
+    main = _main(generate_backward_sm90(plan, heavy_columns=1)[0])
+    assert "const int heavy = min(1, static_cast<int>(gridDim.x));" in main
+    assert "const int bidb = (tile / gridDim.z) % gridDim.y;" not in main  # the key-major mapping
+    with pytest.raises(Exception, match="heavy_columns or key_major, not both"):
+        generate_backward_sm90(plan, heavy_columns=1, key_major=True)

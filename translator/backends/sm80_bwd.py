@@ -624,7 +624,7 @@ def _emit_block_indices(w: CodeWriter, *, key_major: bool = False, heavy_columns
     w.line()
 
 
-def grid_col(key_major: bool | int) -> str:
+def grid_col(key_major: bool) -> str:
     """The thread block's key block column (`_emit_block_indices`)."""
     return "grid_col" if key_major else "blockIdx.x"
 

@@ -126,19 +126,24 @@ def generate_backward_sm90(
     wait on their own loads nor meet the whole thread block at a barrier: the one barrier left a block is
     theirs, the dS exchange (dS double-buffered); off: the consumers load (the kernel verified before it,
     1-5 % slower on the H200: docs/performance.md). `key_major`: the grid taken key block column first
-    (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so. `heavy_columns` (opt-in,
-    with `key_major` off; not yet run on a GPU): only the first that many key columns of every head first. `dq_bulk` (opt-in, with
-    `producer`; not yet run on a GPU): FA3's dQ path, the consumers store dQ's tile in shared memory and the
-    producer's last warp adds it to dq_accum with one bulk reduction (`cp.reduce.async.bulk`) instead of
-    each thread's float4 atomics; two warps of the producer load."""
+    (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so, off with `heavy_columns`.
+    `heavy_columns` (opt-in, not with `key_major`; not yet run on a GPU): only the first that many key
+    columns of every head first. `dq_bulk` (opt-in, with `producer`; not yet run on a GPU): FA3's dQ path,
+    the consumers store dQ's tile in shared memory and the producer's last warp adds it to dq_accum with
+    one bulk reduction (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; two warps of the
+    producer load."""
     fa2._check(plan, learnable)
     _check(plan)
     if dq_bulk and not producer:
         raise TranslateError(
             [unsupported(plan.range_of("kernel"), "the sm_90 backward: dq_bulk needs the producer warp group")]
         )
+    if heavy_columns and key_major:
+        raise TranslateError(
+            [unsupported(plan.range_of("kernel"), "the sm_90 backward: heavy_columns or key_major, not both")]
+        )
     if key_major is None:
-        key_major = uneven_key_blocks(plan)
+        key_major = not heavy_columns and uneven_key_blocks(plan)
     if overlap_p:
         _check_overlap(plan, learnable)
     d = plan.head_dim_qk
@@ -596,8 +601,9 @@ def _loaders(dq_bulk: bool) -> str:
 
 
 def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan, dq_bulk: bool = False) -> None:
-    """The stages' mbarriers: full (the producer's 128 threads arrive once their loads landed) and empty
-    (the 256 consumer threads arrive once they read the stage), then the last block-wide barrier."""
+    """The stages' mbarriers: full (the producer's loading threads, all 128 or with `dq_bulk` 64, arrive
+    once their loads landed) and empty (the 256 consumer threads arrive once they read the stage), then
+    the last block-wide barrier."""
     with w.tl(plan.line_of("load_q"), "mbarriers of the (Q, dO) stages: full (producer), empty (consumers)"):
         w.line("using Barrier = cutlass::arch::ClusterBarrier;")
         with w.block("if (tidx == 0)"):
