@@ -123,8 +123,9 @@ def test_the_five_gemms_in_fa3_order_with_dq_atomics_under_dk():
         at.append(main.index(g, at[-1]))  # each after the one before it
     assert "Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));" in main
     assert "Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));" in main
-    # dSᵀ reaches shared memory through the generic proxy: fenced before the barrier dQ's wgmma waits on
-    store = main.index("cute::copy(rdS, tdSsdS);")
+    # dSᵀ reaches shared memory by stmatrix (the generic proxy): fenced before the barrier dQ's wgmma
+    # waits on
+    store = main.index("cute::copy(smem_tiled_copy_dS, smem_thr_copy_dS.retile_S(rdS), tdSsdS);")
     fence = main.index("tl::fence_async_shared();", store)
     assert fence < main.index("tl::consumer_sync(1, Traits::kNThreads);", store) < at[3]
 
@@ -213,10 +214,24 @@ def test_the_cli_picks_the_skeleton():
     assert skeleton(parse(["build", "--backward", "x.tl"])) == (None, "auto")
 
 
+def test_shared_memory_keeps_its_address_space_and_ds_goes_through_stmatrix():
+    main = _main(_sm90(MHA).source)
+    # an offset added to smem_raw: a pointer rounded through an integer is generic (LD / ST, not LDS / STS)
+    assert "uintptr_t" not in main
+    assert "char* smem = smem_raw + ((1024 - (cute::cast_smem_ptr_to_uint(smem_raw) & 1023)) & 1023);" in main
+    src = _sm90(MHA).source
+    assert "using SmemCopyAtomdS = Copy_Atom<SM90_U16x8_STSM_T, Element>;" in src
+    assert "#include <cute/arch/copy_sm90.hpp>" in src
+
+
 @pytest.mark.nvrtc
 @pytest.mark.slow
 def test_the_plain_and_alibi_backwards_compile_for_sm_90a():
+    """NVRTC for sm_90a, and where a disassembler is at hand, the plain kernel's SASS: between its first
+    and last wgmma, shared memory is read by LDS and dSᵀ written by stmatrix, never by a generic load or
+    store (a generic access costs a 64-bit address and goes through the generic path)."""
     from runner.compile import CompileError, CompileJob, compile_many
+    from runner.sass import SassError, disassemble
 
     builds = [_sm90(MHA), _sm90(VARIANTS / "alibi.tl", learnable=("slopes",))]
     jobs = [CompileJob(source=b.source, arch=b.spec.arch, name=f"{b.spec.name}.bwd.cu") for b in builds]
@@ -224,6 +239,20 @@ def test_the_plain_and_alibi_backwards_compile_for_sm_90a():
     failed = [str(r)[:800] for r in results if isinstance(r, CompileError)]
     assert not failed, "\n".join(failed)
     assert all(r.kind == "cubin" and r.target == "sm_90a" for r in results)
+    try:
+        sass = disassemble(results[0].code)
+    except SassError as exc:
+        pytest.skip(str(exc))
+    main = next(
+        f for f in sass.split("Function : ")[1:] if f.split("\n")[0].strip().endswith("_bwd_dq_dk_dv")
+    )
+    lines = main.splitlines()
+    gemms = [i for i, ln in enumerate(lines) if " HGMMA." in ln]
+    loop = lines[gemms[0] : gemms[-1]]
+    generic = [ln.strip()[:80] for ln in loop if re.search(r"\s(LD|ST)\.E", ln)]
+    assert not generic, generic[:4]
+    assert sum("STSM" in ln for ln in loop) == 4  # dSᵀ: 64 × 64 per warp group, 16 bits, 8 × 8 tiles
+    assert sum(" LDS" in ln for ln in loop) >= 32  # the rows' LSE and D
 
 
 # ---- overlap_p: the opt-in A/B variant that computes P while dP's wgmma runs ----

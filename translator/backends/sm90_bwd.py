@@ -67,6 +67,7 @@ PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128 · 24 + 256 · 240 ≤
 SPREAD_KEY_MAJOR = 3.0
 SPREAD_SEQLEN = 8192
 CONSUMER_SYNC = "tl::consumer_sync(1, Traits::kNThreads);"  # the consumer warp groups' named barrier
+STSM_INCLUDE = "#include <cute/arch/copy_sm90.hpp>      // stmatrix (dS)"
 WS_INCLUDES = (
     "#include <cutlass/arch/barrier.h>       // mbarriers",
     "#include <cutlass/arch/reg_reconfig.h>  // setmaxnreg",
@@ -163,7 +164,9 @@ def generate_backward_sm90(
             f"Target {NVRTC_ARCH}, {plan.dtype}, head dim {d}; dQ/dK/dV on wgmma (FlashAttention-3's dataflow),",
             "verified on the H200 against autograd of the IR reference (docs/performance.md).",
         ),
-        includes=extended_includes(*atoms(plan.dtype, d).values()) + (WS_INCLUDES if producer else ()),
+        includes=extended_includes(*atoms(plan.dtype, d).values())
+        + (STSM_INCLUDE,)
+        + (WS_INCLUDES if producer else ()),
         emit_defs=defs,
         emit_main=functools.partial(
             _emit_main,
@@ -261,6 +264,8 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False, dq_
         w.line(
             f"using TiledMmadQ = decltype(make_tiled_mma({a['dQ'].cute()}{{}}, Layout<Shape<_1, _2, _1>>{{}}));"
         )
+        w.comment("dSᵀ's accumulator rows → dS in shared memory: stmatrix, transposed (8 × 8 tiles of 16 bits)")
+        w.line("using SmemCopyAtomdS = Copy_Atom<SM90_U16x8_STSM_T, Element>;")
         w.line()
         w.comment("Shared memory, K-major swizzled atoms; the transposed operands are views (no data moves).")
         w.comment("K's atom divides kHeadDim / 2 (each warp group's MN-major slice of Kᵀ in dQ's GEMM).")
@@ -361,8 +366,10 @@ def _emit_main(
             "the 128-byte swizzle repeats every 1024 bytes and wgmma reads it from the address: round up"
         )
         w.line("extern __shared__ char smem_raw[];")
+        w.comment("(an offset added to smem_raw, not a rounded integer: the pointers keep the shared address")
+        w.comment("space, so the rows' LSE and D are read by LDS and not by generic loads)")
         w.line(
-            "char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));"
+            "char* smem = smem_raw + ((1024 - (cute::cast_smem_ptr_to_uint(smem_raw) & 1023)) & 1023);"
         )
         fa2._emit_block_indices(w, key_major=key_major, heavy_columns=heavy_columns)
         with w.tl(
@@ -426,9 +433,13 @@ def _emit_main(
         if not producer:
             w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
         w.line("Tensor tdQrKt = wg_mma_dq.partition_fragment_B(sKt);")
+        w.line(
+            "auto smem_tiled_copy_dS = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, tiled_mma_sdp);"
+        )
+        w.line("auto smem_thr_copy_dS = smem_tiled_copy_dS.get_thread_slice(tidx);")
         if not producer:
             w.comment("dSᵀ: this thread's accumulator elements → shared memory, in the input dtype")
-            w.line("Tensor tdSsdS = thr_mma_sdp.partition_C(sdSt);")
+            w.line("Tensor tdSsdS = smem_thr_copy_dS.partition_D(sdSt);")
         w.line(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
         )
@@ -505,7 +516,7 @@ def _emit_query_block(
         w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
         w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});")
         w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
-        w.line("Tensor tdSsdS = thr_mma_sdp.partition_C(sdSt);  // dSᵀ: accumulator elements → shared")
+        w.line("Tensor tdSsdS = smem_thr_copy_dS.partition_D(sdSt);  // dSᵀ: accumulator elements → shared")
     else:
         w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
         w.line("tl::fence_async_shared();")
@@ -551,7 +562,7 @@ def _emit_query_block(
     w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, RS wgmma (Pᵀ: the accumulator re-viewed as A)"):
         w.line("Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));")
-        w.line("cute::copy(rdS, tdSsdS);  // dSᵀ for dQ's GEMM")
+        w.line("cute::copy(smem_tiled_copy_dS, smem_thr_copy_dS.retile_S(rdS), tdSsdS);  // dSᵀ for dQ's GEMM")
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
         if producer:
