@@ -9,7 +9,8 @@ A case `v:NAME` is the catalogue variant `examples/variants/NAME.tl` (sm_90, bf1
 as `benchmarks/variants.py` makes them); FA4 runs it natively where it can (softcap, window, sink) and
 otherwise through FlexAttention's FLASH backend, which lowers the same score_mod / mask_mod to FA4's CuTe
 DSL kernel (`benchmarks/variant_cases.py`). A case `b:NAME` is that variant's derived backward (the
-dQ/dK/dV kernel, on `benchmarks/variants_backward.py`'s inputs) beside FA4's backward where FA4 runs the
+dQ/dK/dV kernel, on `benchmarks/variants_backward.py`'s inputs; NAME may also be a plain kernel of
+`examples/`, `b:mha_fwd`, `b:causal_mha_fwd`) beside FA4's backward where FA4 runs the
 variant natively; `TL_PROFILE_BWD_OPTIONS=producer=1` profiles the backward built with those options.
 
 Each (kernel, case) runs in its own process under Nsight Compute (`ncu --set full --clock-control none`):
@@ -144,15 +145,16 @@ def _backward_child(kind: str, name: str, seqlen: int) -> int:
     loaded, builds = vb.build([name], options)
     if options:  # the options' build, in the default's place
         builds[name] = builds[f"{name}{vb.AB}1"]
-    program = Forward.from_dict(loaded[name].spec.program)
+    spec_program = loaded[name].spec.program  # None for a plain kernel: no scalars, no side tensors
+    program = Forward.from_dict(spec_program) if spec_program else None
     gv = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name}:{S}".encode()))
-    side = side_tensors(program, B, H, H, S, gv)
+    side = side_tensors(program, B, H, H, S, gv) if program else {}
     if kind == "tl":
         o, lse = torch.empty_like(q), torch.empty(B, H, S, device="cuda", dtype=torch.float32)
         launch(loaded[name], q, k, v, o, lse, extras=side)
         run = lambda i: builds[name].run(q, k, v, o, lse, do, scale=scale, extras=side)  # noqa: E731
     else:
-        native = fa4_native(name, {s.name: s.default for s in program.scalars}, side)
+        native = fa4_native(name, {s.name: s.default for s in program.scalars} if program else {}, side)
         if native is None:
             print(f"{name}: FA4 does not run this variant natively", file=sys.stderr)
             return 2

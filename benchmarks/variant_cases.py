@@ -15,6 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS_DIR = ROOT / "examples" / "variants"
 
 
+def tl_path(name: str) -> Path:
+    """`examples/variants/NAME.tl`, else `examples/NAME.tl` (the plain kernels, e.g. `mha_fwd`)."""
+    path = VARIANTS_DIR / f"{name}.tl"
+    return path if path.exists() else ROOT / "examples" / f"{name}.tl"
+
+
 def catalogue() -> list[str]:
     """Every catalogue variant's name (`examples/variants/NAME.tl`), sorted."""
     return sorted(p.stem for p in VARIANTS_DIR.glob("*.tl"))
@@ -159,6 +165,8 @@ def flex_calls(mods: Any, q: Any, k: Any, v: Any, *, scale: float, gqa: bool = F
 
 def fa4_native(name: str, scalars: dict[str, Any], side: dict[str, Any]) -> dict[str, Any] | None:
     """FA4's own arguments for the variant (`flash_attn.cute.flash_attn_func`), or None."""
+    if name in ("mha_fwd", "causal_mha_fwd"):  # the plain kernels: `tl_path`
+        return {"causal": name == "causal_mha_fwd"}
     if name == "softcap":
         return {"softcap": scalars["cap"]}
     if name == "sliding_window":

@@ -39,6 +39,7 @@ from benchmarks.variant_cases import (  # noqa: E402
     for_shape,
     kept_pairs,
     side_tensors,
+    tl_path,
 )
 
 HEADS = 16
@@ -62,7 +63,7 @@ def build(
     device = cuda_device_arch()
     fwd, bwd, jobs = {}, {}, []
     for n in names:
-        text = for_shape((ROOT / "examples" / "variants" / f"{n}.tl").read_text(), "bf16", HEAD_DIM)
+        text = for_shape(tl_path(n).read_text(), "bf16", HEAD_DIM)
         try:
             b = translate_backward(text, dtype="bf16", learnable=())
         except BackwardBuildError as exc:
