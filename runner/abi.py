@@ -229,6 +229,12 @@ BACKWARD_PARAMS: tuple[tuple[str, str, str], ...] = (
     *stride_params("q", "k", "v", "do", "dk", "dv"),
     *SCALE_WINDOW_PARAMS,
 )
+# The sm_90 producer's dQ/dK/dV kernel takes TMA descriptors of Q and dO after its other parameters
+# (runner/tma.py encodes them: 64-column boxes of block_m rows, the 128-byte swizzle).
+BACKWARD_TMA_PARAMS: tuple[str, ...] = ("tma_q", "tma_do")
+BACKWARD_TMA_ABI: tuple[tuple[str, str, str], ...] = tuple(
+    (n, "const __grid_constant__ cute::TmaDescriptor", "tensormap") for n in BACKWARD_TMA_PARAMS
+)
 BACKWARD_PREPROCESS_PARAMS: tuple[tuple[str, str, str], ...] = (
     ("o", "const void*", "uintp"),
     ("dout", "const void*", "uintp"),
@@ -298,6 +304,11 @@ class BackwardSpec:
     @property
     def dq_dk_dv_threads(self) -> int:
         return self.main_threads or self.threads
+
+    @property
+    def uses_tma(self) -> bool:
+        """dq_dk_dv takes TMA descriptors of Q and dO after its other parameters (row_grads does not)."""
+        return self.params[-len(BACKWARD_TMA_PARAMS) :] == BACKWARD_TMA_PARAMS
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

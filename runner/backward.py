@@ -197,8 +197,11 @@ def backward(
     main = [np.uintp(t.data_ptr()) for t in ptrs] + sizes
     main += [i64(s) for t in (q, k, v, do, dk, dv) for s in _strides(t)] + common + program
     grid = (splits, batch, heads_kv)
-    config = LaunchConfig(grid=grid, block=spec.dq_dk_dv_threads, shmem_size=spec.shared_bytes)
-    cu_launch(stream, config, loaded.kernels["dq_dk_dv"], *main)
+    if spec.uses_tma:
+        _launch_main_tma(loaded, grid, main, q, do)
+    else:
+        config = LaunchConfig(grid=grid, block=spec.dq_dk_dv_threads, shmem_size=spec.shared_bytes)
+        cu_launch(stream, config, loaded.kernels["dq_dk_dv"], *main)
 
     conv = [np.uintp(dq_accum.data_ptr()), np.uintp(dq.data_ptr()), np.int32(batch), np.int32(seqlen_q)]
     conv += [np.int32(heads)] + [i64(s) for s in _strides(dq)] + [np.int32(slices)]
@@ -209,3 +212,30 @@ def backward(
         cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels[ROW_GRADS], *main)
     loaded.buffers = {"dpsum": dpsum, "dq_accum": dq_accum, "row_sums": row_sums, "block_classes": classes}
     return dq, dk, dv, grads
+
+
+def _launch_main_tma(
+    loaded: LoadedBackward, grid: tuple[int, int, int], args: list[Any], q: Any, do: Any
+) -> None:
+    """dq_dk_dv with the TMA descriptors of Q and dO after its other arguments (`BACKWARD_TMA_PARAMS`), in
+    boxes of 64 columns × block_m rows; through cuLaunchKernel (`runner.tma`), which passes them by value."""
+    import numpy as np
+
+    from runner import tma
+    from runner.launch import _torch_stream_handle
+
+    kinds = {np.uintp: "uintp", np.int32: "int32", np.int64: "int64", np.float32: "float32"}
+    spec = loaded.spec
+    try:
+        maps = [tma.cached_tensor_map(t, spec.block_m) for t in (q, do)]
+        tma.launch_with_tensor_maps(
+            loaded.kernels["dq_dk_dv"],
+            grid=grid,
+            block=spec.dq_dk_dv_threads,
+            shared_bytes=spec.shared_bytes,
+            stream_handle=_torch_stream_handle(q.device),
+            args=[(kinds[type(a)], a) for a in args],
+            tensor_maps=maps,
+        )
+    except tma.TmaError as exc:
+        raise LaunchError(f"{spec.kernel('dq_dk_dv')}: {exc}") from exc

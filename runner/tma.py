@@ -116,18 +116,21 @@ def _key(t: Any, box_rows: int) -> tuple[Any, ...]:
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device.index, box_rows)
 
 
+def cached_tensor_map(t: Any, box_rows: int) -> Any:
+    """`encode_tensor_map`, reusing the descriptor of a tensor seen with the same address and layout."""
+    key = _key(t, box_rows)
+    m = _cache.get(key)
+    if m is None:
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.pop(next(iter(_cache)))  # oldest first: dicts keep insertion order
+        m = _cache[key] = encode_tensor_map(t, box_rows)
+    return m
+
+
 def cached_tensor_maps(q: Any, k: Any, v: Any, o: Any, *, block_m: int, block_n: int) -> list[Any]:
-    """`attention_tensor_maps`, reusing the descriptor of a tensor seen with the same address and layout."""
-    out = []
-    for t, rows in ((q, block_m), (k, block_n), (v, block_n), (o, block_m)):
-        key = _key(t, rows)
-        m = _cache.get(key)
-        if m is None:
-            if len(_cache) >= _CACHE_LIMIT:
-                _cache.pop(next(iter(_cache)))  # oldest first: dicts keep insertion order
-            m = _cache[key] = encode_tensor_map(t, rows)
-        out.append(m)
-    return out
+    """`attention_tensor_maps`, each descriptor through `cached_tensor_map`."""
+    boxes = ((q, block_m), (k, block_n), (v, block_n), (o, block_m))
+    return [cached_tensor_map(t, rows) for t, rows in boxes]
 
 
 def launch_with_tensor_maps(

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.backward import BackwardBuildError, translate_backward
-from runner.abi import BACKWARD_CONVERT_PARAMS, BACKWARD_PARAMS, BACKWARD_PREPROCESS_PARAMS, BackwardSpec
+from runner.abi import (
+    BACKWARD_CONVERT_PARAMS,
+    BACKWARD_PARAMS,
+    BACKWARD_PREPROCESS_PARAMS,
+    BACKWARD_TMA_PARAMS,
+    BackwardSpec,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ROOT / "examples" / "variants"
@@ -31,7 +37,8 @@ def test_every_catalogue_variant_has_a_backward(name):
     spec = BackwardSpec.from_json(b.spec.to_json())
     assert spec == b.spec
     assert _signature(b.source, spec.kernel("dq_dk_dv")) == list(spec.params)
-    extra = list(spec.params[len(BACKWARD_PARAMS) :])
+    tma = len(BACKWARD_TMA_PARAMS) if spec.uses_tma else 0  # dq_dk_dv's alone (the sm_90 producer's)
+    extra = list(spec.params[len(BACKWARD_PARAMS) : len(spec.params) - tma])
     pre = [p[0] for p in BACKWARD_PREPROCESS_PARAMS] + extra
     assert _signature(b.source, spec.kernel("dot_do_o")) == pre
     assert _signature(b.source, spec.kernel("convert_dq")) == [p[0] for p in BACKWARD_CONVERT_PARAMS]
@@ -144,7 +151,8 @@ def test_a_launch_time_block_mask_gets_its_own_classes_at_the_backward_tiles(ske
     assert f"constexpr int kBlockM = {b.spec.block_m};" in body
     assert f"constexpr int kBlockN = {b.spec.block_n};" in body
     # dq_dk_dv reads the classes (empty blocks skipped, whole ones unmasked), indexed as the kernel writes
-    assert _signature(b.source, b.spec.kernel("dq_dk_dv"))[-1] == "block_mask_ptr"
+    params = _signature(b.source, b.spec.kernel("dq_dk_dv"))
+    assert params[-1 - len(BACKWARD_TMA_PARAMS) * b.spec.uses_tma] == "block_mask_ptr"
     main = b.source.split(f"{b.spec.kernel('dq_dk_dv')}(", 1)[1].split(f"{kernel}(", 1)[0]
     index = "((static_cast<long long>(bidb) * 1 + 0) * m_blocks + m_block) * n_blocks + n_block"
     assert f"return block_mask_ptr[{index}];" in main

@@ -73,13 +73,19 @@ def test_the_sm90_skeleton_targets_sm_90a_with_the_same_launch_shape():
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in VARIANTS.glob("*.tl")))
 def test_every_catalogue_variant_keeps_the_backward_abi(name):
+    """The sm_80 skeleton's parameters, and after them dq_dk_dv's TMA descriptors of Q and dO (the
+    producer's loads); row_grads, launched with dq_dk_dv's other arguments, takes none."""
+    from runner.abi import BACKWARD_TMA_PARAMS
+
     learn = LEARN.get(name, ())
-    sm80 = translate_backward(VARIANTS / f"{name}.tl", arch="sm_90", learnable=learn)
+    sm80 = translate_backward(VARIANTS / f"{name}.tl", arch="sm_90", learnable=learn, skeleton="sm80")
     sm90 = _sm90(VARIANTS / f"{name}.tl", learnable=learn)
-    assert sm90.spec.params == sm80.spec.params and sm90.spec.row_sums == sm80.spec.row_sums
-    for part in ("dq_dk_dv", "dot_do_o", "convert_dq"):
+    assert sm90.spec.params == sm80.spec.params + BACKWARD_TMA_PARAMS and sm90.spec.uses_tma
+    assert not sm80.spec.uses_tma and sm90.spec.row_sums == sm80.spec.row_sums
+    for part in ("dq_dk_dv", "dot_do_o", "convert_dq") + (("row_grads",) if sm90.spec.row_sums else ()):
         kernel = sm90.spec.kernel(part)
-        assert _signature(sm90.source, kernel) == _signature(sm80.source, kernel)
+        extra = list(BACKWARD_TMA_PARAMS) if part == "dq_dk_dv" else []
+        assert _signature(sm90.source, kernel) == _signature(sm80.source, kernel) + extra
 
 
 @pytest.mark.parametrize(
@@ -437,27 +443,32 @@ def _default(tl: Path | str, **kw):
 
 @pytest.mark.parametrize("tl", [MHA, VARIANTS / "sliding_window.tl", VARIANTS / "document_mask.tl"])
 def test_producer_stages_go_through_full_and_empty_mbarriers(tl):
-    """The producer waits for a stage's release, loads, fences its copies for wgmma and arrives on the
-    stage's full barrier; the consumers wait for it, read it, and release it; past the one block-wide
-    barrier after the mbarriers' init, only the consumers' named barrier remains (the K/V load and the
-    dS exchange)."""
+    """The producer waits for a stage's release; lane 0 arrives on the stage's full barrier with its
+    byte count and issues Q's and dO's TMA loads, the lanes copy the rows' LSE and D by cp.async, whose
+    landing is their arrival (no thread waits for a load); the consumers wait for the barrier, read the
+    stage and release it; past the one block-wide barrier after the mbarriers' init, only the
+    consumers' named barrier remains (the K/V load and the dS exchange)."""
     main = _main(_producer(tl)[0])
     head, split = main.split("if (tidx >= Traits::kNThreads) {")
     producer, consumer = split.split("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
     assert head.count("__syncthreads();") == 1
-    assert "Barrier::init(&full_qdo[s], Traits::kProducerThreads);" in head
+    assert "Barrier::init(&full_qdo[s], 1 + Traits::kRowLanes);" in head
     assert "Barrier::init(&empty_qdo[s], Traits::kNThreads);" in head
     assert "__syncthreads" not in producer + consumer
-    assert producer.index("warpgroup_reg_dealloc<Traits::kProducerRegs>") < producer.index("load_QdO(m_block")
+    assert "if (warp != 0) return;" in producer
     order = [
+        "warpgroup_reg_dealloc<Traits::kProducerRegs>",
         "if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);",
-        "load_QdO(m_block, stage);",
-        "cute::cp_async_wait<0>();",
-        "tl::fence_async_shared();",
-        "Barrier::arrive(&full_qdo[stage]);",
+        "Barrier::arrive_and_expect_tx(&full_qdo[stage], Traits::kTxQdO);",
+        "SM90_TMA_LOAD_4D::copy(&tma_q, &full_qdo[stage], 0, stage_q + c * kBlockM * Traits::kBoxCols,",
+        "SM90_TMA_LOAD_4D::copy(&tma_do, &full_qdo[stage], 0, stage_q + kBlockM * kHeadDim + c * kBlockM",
+        "tl::cp_async_f32(rows + r, lse + row_base + m_block * kBlockM + r);",
+        "cutlass::arch::cpasync_barrier_arrive_noinc(&full_qdo[stage]);",
+        "++fill;",
     ]
     at = [producer.index(x) for x in order]
     assert at == sorted(at) and "return;" in producer
+    assert "cp_async_wait" not in producer and "load_QdO" not in producer
     loop = consumer.split("for (int m_block = m_block_min; m_block < m_block_max; ) {")[1]
     order = [
         "Barrier::wait(&full_qdo[stage], (fill >> 1) & 1);",
@@ -487,7 +498,7 @@ def test_producer_walks_the_consumers_blocks():
 @pytest.mark.parametrize("name", sorted(p.stem for p in VARIANTS.glob("*.tl")))
 def test_producer_derives_every_catalogue_variant(name):
     source, spec = _producer(VARIANTS / f"{name}.tl", learnable=LEARN.get(name, ()))
-    assert spec.main_threads == 384 and "Barrier::arrive(&full_qdo[stage]);" in source
+    assert spec.main_threads == 384 and "Barrier::arrive_and_expect_tx(&full_qdo[stage]" in source
 
 
 def test_producer_deterministic_reloads_k_and_v_behind_the_consumers_barrier():
@@ -551,14 +562,15 @@ def test_key_major_takes_the_grid_key_column_first():
 def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
     """`dq_bulk`: the consumers wait for the writer to have read the last tile (not on the first block),
     store dQ's tile in fragment order, fence it and arrive; the producer's last warp syncs, adds the tile
-    with one bulk reduction from one lane, waits for the read and hands the buffer back; two warps load."""
+    with one bulk reduction from one lane, waits for the read and hands the buffer back; the first warp
+    loads, as without it."""
     from translator.backends.sm90_bwd import generate_backward_sm90, shared_bytes
 
     source, spec = generate_backward_sm90(_plan(MHA), dq_bulk=True)
     main = _main(source)
     with_dq = shared_bytes(128, producer=True, dq_bulk=True)
     assert spec.shared_bytes == with_dq == shared_bytes(128, producer=True) + 32768
-    assert "static constexpr int kLoadThreads = 64;" in source and "atomicAdd(dq_tile" not in main
+    assert "atomicAdd(dq_tile" not in main
     consumer = main.split("warpgroup_reg_alloc<Traits::kConsumerRegs>();")[1]
     order = [
         "warpgroup_wait<1>();",
@@ -570,7 +582,7 @@ def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
     ]
     at = [consumer.index(x) for x in order]
     assert at == sorted(at)
-    writer = main.split("if (tidx >= Traits::kProducerThreads - 32) {")[1].split("return;")[0]
+    writer = main.split("if (warp == Traits::kProducerThreads / 32 - 1) {")[1].split("if (warp != 0) return;")[0]
     order = [
         "tl::consumer_sync(2, Traits::kNThreads + 32);",
         "tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);",

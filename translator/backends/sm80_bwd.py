@@ -135,10 +135,12 @@ def assemble(
     includes: tuple[str, ...] = (),
     dq_vector: int = 1,
     main_threads: int = 0,
+    main_params: tuple[str, ...] = (),
 ) -> tuple[str, BackwardSpec]:
     """One backward skeleton's file and spec around its dQ/dK/dV kernel (`emit_main`, after the traits
     and helpers of `emit_defs`): the D kernel, the dQ conversion and the row gradients are the same for
-    every skeleton, and so are the kernels' parameters."""
+    every skeleton, and so are the kernels' parameters, but for `main_params`, which `emit_main`'s kernel
+    takes after them (the sm_90 producer's TMA descriptors)."""
     ir = plan.ir
     name = plan.kernel_name
     w = CodeWriter()
@@ -199,7 +201,7 @@ def assemble(
         preprocess_rows=PREPROCESS_ROWS,
         program=program,
         learnable=tuple(learnable),
-        params=tuple(p[0] for p in BACKWARD_PARAMS) + extra,
+        params=tuple(p[0] for p in BACKWARD_PARAMS) + extra + main_params,
         row_sums=row_sums_per_row(corrected),
         deterministic=deterministic,
         tl_file=tl_file,
@@ -724,24 +726,21 @@ def _emit_key_block(
     _emit_store_dkv(w)
 
 
-def _emit_gmem_copy(w: CodeWriter, copy: str = "GmemTiledCopy", *, kv: bool = True) -> None:
-    """mK and mV of the key/value head, the 16-byte cp.async tiled copy (`Traits::<copy>`), its coordinates
-    and `load_rows` (a tile's rows inside the sequence copied, the rest zeroed). Without `kv`: the copy for
-    Q and dO alone (the sm_90 producer warp group's)."""
-    if kv:
-        w.comment("K and V of this key block: loaded once, rows past seqlen_k zeroed")
-        for t, ptr in (("K", "k"), ("V", "v")):
-            w.line(
-                f"Tensor m{t} = make_tensor(make_gmem_ptr(static_cast<Element const*>({ptr}) + bidb * {ptr}_batch_stride"
-                f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
-                f"make_stride({ptr}_row_stride, _1{{}}));"
-            )
-    w.line(f"typename Traits::{copy} gmem_tiled_copy_QKV;")
-    w.line("auto gmem_thr_copy_QKV = gmem_tiled_copy_QKV.get_thread_slice(tidx);")
-    if kv:
+def _emit_gmem_copy(w: CodeWriter) -> None:
+    """mK and mV of the key/value head, the 16-byte cp.async tiled copy, its coordinates and `load_rows`
+    (a tile's rows inside the sequence copied, the rest zeroed)."""
+    w.comment("K and V of this key block: loaded once, rows past seqlen_k zeroed")
+    for t, ptr in (("K", "k"), ("V", "v")):
         w.line(
-            "Tensor tKVcKV = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+            f"Tensor m{t} = make_tensor(make_gmem_ptr(static_cast<Element const*>({ptr}) + bidb * {ptr}_batch_stride"
+            f" + bidh_kv * {ptr}_head_stride), make_shape(seqlen_k, Int<kHeadDim>{{}}), "
+            f"make_stride({ptr}_row_stride, _1{{}}));"
         )
+    w.line("typename Traits::GmemTiledCopy gmem_tiled_copy_QKV;")
+    w.line("auto gmem_thr_copy_QKV = gmem_tiled_copy_QKV.get_thread_slice(tidx);")
+    w.line(
+        "Tensor tKVcKV = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+    )
     w.line(
         "Tensor tQcQ = gmem_thr_copy_QKV.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
     )
@@ -790,8 +789,7 @@ def _emit_group_head(
     """Inside the loop over the group's query heads: the uniforms, the block classes and the query-block
     range, the head's Q / dO views and `load_QdO` (Q, dO and the rows' LSE and D of block m into a stage),
     the first block's load. Returns the partials each thread sums (`_thread_summed`). `loads`: "all";
-    "lambda" without the first load (the sm_90 producer issues every load in its own loop); "none"
-    without `load_QdO` (the sm_90 consumers, whose producer loads)."""
+    "none" without `load_QdO` (the sm_90 producer's walks and consumers: the producer loads by TMA)."""
     w.line("const int bidh = bidh_kv * group + g;")
     _emit_uniforms(w, reg, partials)
     _emit_block_class(w, reg)
@@ -836,8 +834,6 @@ def _emit_group_head(
                 w.line("tl::cp_async_f32(rows + tidx, lse + row_base + m * kBlockM + tidx);")
                 w.line("tl::cp_async_f32(rows + kBlockM + tidx, dpsum + row_base + m * kBlockM + tidx);")
     _emit_next_m_block(w)
-    if loads == "lambda":
-        return summed
     w.line("int stage = 0;")
     w.line("if (m_block_min < m_block_max) load_QdO(m_block_min, 0);")
     w.line("cute::cp_async_fence();")

@@ -15,12 +15,13 @@ threads, each owning 64 key rows; K and V stay in shared memory while the block 
     dSᵀ → shared memory, dQ = dS·K   SS wgmma, (kBlockM, kHeadDim), warp group g: columns d/2 · g …
     dQ → dq_accum                    float4 atomics in the dQ MMA's fragment order (`_bwd_convert_dq`)
 
-Loads (FA3's warp specialisation, `producer`, the default): a third warp group (`setmaxnreg.dec`) copies
-each query block's Q, dO and the rows' LSE and D by cp.async into the GMMA-swizzled layouts of two
-stages, waits for its copies, fences them for wgmma and arrives on the stage's full mbarrier; the
-consumers (`setmaxnreg.inc`) wait on it and release the stage through its empty mbarrier, and meet each
-other at one named barrier a block (dS, double-buffered, between the warp groups). K and V: cp.async by
-the consumers, once per key block. The other kernels (`_bwd_dot_do_o`, `_bwd_convert_dq`,
+Loads (FA3's warp specialisation, `producer`, the default): a third warp group (`setmaxnreg.dec`) fills
+two stages; one lane issues each query block's Q and dO as TMA loads into the GMMA-swizzled layouts (the
+stage's full mbarrier counts their bytes), and its warp's lanes copy the rows' LSE and D by cp.async,
+each lane's copies arriving on the same mbarrier as they land, so no producer thread waits for a load.
+The consumers (`setmaxnreg.inc`) wait on it and release the stage through its empty mbarrier, and meet
+each other at one named barrier a block (dS, double-buffered, between the warp groups). K and V: cp.async
+by the consumers, once per key block. dSᵀ reaches shared memory by stmatrix. The other kernels (`_bwd_dot_do_o`, `_bwd_convert_dq`,
 `_bwd_row_grads`) are sm80_bwd's, at 256 threads. `producer=False`: the consumers load Q and dO too, a
 stage ahead, behind two `__syncthreads` a block (the kernel measured before; 1-5 % slower on the H200).
 The grid runs key block column first where the work per key block is uneven (`uneven_key_blocks`). The
@@ -42,6 +43,8 @@ from kernel_ir import grad
 from kernel_ir.expr import Expr, Load
 from runner.abi import (
     BACKWARD_PARAMS,
+    BACKWARD_TMA_ABI,
+    BACKWARD_TMA_PARAMS,
     BackwardSpec,
 )
 from translator.backends import sm80_bwd as fa2
@@ -62,6 +65,7 @@ HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators excee
 DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
 PRODUCER_THREADS = 128  # `producer`: a third warp group loads Q, dO and the rows' LSE and D
 PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128 · 24 + 256 · 240 ≤ 64k registers
+ROW_LANES = 32  # the producer's lanes that copy the rows' LSE and D (cp.async), two rows each
 # key-major above this spread (`translator.planner.masks.key_block_spread` at 8k, the Scalars' defaults):
 # causal is 2, sink tokens + window 6.9
 SPREAD_KEY_MAJOR = 3.0
@@ -69,7 +73,8 @@ SPREAD_SEQLEN = 8192
 CONSUMER_SYNC = "tl::consumer_sync(1, Traits::kNThreads);"  # the consumer warp groups' named barrier
 STSM_INCLUDE = "#include <cute/arch/copy_sm90.hpp>      // stmatrix (dS)"
 WS_INCLUDES = (
-    "#include <cutlass/arch/barrier.h>       // mbarriers",
+    "#include <cute/arch/copy_sm90_tma.hpp>  // TMA loads of Q and dO",
+    "#include <cutlass/arch/barrier.h>       // mbarriers with transaction counts",
     "#include <cutlass/arch/reg_reconfig.h>  // setmaxnreg",
 )
 
@@ -122,17 +127,18 @@ def generate_backward_sm90(
     (FlashAttention-3's order). Only for programs whose dX/ds, masks and partials do not read the raw
     score, which Pᵀ overwrites (softcap's 1 − tanh² does): TranslateError otherwise, never a silent
     fallback, so an A/B timing cannot compare the default with itself. `producer`: FlashAttention-3's
-    warp specialisation: a third warp group (`setmaxnreg.dec`) loads Q, dO and the rows' LSE and D into
-    the two stages, each behind a full and an empty mbarrier, so the consumers (`setmaxnreg.inc`) never
-    wait on their own loads nor meet the whole thread block at a barrier: the one barrier left a block is
-    theirs, the dS exchange (dS double-buffered); off: the consumers load (the kernel verified before it,
-    1-5 % slower on the H200: docs/performance.md). `key_major`: the grid taken key block column first
+    warp specialisation: a third warp group (`setmaxnreg.dec`) loads Q and dO by TMA and the rows' LSE
+    and D by cp.async into the two stages, each behind a full and an empty mbarrier, so the consumers
+    (`setmaxnreg.inc`) never wait on their own loads nor meet the whole thread block at a barrier: the one
+    barrier left a block is theirs, the dS exchange (dS double-buffered); the kernel then takes the TMA
+    descriptors of Q and dO (`runner.abi.BACKWARD_TMA_PARAMS`); off: the consumers load by cp.async (the
+    kernel verified before it, 1-5 % slower on the H200 than the cp.async producer: docs/performance.md). `key_major`: the grid taken key block column first
     (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so, off with `heavy_columns`.
     `heavy_columns` (opt-in, not with `key_major`; not yet run on a GPU): only the first that many key
-    columns of every head first. `dq_bulk` (opt-in, with `producer`; not yet run on a GPU): FA3's dQ path,
-    the consumers store dQ's tile in shared memory and the producer's last warp adds it to dq_accum with
-    one bulk reduction (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; two warps of the
-    producer load."""
+    columns of every head first. `dq_bulk` (opt-in, with `producer`): FA3's dQ path, the consumers store
+    dQ's tile in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
+    (`cp.reduce.async.bulk`) instead of each thread's float4 atomics (0.83x with the cp.async producer on
+    the H200: docs/performance.md)."""
     fa2._check(plan, learnable)
     _check(plan)
     if dq_bulk and not producer:
@@ -150,7 +156,7 @@ def generate_backward_sm90(
     d = plan.head_dim_qk
 
     def defs(w: CodeWriter) -> None:
-        _emit_traits(w, plan, producer=producer, dq_bulk=dq_bulk)
+        _emit_traits(w, plan, producer=producer)
         emit_helpers(w, regions=True)
         w.line()
         _emit_bwd_helpers(w, dq_bulk=dq_bulk)
@@ -181,6 +187,7 @@ def generate_backward_sm90(
         block_n=BLOCK_N,
         shared_bytes=shared_bytes(d, producer=producer, dq_bulk=dq_bulk),
         main_threads=THREADS + PRODUCER_THREADS if producer else 0,
+        main_params=BACKWARD_TMA_PARAMS if producer else (),
         arch=NVRTC_ARCH,
         dq_vector=DQ_VECTOR,
     )
@@ -234,8 +241,9 @@ def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
         raise TranslateError([unsupported(where, why)])
 
 
-def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False, dq_bulk: bool = False) -> None:
+def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> None:
     d = plan.head_dim_qk
+    softmax = plan.ir.normalizer == "softmax"
     a = atoms(plan.dtype, d)
     w.comment("Tiles, wgmma atoms and shared-memory layouts of the dQ/dK/dV kernel.")
     with w.block(f"struct {plan.kernel_name}_bwd_traits", "};"):
@@ -246,8 +254,12 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False, dq_
         w.line(f"static constexpr int kNThreads = {THREADS};  // two {'consumer ' if producer else ''}warp groups")
         if producer:
             w.line(f"static constexpr int kProducerThreads = {PRODUCER_THREADS};  // the loads' warp group")
-            if dq_bulk:
-                w.line(f"static constexpr int kLoadThreads = {PRODUCER_THREADS // 2};  // of them, Q's and dO's")
+            w.line("static constexpr int kBoxCols = 64;  // a TMA box: 64 columns (128 bytes, the swizzle's span)")
+            w.line("static constexpr int kTxQdO = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // a stage's bytes")
+            w.line(
+                f"static constexpr int kRowLanes = {ROW_LANES if softmax else 0};  "
+                "// lanes whose cp.async of the rows' LSE and D arrive on a stage"
+            )
             w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: cp.async needs few")
             w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
         w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
@@ -296,14 +308,6 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False, dq_
             "Element>{},"
         )
         w.line("    Layout<Shape<Int<kNThreads / 8>, _8>, Stride<_8, _1>>{}, Layout<Shape<_1, _8>>{}));")
-        if producer:
-            w.line(
-                "using GmemTiledCopyQdO = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, "
-                "Element>{},"
-            )
-            w.line(
-                f"    Layout<Shape<Int<{_loaders(dq_bulk)} / 8>, _8>, Stride<_8, _1>>{{}}, Layout<Shape<_1, _8>>{{}}));"
-            )
     w.line()
 
 
@@ -359,7 +363,8 @@ def _emit_main(
     col = fa2.grid_col(key_major or heavy_columns > 0)
     softmax = plan.ir.normalizer == "softmax"
     threads = THREADS + PRODUCER_THREADS if producer else THREADS
-    fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail, threads=threads)
+    tma = list(BACKWARD_TMA_ABI) if producer else []
+    fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail + tma, threads=threads)
     with w.indent():
         fa2._emit_main_aliases(w, f"{plan.kernel_name}_bwd_traits")
         w.comment(
@@ -412,7 +417,7 @@ def _emit_main(
             fa2._emit_gmem_copy(w)
         if producer:
             fa2._emit_dq_slice(w, deterministic, col)
-            _emit_stage_barriers(w, plan, dq_bulk)
+            _emit_stage_barriers(w, plan)
             with w.block("if (tidx >= Traits::kNThreads)"):
                 _emit_producer(w, plan, reg, softmax, partials, col, dq_bulk)
             w.line("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
@@ -606,21 +611,16 @@ def _emit_query_block(
     w.line("m_block = next;")
 
 
-def _loaders(dq_bulk: bool) -> str:
-    """The traits' count of the producer threads that copy Q and dO (all of them but with `dq_bulk`)."""
-    return "kLoadThreads" if dq_bulk else "kProducerThreads"
-
-
-def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan, dq_bulk: bool = False) -> None:
-    """The stages' mbarriers: full (the producer's loading threads, all 128 or with `dq_bulk` 64, arrive
-    once their loads landed) and empty (the 256 consumer threads arrive once they read the stage), then
-    the last block-wide barrier."""
+def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan) -> None:
+    """The stages' mbarriers: full (the TMA thread's arrival with the stage's byte count, and one arrival
+    per row lane, when its cp.async of LSE and D has landed) and empty (the 256 consumer threads arrive
+    once they read the stage), then the last block-wide barrier."""
     with w.tl(plan.line_of("load_q"), "mbarriers of the (Q, dO) stages: full (producer), empty (consumers)"):
-        w.line("using Barrier = cutlass::arch::ClusterBarrier;")
+        w.line("using Barrier = cutlass::arch::ClusterTransactionBarrier;")
         with w.block("if (tidx == 0)"):
             w.line("CUTE_UNROLL")
             with w.block("for (int s = 0; s < 2; ++s)"):
-                w.line(f"Barrier::init(&full_qdo[s], Traits::{_loaders(dq_bulk)});")
+                w.line("Barrier::init(&full_qdo[s], 1 + Traits::kRowLanes);")
                 w.line("Barrier::init(&empty_qdo[s], Traits::kNThreads);")
             w.line("cutlass::arch::fence_barrier_init();")
         w.line("__syncthreads();  // the last block-wide barrier: the warp groups part ways below")
@@ -635,31 +635,51 @@ def _emit_producer(
     col: str,
     dq_bulk: bool = False,
 ) -> None:
-    """The producer warp group: the consumers' walk over (key block, head, query block), each query block's
-    Q, dO, LSE and D by cp.async into the next stage once the consumers released it; its threads wait for
-    their own copies, fence them for wgmma (async proxy) and arrive on the stage's full barrier."""
-    w.comment(
-        "Producer warp group: registers back to the pool; "
-        + ("its first two warps copy each stage" if dq_bulk else "its 128 threads copy each stage")
-    )
+    """The producer warp group: the consumers' walk over (key block, head, query block); once the
+    consumers released the next stage, its first warp fills it: lane 0 issues Q's and dO's TMA loads (the
+    stage's full barrier counts their bytes), the lanes copy the rows' LSE and D by cp.async, each lane's
+    copies arriving on the same barrier when they land (`cp.async.mbarrier.arrive.noinc`). No thread
+    waits for a load, so the producer runs a stage ahead from the moment the stage is free; TMA writes
+    through the async proxy wgmma reads, and zero-fills rows past seqlen_q. `dq_bulk`: its last warp is
+    the dQ writer."""
+    w.comment("Producer warp group: registers back to the pool; its first warp loads, lane 0 by TMA")
     w.line("cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();")
-    w.line("const int tidx = threadIdx.x - Traits::kNThreads;  // within the producer warp group")
+    w.line("const int warp = (threadIdx.x - Traits::kNThreads) / 32, lane = threadIdx.x % 32;")
     if dq_bulk:
-        with w.block(f"if (tidx >= Traits::{_loaders(dq_bulk)})"):
-            with w.block("if (tidx >= Traits::kProducerThreads - 32)"):
-                _emit_dq_writer(w, plan, reg, softmax, partials, col)
-            w.line("return;  // the warp between the loaders and the dQ writer has no work")
-    fa2._emit_gmem_copy(w, "GmemTiledCopyQdO", kv=False)
+        with w.block("if (warp == Traits::kProducerThreads / 32 - 1)"):
+            _emit_dq_writer(w, plan, reg, softmax, partials, col)
+    w.line("if (warp != 0) return;  // the other warps have no work")
+    with w.block("if (lane == 0)"):
+        w.line("cute::prefetch_tma_descriptor(&tma_q);")
+        w.line("cute::prefetch_tma_descriptor(&tma_do);")
     w.line("int fill = 0;  // query blocks loaded so far: stage fill % 2, its phase (fill / 2) % 2")
-    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="lambda"):
+    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="none"):
         w.line("const int stage = fill & 1;")
         w.line("if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);")
-        with w.tl(plan.line_of("load_q"), "Q, dO and the rows' LSE and D of this query block"):
-            w.line("load_QdO(m_block, stage);")
-            w.line("cute::cp_async_fence();")
-            w.line("cute::cp_async_wait<0>();")
-            w.line("tl::fence_async_shared();  // for the consumers' wgmma (the async proxy)")
-            w.line("Barrier::arrive(&full_qdo[stage]);")
+        with (
+            w.tl(plan.line_of("load_q"), "Q and dO by TMA (rows past seqlen_q arrive as zeros)"),
+            w.block("if (lane == 0)"),
+        ):
+                w.line("Barrier::arrive_and_expect_tx(&full_qdo[stage], Traits::kTxQdO);")
+                w.line("Element* stage_q = smem_qdo + stage * kQdOElems;")
+                w.line("CUTE_UNROLL")
+                with w.block("for (int c = 0; c < kHeadDim / Traits::kBoxCols; ++c)"):
+                    for desc, dst in (("tma_q", "stage_q"), ("tma_do", "stage_q + kBlockM * kHeadDim")):
+                        w.line(
+                            f"SM90_TMA_LOAD_4D::copy(&{desc}, &full_qdo[stage], 0, {dst} + c * kBlockM * "
+                            "Traits::kBoxCols, c * Traits::kBoxCols, m_block * kBlockM, bidh, bidb);"
+                        )
+        if softmax:
+            with w.tl(plan.line_of("load_q"), "the rows' LSE and D: cp.async, landing as arrivals"):
+                w.line("float* rows = smem_rows + stage * 2 * kBlockM;")
+                w.line("CUTE_UNROLL")
+                with (
+                    w.block("for (int r = lane; r < kBlockM; r += Traits::kRowLanes)"),
+                    w.block("if (m_block * kBlockM + r < seqlen_q)"),
+                ):
+                        w.line("tl::cp_async_f32(rows + r, lse + row_base + m_block * kBlockM + r);")
+                        w.line("tl::cp_async_f32(rows + kBlockM + r, dpsum + row_base + m_block * kBlockM + r);")
+                w.line("cutlass::arch::cpasync_barrier_arrive_noinc(&full_qdo[stage]);")
         w.line("++fill;")
     w.line("return;")
 
