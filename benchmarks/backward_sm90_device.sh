@@ -1,30 +1,26 @@
 #!/usr/bin/env bash
-# One device call for the experimental sm_90 backward (translator/backends/sm90_bwd.py: dQ/dK/dV on wgmma,
-# an sm_90a cubin; never run before) for the plain kernels and the catalogue (bf16 and fp16, d 128; d 64
-# for the plain ones), with the default sm_80 skeleton of the plain kernels beside it: run one smoke case
-# under a timeout (a hang stops the script there), verify every case against autograd of the IR reference
-# on odd shapes (lengths 1, 17, 1000, 4097; seqlen_q ≠ seqlen_k; GQA 2 and 7), then time it beside the
-# sm_80 skeleton and SDPA flash / cuDNN (bf16, 16 heads, 16k tokens) and print the table.
+# One device call for the sm_90 backward (translator/backends/sm90_bwd.py: dQ/dK/dV on wgmma, an sm_90a
+# cubin) for the plain kernels and the catalogue (bf16 and fp16, d 128; d 64 for the plain ones), with the
+# default sm_80 skeleton of the plain kernels beside it: run one smoke case under a timeout (a hang stops
+# the script there), verify every case in DIR against autograd of the IR reference on odd shapes (lengths
+# 1, 17, 1000, 4097; seqlen_q ≠ seqlen_k; GQA 2 and 7), then time the builds ALSO names beside the sm_80
+# skeleton, SDPA flash / cuDNN and FA4 (bf16, 16 heads, 16k tokens) and print the table.
 #   run(command="bash benchmarks/backward_sm90_device.sh", carry=[".whl", ".cache/bwd90"], timeout_s=600)
-# The cubins come prebuilt in .cache/bwd90 (on the VM: `bash benchmarks/backward_sm90_device.sh build`,
-# the toolkit's nvcc 13.0, which matches the H200's driver; NVRTC's output here may not load there); the
-# build step on the device only checks they are up to date and rebuilds a stale one with the device's
-# nvcc. NVRTC=1 builds with the product's NVRTC path on the device instead (35 sm_80 builds took 210 s
-# there in an earlier run: with ONLY narrowed, not the whole catalogue). ONLY selects the sm_90 cases
-# (regex over stem_dtype_dN, default all), BENCH the timing sweep. The steps run under their own timeouts
-# (smoke 90 s, verification 330 s, timing 150 s) so the table still prints inside a 600 s call.
-# Beside them the A/B variant sm90ovl (`generate_backward_sm90(overlap_p=True)`: P computed while dP's
-# wgmma runs, tags _sm90ovl) for the OVL cases: smoked, verified and timed in the same call (its own
-# table column and its ratio to _sm90).
-# And sm90cp (`generate_backward_sm90(producer=False, key_major=False)`: the kernel before the producer warp
-# group, tags _sm90cp) for the CP cases, and sm90km (`key_major=True` wherever, tags _sm90km) for the KM
-# cases, the same way (columns sm90cp, sm90km).
-# FA4 beside them when benchmarks/fa4_install.sh installed it on this machine (two calls before this one,
-# carrying .fa4/part1, then .fa4/part2, while the machine stays warm; it lands in /tmp/tl-fa4/site) or
-# TL_FA4_SITE names a folder with flash-attn-4 in it: only the timing step reads that folder, through a
-# sitecustomize (the DSL registers its packages with a .pth file, which PYTHONPATH alone does not read),
-# and benchmarks/backward.py times FA4 once its gradients agree with SDPA flash's (the table's fa4 column
-# and sm90/fa4). Without the folder nothing changes (the column says n/a).
+# The cubins come prebuilt in DIR (on the VM: `bash benchmarks/backward_sm90_device.sh build`, the
+# toolkit's nvcc 13.0, which matches the H200's driver; NVRTC's output here may not load there); the build
+# step on the device only checks they are up to date and rebuilds a stale one with the device's nvcc.
+# NVRTC=1 builds with the product's NVRTC path on the device instead. ONLY selects the sm_90 cases (regex
+# over stem_dtype_dN, default all), BENCH the timing sweep; OVL, CP, KM, DQB, OVLQ the cases of the A/B
+# builds (generator options, `backward_verify.py --skeleton`): sm90ovl (overlap_p: P while dP's wgmma
+# runs), sm90cp (producer=False: the consumers load), sm90km (key-major grid), sm90dqb (dq_bulk: dQ by one
+# bulk reduce-add a block), sm90ovlq (overlap_p and dq_bulk). Another build can be timed by copying its
+# cubin and json into DIR under a new suffix and naming it in ALSO. The steps run under their own timeouts
+# (smoke 90 s, verification 330 s, timing BENCH_S, default 150 s) so the table still prints inside a 600 s call.
+# FA4: carry .fa4/part1 in one call (it is staged outside the checkout) and .fa4/part2 in the next, sent
+# at once while the machine is warm (benchmarks/fa4_wheels.sh lays them out; fa4_install.sh installs into
+# /tmp/tl-fa4/site), or point TL_FA4_SITE at a folder with flash-attn-4 in it: only the timing step reads
+# it, through a sitecustomize (the DSL registers its packages with a .pth file, which PYTHONPATH alone does
+# not read), and benchmarks/backward.py times FA4 once its gradients agree with SDPA flash's.
 set -u
 DIR=${DIR:-.cache/bwd90}
 ONLY=${ONLY:-'.'}
@@ -32,6 +28,9 @@ OVL=${OVL:-'^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bi
 CP=${CP:-'^(causal_)?mha_fwd_bf16_d128$'}
 KM=${KM:-'^$'}
 DQB=${DQB:-'^$'}  # sm90dqb: dQ through shared memory and one bulk reduce-add a block (dq_bulk), tags _sm90dqb
+OVLQ=${OVLQ:-'^$'}  # sm90ovlq: overlap_p and dq_bulk together, tags _sm90ovlq
+# the builds timed beside the sm_80 skeleton (prebuilt tags `<case><suffix>` that exist; others are skipped)
+ALSO=${ALSO:-_sm90,_sm90ovl,_sm90cp,_sm90km,_sm90dqb,_sm90ovlq}
 BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
 NVCC_FLAG="--nvcc"
 [ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
@@ -43,6 +42,7 @@ if [ "${1:-}" = build ]; then  # on the VM, before the call: the cubins the call
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90cp --only "$CP" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90dqb --only "$DQB" --nvcc
+  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovlq --only "$OVLQ" --nvcc
   du -sh "$DIR"
   exit 0
 fi
@@ -50,6 +50,8 @@ python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/nvidia_cu
 export PYTHONPATH=$PWD:/tmp/site TL_CACHE_DIR=/tmp/tlcache PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/bwd90-out}
 mkdir -p "$OUT"
+# FA4: a carried .fa4/part1 is staged (call 1, FA4 stays off in it), .fa4/part2 installs (call 2)
+[ -d .fa4 ] && timeout 300 bash benchmarks/fa4_install.sh 2>&1 | tail -n 2
 FA4_SITE=${TL_FA4_SITE:-/tmp/tl-fa4/site}
 FA4_PATH=""
 if [ -d "$FA4_SITE" ]; then
@@ -78,6 +80,9 @@ python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$
 # shellcheck disable=SC2086
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90dqb --only "$DQB" $NVCC_FLAG \
   > "$OUT/build_sm90dqb.log" 2>&1
+# shellcheck disable=SC2086
+python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovlq --only "$OVLQ" $NVCC_FLAG \
+  > "$OUT/build_sm90ovlq.log" 2>&1
 wait $SM80
 grep -i "fail\|error" "$OUT"/build_sm*.log | head -5
 tail -qn1 "$OUT"/build_sm*.log
@@ -108,20 +113,14 @@ echo "smoke rc=$rc at ${SECONDS}s"
 timeout 330 python3 benchmarks/backward_verify.py --run "$DIR" > "$OUT/verify.log" 2>&1
 echo "verify rc=$? at ${SECONDS}s"
 grep -v ": ok" "$OUT/verify.log" | tail -40
-grep -c "_sm90: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 verified ok: /'
-grep "_sm90: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 not ok: /'
-grep -c "_sm90ovl: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 overlap_p verified ok: /'
-grep "_sm90ovl: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 overlap_p not ok: /'
-grep -c "_sm90cp: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 without the producer verified ok: /'
-grep "_sm90cp: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 without the producer not ok: /'
-grep -c "_sm90km: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 key-major verified ok: /'
-grep "_sm90km: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 key-major not ok: /'
-grep -c "_sm90dqb: .*: ok " "$OUT/verify.log" | sed 's/^/sm_90 dq_bulk verified ok: /'
-grep "_sm90dqb: " "$OUT/verify.log" | grep -vc ": ok " | sed 's/^/sm_90 dq_bulk not ok: /'
+for t in ${ALSO//,/ }; do
+  ok=$(grep -c "${t}: .*: ok " "$OUT/verify.log"); bad=$(grep "${t}: " "$OUT/verify.log" | grep -vc ": ok ")
+  [ "$ok$bad" != 00 ] && echo "$t verified ok: $ok, not ok: $bad"
+done
 
 # shellcheck disable=SC2086
-PYTHONPATH="$FA4_PATH$PYTHONPATH" timeout 150 python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH \
-  --also _sm90,_sm90ovl,_sm90cp,_sm90km,_sm90dqb --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+PYTHONPATH="$FA4_PATH$PYTHONPATH" timeout "${BENCH_S:-150}" python3 benchmarks/backward.py --prebuilt "$DIR" $BENCH \
+  --also "$ALSO" --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 echo "benchmarked at ${SECONDS}s"
 grep "^ *fa4" "$OUT/bench.log" | head -8
 tail -n6 "$OUT/bench.log"
@@ -132,24 +131,19 @@ try:
     rows = json.load(open(sys.argv[1]))["rows"]
 except (OSError, ValueError, KeyError):
     sys.exit("no bench.json")
-print(f"{'d':>4} {'causal':>6} {'seqlen':>6} {'sm90':>7} {'sm90ovl':>7} {'sm90cp':>7} {'sm80':>7} {'flash':>7} "
-      f"{'cudnn':>7} {'fa4':>7} {'ovl/sm90':>8} {'sm90/cp':>8} {'sm90/sm80':>9} {'sm90/flash':>10} {'sm90/cudnn':>10} "
-      f"{'sm90/fa4':>8} {'cp/fa4':>7}")
+rows = [r for r in rows if r["pass"] == "bwd"]
+names = [k for k in rows[0] if k.startswith("tl_") and any(r.get(k) for r in rows)] if rows else []
+cols = ["tl", *names, "sdpa-flash", "sdpa-cudnn", "fa4"]
+best = names[0] if names else "tl"
+cell = lambda x: f"{x:8.1f}" if x else f"{'n/a':>8}"
+ratio = lambda a, b: f"{a / b:8.2f}" if a and b else f"{'n/a':>8}"
+print(f"{'d':>4} {'causal':>6} {'seqlen':>6} " + " ".join(f"{c[-8:]:>8}" for c in cols)
+      + f" {best[-5:] + '/cud':>9} {best[-5:] + '/fa4':>9}")
 for r in rows:
-    if r["pass"] != "bwd":
-        continue
-    v = {k: r.get(k) for k in ("tl_sm90", "tl_sm90ovl", "tl_sm90cp", "tl", "sdpa-flash", "sdpa-cudnn", "fa4")}
-    cell = lambda x: f"{x:7.1f}" if x else f"{'n/a':>7}"
-    ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
-    print(f"{r['d']:>4} {r['causal']!s:>6} {r['seqlen']:>6} " + " ".join(cell(x) for x in v.values())
-          + f" {ratio(v['tl_sm90ovl'], v['tl_sm90']):>8} {ratio(v['tl_sm90'], v['tl_sm90cp']):>8}"
-          + f" {ratio(v['tl_sm90'], v['tl']):>9} {ratio(v['tl_sm90'], v['sdpa-flash']):>10}"
-          f" {ratio(v['tl_sm90'], v['sdpa-cudnn']):>10} {ratio(v['tl_sm90'], v['fa4']):>8}"
-          f" {ratio(v['tl_sm90cp'], v['fa4']):>7}"
+    print(f"{r['d']:>4} {r['causal']!s:>6} {r['seqlen']:>6} " + " ".join(cell(r.get(c)) for c in cols)
+          + f" {ratio(r.get(best), r.get('sdpa-cudnn'))} {ratio(r.get(best), r.get('fa4'))}"
           + (f"  fa4: {r['fa4_note']}" if r.get("fa4_note") else ""))
-print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; sm90 = the wgmma skeleton,")
-print("sm90ovl = it with overlap_p (P while dP's wgmma runs), sm90cp = it without the producer warp group")
-print("(tl_sm90km, tl_sm90dqb in the JSON: it key-major, it with dQ's bulk add);")
-print("fa4 = FlashAttention 4 (flash_attn.cute),")
+print("backward TFLOPS (2.5x forward FLOPs), bf16, 16 heads, 16k tokens; tl = the sm_80 skeleton, tl_<suffix>:")
+print("the prebuilt builds of ALSO (tl_sm90 = the default wgmma kernel); fa4 = FlashAttention 4 (flash_attn.cute),")
 print("timed only where its dq/dk/dv agree with SDPA flash's")
 EOF

@@ -83,7 +83,7 @@ def _text(path: str, d: int) -> str:
 # (softcap, sigmoid, ReLU): pick the others with --only; "sm90cp": the kernel before the producer warp
 # group (the consumers load by cp.async, head-major grid), `producer=False, key_major=False`; "sm90km":
 # the default with the grid key block column first wherever, `key_major=True`; "sm90dqb": dQ through
-# shared memory and one bulk reduce-add a block, `dq_bulk=True`, not yet run on a GPU)
+# shared memory and one bulk reduce-add a block, `dq_bulk=True`; "sm90ovlq": overlap_p and dq_bulk)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
@@ -94,6 +94,10 @@ SKELETONS = {
     ),
     "sm90km": ({"arch": "sm_90", "skeleton": "sm90", "options": {"key_major": True}}, "_sm90km"),
     "sm90dqb": ({"arch": "sm_90", "skeleton": "sm90", "options": {"dq_bulk": True}}, "_sm90dqb"),
+    "sm90ovlq": (
+        {"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True, "dq_bulk": True}},
+        "_sm90ovlq",
+    ),
 }
 
 
