@@ -125,14 +125,14 @@ echo "benchmarked at ${SECONDS}s"
 grep "^ *fa4" "$OUT/bench.log" | head -8
 tail -n6 "$OUT/bench.log"
 python3 - "$OUT/bench.json" <<'EOF'
-import json, sys
+import json, re, sys
 
 try:
     rows = json.load(open(sys.argv[1]))["rows"]
 except (OSError, ValueError, KeyError):
     sys.exit("no bench.json")
 rows = [r for r in rows if r["pass"] == "bwd"]
-names = [k for k in rows[0] if k.startswith("tl_") and any(r.get(k) for r in rows)] if rows else []
+names = [k for k in rows[0] if re.fullmatch(r"tl_\w+", k) and not k.endswith("_ms")] if rows else []
 cols = ["tl", *names, "sdpa-flash", "sdpa-cudnn", "fa4"]
 best = names[0] if names else "tl"
 cell = lambda x: f"{x:8.1f}" if x else f"{'n/a':>8}"
