@@ -229,9 +229,19 @@ BACKWARD_PARAMS: tuple[tuple[str, str, str], ...] = (
     *stride_params("q", "k", "v", "do", "dk", "dv"),
     *SCALE_WINDOW_PARAMS,
 )
-# The sm_90 producer's dQ/dK/dV kernel takes TMA descriptors of Q and dO after its other parameters
-# (runner/tma.py encodes them: 64-column boxes of block_m rows, the 128-byte swizzle).
-BACKWARD_TMA_PARAMS: tuple[str, ...] = ("tma_q", "tma_do")
+# The sm_90 producer's dQ/dK/dV kernel takes TMA descriptors of Q, dO, K and V after its other parameters
+# (runner/tma.py encodes them: Q and dO in boxes of block_m rows, K and V of block_n rows; each box
+# `backward_tma_box_cols` columns wide with the swizzle of that many bytes' rows).
+BACKWARD_TMA_PARAMS: tuple[str, ...] = ("tma_q", "tma_do", "tma_k", "tma_v")
+
+
+def backward_tma_box_cols(tensor: str, head_dim: int) -> int:
+    """Columns of one TMA box of `tensor` (q, do, k, v) in the sm_90 backward: 64 (128 bytes, the 128-byte
+    swizzle), except K where half the head dim is not a multiple of 64: its shared layout swizzles each
+    warp group's half of the head dim (dQ's GEMM reads Kᵀ by halves), in 32-column (64-byte) atoms."""
+    if tensor == "k" and (head_dim // 2) % 64:
+        return 32
+    return 64
 BACKWARD_TMA_ABI: tuple[tuple[str, str, str], ...] = tuple(
     (n, "const __grid_constant__ cute::TmaDescriptor", "tensormap") for n in BACKWARD_TMA_PARAMS
 )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from runner.abi import BackwardSpec, block_mask_kind
+from runner.abi import BACKWARD_TMA_PARAMS, BackwardSpec, backward_tma_box_cols, block_mask_kind
 from runner.compile import CompiledKernel
 from runner.launch import (
     LaunchError,
@@ -198,7 +198,7 @@ def backward(
     main += [i64(s) for t in (q, k, v, do, dk, dv) for s in _strides(t)] + common + program
     grid = (splits, batch, heads_kv)
     if spec.uses_tma:
-        _launch_main_tma(loaded, grid, main, q, do)
+        _launch_main_tma(loaded, grid, main, {"q": q, "do": do, "k": k, "v": v})
     else:
         config = LaunchConfig(grid=grid, block=spec.dq_dk_dv_threads, shmem_size=spec.shared_bytes)
         cu_launch(stream, config, loaded.kernels["dq_dk_dv"], *main)
@@ -215,10 +215,11 @@ def backward(
 
 
 def _launch_main_tma(
-    loaded: LoadedBackward, grid: tuple[int, int, int], args: list[Any], q: Any, do: Any
+    loaded: LoadedBackward, grid: tuple[int, int, int], args: list[Any], tensors: dict[str, Any]
 ) -> None:
-    """dq_dk_dv with the TMA descriptors of Q and dO after its other arguments (`BACKWARD_TMA_PARAMS`), in
-    boxes of 64 columns × block_m rows; through cuLaunchKernel (`runner.tma`), which passes them by value."""
+    """dq_dk_dv with the TMA descriptors of Q, dO, K and V after its other arguments (`BACKWARD_TMA_PARAMS`:
+    Q and dO in boxes of block_m rows, K and V of block_n, `backward_tma_box_cols` wide); through
+    cuLaunchKernel (`runner.tma`), which passes them by value."""
     import numpy as np
 
     from runner import tma
@@ -227,13 +228,18 @@ def _launch_main_tma(
     kinds = {np.uintp: "uintp", np.int32: "int32", np.int64: "int64", np.float32: "float32"}
     spec = loaded.spec
     try:
-        maps = [tma.cached_tensor_map(t, spec.block_m) for t in (q, do)]
+        maps = []
+        for param in BACKWARD_TMA_PARAMS:
+            name = param.removeprefix("tma_")
+            rows = spec.block_m if name in ("q", "do") else spec.block_n
+            cols = backward_tma_box_cols(name, spec.head_dim)
+            maps.append(tma.cached_tensor_map(tensors[name], rows, cols))
         tma.launch_with_tensor_maps(
             loaded.kernels["dq_dk_dv"],
             grid=grid,
             block=spec.dq_dk_dv_threads,
             shared_bytes=spec.shared_bytes,
-            stream_handle=_torch_stream_handle(q.device),
+            stream_handle=_torch_stream_handle(tensors["q"].device),
             args=[(kinds[type(a)], a) for a in args],
             tensor_maps=maps,
         )

@@ -53,6 +53,13 @@ def encode_tensor_map(t: Any, box_rows: int, *, box_cols: int = BOX_COLS) -> Any
             f"shape {tuple(t.shape)} strides {t.stride()}"
         )
     elem = t.element_size()
+    swizzles = {  # a box row of 128, 64 or 32 bytes: the swizzle of that span (the shared layouts' atom)
+        128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+        32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+    }
+    if box_cols * elem not in swizzles:
+        raise TmaError(f"a box row of {box_cols * elem} bytes has no swizzle (128, 64 or 32)")
     if t.data_ptr() % 16:
         raise TmaError("TMA needs a 16-byte aligned base address")
     batch, seqlen, heads, dim = t.shape
@@ -79,7 +86,7 @@ def encode_tensor_map(t: Any, box_rows: int, *, box_cols: int = BOX_COLS) -> Any
         [u32(box_cols), u32(box_rows), u32(1), u32(1)],
         [u32(1)] * 4,
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        swizzles[box_cols * elem],
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     )
@@ -112,18 +119,18 @@ def attention_tensor_maps(q: Any, k: Any, v: Any, o: Any, *, block_m: int, block
 _cache: dict[tuple[Any, ...], Any] = {}
 
 
-def _key(t: Any, box_rows: int) -> tuple[Any, ...]:
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device.index, box_rows)
+def _key(t: Any, box_rows: int, box_cols: int) -> tuple[Any, ...]:
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device.index, box_rows, box_cols)
 
 
-def cached_tensor_map(t: Any, box_rows: int) -> Any:
+def cached_tensor_map(t: Any, box_rows: int, box_cols: int = BOX_COLS) -> Any:
     """`encode_tensor_map`, reusing the descriptor of a tensor seen with the same address and layout."""
-    key = _key(t, box_rows)
+    key = _key(t, box_rows, box_cols)
     m = _cache.get(key)
     if m is None:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.pop(next(iter(_cache)))  # oldest first: dicts keep insertion order
-        m = _cache[key] = encode_tensor_map(t, box_rows)
+        m = _cache[key] = encode_tensor_map(t, box_rows, box_cols=box_cols)
     return m
 
 

@@ -64,9 +64,10 @@ def test_the_sm90_skeleton_targets_sm_90a_with_the_same_launch_shape():
     b = _sm90(MHA)
     s = b.spec
     assert (s.arch, s.block_m, s.block_n, s.threads, s.preprocess_rows) == ("sm_90a", 64, 128, 256, 32)
-    # K, V (128 × 128), dS twice (64 × 128), two stages of Q and dO (64 × 128), bf16; LSE and D; four
-    # mbarriers; the 1 KB rounding. One warp group more (the producer) for dq_dk_dv only.
-    assert s.shared_bytes == 2 * (2 * 128 * 128 + 2 * 64 * 128 + 4 * 64 * 128) + 2 * 2 * 64 * 4 + 32 + 1024
+    # K, V (128 × 128), dS twice (64 × 128), two stages of Q and dO (64 × 128), bf16; LSE and D; six
+    # mbarriers (the stages' and K/V's full and empty); the 1 KB rounding. One warp group more (the
+    # producer) for dq_dk_dv only.
+    assert s.shared_bytes == 2 * (2 * 128 * 128 + 2 * 64 * 128 + 4 * 64 * 128) + 2 * 2 * 64 * 4 + 48 + 1024
     assert s.main_threads == 384
     assert "verified on the H200" in b.source
 
@@ -429,7 +430,7 @@ def test_producer_adds_a_warp_group_and_the_other_kernels_keep_theirs():
     _, default = _default(MHA, producer=False)
     assert spec.main_threads == spec.dq_dk_dv_threads == 384 and spec.threads == default.threads == 256
     assert default.main_threads == 0 and default.dq_dk_dv_threads == 256
-    assert spec.shared_bytes == shared_bytes(128, producer=True) == default.shared_bytes + 64 * 128 * 2 + 32
+    assert spec.shared_bytes == shared_bytes(128, producer=True) == default.shared_bytes + 64 * 128 * 2 + 48
     assert "void __launch_bounds__(384, 1) mha_fwd_bwd_dq_dk_dv(" in source
     assert "void __launch_bounds__(256) mha_fwd_bwd_convert_dq(" in source
     assert "void __launch_bounds__(256) mha_fwd_bwd_dot_do_o(" in source
@@ -501,11 +502,37 @@ def test_producer_derives_every_catalogue_variant(name):
     assert spec.main_threads == 384 and "Barrier::arrive_and_expect_tx(&full_qdo[stage]" in source
 
 
-def test_producer_deterministic_reloads_k_and_v_behind_the_consumers_barrier():
-    main = _main(_producer(MHA, deterministic=True)[0])
-    consumer = main.split("warpgroup_reg_alloc<Traits::kConsumerRegs>();")[1]
-    reload = consumer.split("for (int n_block")[1].split("load_rows(tKgK")[0]
-    assert "cute::cp_async_wait<0>();" in reload and "tl::consumer_sync(1, Traits::kNThreads);" in reload
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones(deterministic):
+    """Per key block (several a thread block when deterministic): the producer waits for the consumers'
+    release of the previous K and V (not before the first), lane 0 counts their bytes on full_kv and
+    issues the TMA loads; the consumers wait on full_kv, and release K and V after the head loop, whose
+    last query block ends with warpgroup_wait<0>, before storing dK and dV."""
+    main = _main(_producer(MHA, deterministic=deterministic)[0])
+    producer, consumer = main.split("if (tidx >= Traits::kNThreads) {")[1].split("warpgroup_reg_alloc")
+    walk = producer.split("for (int n_block")[1]
+    order = [
+        "if (kv_fill > 0) Barrier::wait(empty_kv, (kv_fill - 1) & 1);",
+        "Barrier::arrive_and_expect_tx(full_kv, Traits::kTxKV);",
+        "SM90_TMA_LOAD_4D::copy(&tma_k, full_kv, 0, smem_k + c * kBlockN * Traits::kBoxColsK,",
+        "SM90_TMA_LOAD_4D::copy(&tma_v, full_kv, 0, smem_v + c * kBlockN * Traits::kBoxCols,",
+        "++kv_fill;",
+        "for (int g = 0; g < group; ++g)",
+    ]
+    at = [walk.index(x) for x in order]
+    assert at == sorted(at)
+    block = consumer.split("for (int n_block")[1]
+    order = [
+        "Barrier::wait(full_kv, kv_fill & 1);",
+        "for (int g = 0; g < group; ++g)",
+        "warpgroup_wait<0>();",
+        "Barrier::arrive(empty_kv);",
+        "++kv_fill;",
+        "*reinterpret_cast<uint32_t*>(dk_ptr + row * dk_row_stride + col) = rdK2(i / 2);",
+    ]
+    at = [block.rindex(x) if x == "warpgroup_wait<0>();" else block.index(x) for x in order]
+    assert at == sorted(at)
+    assert "cp_async" not in block.split("Barrier::wait(&full_qdo")[0] and "load_rows(tKgK" not in main
 
 
 def test_backward_verify_builds_sm90cp_and_sm90km_through_the_generator():
@@ -582,7 +609,8 @@ def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
     ]
     at = [consumer.index(x) for x in order]
     assert at == sorted(at)
-    writer = main.split("if (warp == Traits::kProducerThreads / 32 - 1) {")[1].split("if (warp != 0) return;")[0]
+    writer = main.split("if (warp == Traits::kProducerThreads / 32 - 1) {")[1]
+    writer = writer.split("if (warp != 0) return;")[0]
     order = [
         "tl::consumer_sync(2, Traits::kNThreads + 32);",
         "tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);",

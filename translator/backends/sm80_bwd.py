@@ -863,8 +863,10 @@ def drop_head_temps(reg: Regions) -> None:
         del reg.temps[n]
 
 
-def _emit_store_dkv(w: CodeWriter) -> None:
-    """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory."""
+def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False) -> None:
+    """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory.
+    `pairs`: one 32-bit store per two elements (a thread's accumulator elements 2i and 2i + 1 are one row's
+    adjacent columns in the wgmma C layout; the launch keeps rows 16-byte aligned), half the stores."""
     w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
     w.line(
         "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
@@ -873,13 +875,22 @@ def _emit_store_dkv(w: CodeWriter) -> None:
     w.line("Tensor rdV = tl::convert_fragment<Element>(acc_dv);")
     w.line("Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;")
     w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
+    if pairs:
+        w.line("Tensor rdK2 = recast<uint32_t>(rdK);  // element i: rdK's 2i and 2i + 1, columns col and col + 1")
+        w.line("Tensor rdV2 = recast<uint32_t>(rdV);")
     w.line("CUTE_UNROLL")
-    with w.block("for (int i = 0; i < size(rdK); ++i)"):
+    with w.block(f"for (int i = 0; i < size(rdK); {'i += 2' if pairs else '++i'})"):
         w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV(i));")
         w.line("const int col = get<1>(tdKVcdKV(i));")
         with w.block("if (row < seqlen_k)"):
-            w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
-            w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
+            if pairs:
+                for t in ("k", "v"):
+                    w.line(
+                        f"*reinterpret_cast<uint32_t*>(d{t}_ptr + row * d{t}_row_stride + col) = rd{t.upper()}2(i / 2);"
+                    )
+            else:
+                w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
+                w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
 
 
 def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True, gmma: bool = False) -> None:

@@ -20,8 +20,10 @@ two stages; one lane issues each query block's Q and dO as TMA loads into the GM
 stage's full mbarrier counts their bytes), and its warp's lanes copy the rows' LSE and D by cp.async,
 each lane's copies arriving on the same mbarrier as they land, so no producer thread waits for a load.
 The consumers (`setmaxnreg.inc`) wait on it and release the stage through its empty mbarrier, and meet
-each other at one named barrier a block (dS, double-buffered, between the warp groups). K and V: cp.async
-by the consumers, once per key block. dSᵀ reaches shared memory by stmatrix. The other kernels (`_bwd_dot_do_o`, `_bwd_convert_dq`,
+each other at one named barrier a block (dS, double-buffered, between the warp groups). K and V: TMA by
+the same lane once per key block, behind their own full and empty mbarriers (the consumers release them
+after the key block's last wgmma, so a deterministic grid column's next key block can load). dSᵀ
+reaches shared memory by stmatrix; dK and dV leave in 32-bit pairs. The other kernels (`_bwd_dot_do_o`, `_bwd_convert_dq`,
 `_bwd_row_grads`) are sm80_bwd's, at 256 threads. `producer=False`: the consumers load Q and dO too, a
 stage ahead, behind two `__syncthreads` a block (the kernel measured before; 1-5 % slower on the H200).
 The grid runs key block column first where the work per key block is uneven (`uneven_key_blocks`). The
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kernel_ir import grad
 from kernel_ir.expr import Expr, Load
@@ -46,6 +48,7 @@ from runner.abi import (
     BACKWARD_TMA_ABI,
     BACKWARD_TMA_PARAMS,
     BackwardSpec,
+    backward_tma_box_cols,
 )
 from translator.backends import sm80_bwd as fa2
 from translator.backends.arch import ELEMENT
@@ -86,7 +89,7 @@ def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, producer: bool = False,
     ds = (2 if producer else 1) * BLOCK_M * BLOCK_N
     elems = 2 * BLOCK_N * head_dim + ds + 2 * 2 * BLOCK_M * head_dim
     dq = BLOCK_M * head_dim * 4 if dq_bulk else 0
-    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + dq + (4 * 8 if producer else 0) + 1024
+    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + dq + (6 * 8 if producer else 0) + 1024
 
 
 def atoms(dtype: str, head_dim: int) -> dict[str, GmmaAtom]:
@@ -127,12 +130,13 @@ def generate_backward_sm90(
     (FlashAttention-3's order). Only for programs whose dX/ds, masks and partials do not read the raw
     score, which Pᵀ overwrites (softcap's 1 − tanh² does): TranslateError otherwise, never a silent
     fallback, so an A/B timing cannot compare the default with itself. `producer`: FlashAttention-3's
-    warp specialisation: a third warp group (`setmaxnreg.dec`) loads Q and dO by TMA and the rows' LSE
-    and D by cp.async into the two stages, each behind a full and an empty mbarrier, so the consumers
-    (`setmaxnreg.inc`) never wait on their own loads nor meet the whole thread block at a barrier: the one
-    barrier left a block is theirs, the dS exchange (dS double-buffered); the kernel then takes the TMA
-    descriptors of Q and dO (`runner.abi.BACKWARD_TMA_PARAMS`); off: the consumers load by cp.async (the
-    kernel verified before it, 1-5 % slower on the H200 than the cp.async producer: docs/performance.md). `key_major`: the grid taken key block column first
+    warp specialisation: a third warp group (`setmaxnreg.dec`) loads K and V once per key block and Q and
+    dO per query block by TMA, and the rows' LSE and D by cp.async, into the two stages, each behind a
+    full and an empty mbarrier, so the consumers (`setmaxnreg.inc`) never wait on their own loads nor meet
+    the whole thread block at a barrier: the one barrier left a block is theirs, the dS exchange (dS
+    double-buffered); the kernel then takes the TMA descriptors of Q, dO, K and V
+    (`runner.abi.BACKWARD_TMA_PARAMS`); off: the consumers load by cp.async (the kernel verified before
+    it, 1-5 % slower on the H200 than the cp.async producer: docs/performance.md). `key_major`: the grid taken key block column first
     (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so, off with `heavy_columns`.
     `heavy_columns` (opt-in, not with `key_major`; not yet run on a GPU): only the first that many key
     columns of every head first. `dq_bulk` (opt-in, with `producer`): FA3's dQ path, the consumers store
@@ -256,6 +260,11 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> 
             w.line(f"static constexpr int kProducerThreads = {PRODUCER_THREADS};  // the loads' warp group")
             w.line("static constexpr int kBoxCols = 64;  // a TMA box: 64 columns (128 bytes, the swizzle's span)")
             w.line("static constexpr int kTxQdO = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // a stage's bytes")
+            w.line("static constexpr int kTxKV = 2 * kBlockN * kHeadDim * int(sizeof(Element));  // K's and V's")
+            w.line(
+                f"static constexpr int kBoxColsK = {backward_tma_box_cols('k', d)};  "
+                "// K's boxes: its swizzle atom (each warp group's half of the head dim)"
+            )
             w.line(
                 f"static constexpr int kRowLanes = {ROW_LANES if softmax else 0};  "
                 "// lanes whose cp.async of the rows' LSE and D arrive on a stage"
@@ -401,6 +410,8 @@ def _emit_main(
             if producer:
                 w.line(f"uint64_t* full_qdo = reinterpret_cast<uint64_t*>({rows_end});  // per stage")
                 w.line("uint64_t* empty_qdo = full_qdo + 2;")
+                w.line("uint64_t* full_kv = full_qdo + 4;  // K and V of the key block: TMA (producer)")
+                w.line("uint64_t* empty_kv = full_qdo + 5;  // the consumers are done with them")
             views = [
                 ("sK", "smem_k", "K", "kBlockN, kHeadDim"),
                 ("sV", "smem_v", "V", "kBlockN, kHeadDim"),
@@ -414,7 +425,8 @@ def _emit_main(
                 )
         w.line()
         with w.tl(plan.line_of("load_k"), "global → shared: 16-byte cp.async into the swizzled tiles"):
-            fa2._emit_gmem_copy(w)
+            if not producer:
+                fa2._emit_gmem_copy(w)
         if producer:
             fa2._emit_dq_slice(w, deterministic, col)
             _emit_stage_barriers(w, plan)
@@ -451,6 +463,7 @@ def _emit_main(
         w.line()
         if producer:
             w.line("int fill = 0;  // query blocks consumed so far: stage fill % 2, its phase (fill / 2) % 2")
+            w.line("int kv_fill = 0;  // key blocks consumed so far: the K/V barriers' phase kv_fill % 2")
         else:
             fa2._emit_dq_slice(w, deterministic, col)
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
@@ -476,10 +489,8 @@ def _emit_key_block(
     added into dq_slice, dK and dV stored. `producer`: the consumers' part (the producer loads Q, dO and
     the rows)."""
     if producer:
-        fa2._emit_load_kv(w, deterministic, sync=CONSUMER_SYNC)
-        w.line("cute::cp_async_wait<0>();  // K and V")
-        w.line("tl::fence_async_shared();")
-        w.line(f"{CONSUMER_SYNC}  // both warp groups' K and V rows, for wgmma")
+        with w.tl(plan.line_of("load_k"), "K and V of this key block: the producer's TMA"):
+            w.line("Barrier::wait(full_kv, kv_fill & 1);")
     else:
         fa2._emit_load_kv(w, deterministic)
     fa2.emit_dkdv_accumulators(w)
@@ -496,8 +507,11 @@ def _emit_key_block(
         if not producer:
             w.line("__syncthreads();  // the next head's first load reuses stage 0")
         fa2._emit_group_tail(w, reg, partials, summed)
+    if producer:
+        w.line("Barrier::arrive(empty_kv);  // every wgmma that read K and V is done (warpgroup_wait<0>)")
+        w.line("++kv_fill;")
     w.line()
-    fa2._emit_store_dkv(w)
+    fa2._emit_store_dkv(w, pairs=True)
 
 
 def _emit_query_block(
@@ -622,6 +636,8 @@ def _emit_stage_barriers(w: CodeWriter, plan: KernelPlan) -> None:
             with w.block("for (int s = 0; s < 2; ++s)"):
                 w.line("Barrier::init(&full_qdo[s], 1 + Traits::kRowLanes);")
                 w.line("Barrier::init(&empty_qdo[s], Traits::kNThreads);")
+            w.line("Barrier::init(full_kv, 1);")
+            w.line("Barrier::init(empty_kv, Traits::kNThreads);")
             w.line("cutlass::arch::fence_barrier_init();")
         w.line("__syncthreads();  // the last block-wide barrier: the warp groups part ways below")
 
@@ -650,10 +666,26 @@ def _emit_producer(
             _emit_dq_writer(w, plan, reg, softmax, partials, col)
     w.line("if (warp != 0) return;  // the other warps have no work")
     with w.block("if (lane == 0)"):
-        w.line("cute::prefetch_tma_descriptor(&tma_q);")
-        w.line("cute::prefetch_tma_descriptor(&tma_do);")
+        for desc in BACKWARD_TMA_PARAMS:
+            w.line(f"cute::prefetch_tma_descriptor(&{desc});")
     w.line("int fill = 0;  // query blocks loaded so far: stage fill % 2, its phase (fill / 2) % 2")
-    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="none"):
+    w.line("int kv_fill = 0;  // key blocks loaded so far")
+
+    def load_kv() -> None:
+        with w.tl(plan.line_of("load_k"), "K and V of this key block by TMA, once the last ones are read"):
+            w.line("if (kv_fill > 0) Barrier::wait(empty_kv, (kv_fill - 1) & 1);")
+            with w.block("if (lane == 0)"):
+                w.line("Barrier::arrive_and_expect_tx(full_kv, Traits::kTxKV);")
+                for desc, dst, cols in (("tma_k", "smem_k", "Traits::kBoxColsK"), ("tma_v", "smem_v", "Traits::kBoxCols")):
+                    w.line("CUTE_UNROLL")
+                    with w.block(f"for (int c = 0; c < kHeadDim / {cols}; ++c)"):
+                        w.line(
+                            f"SM90_TMA_LOAD_4D::copy(&{desc}, full_kv, 0, {dst} + c * kBlockN * {cols}, c * {cols}, "
+                            "n_block * kBlockN, bidh_kv, bidb);"
+                        )
+            w.line("++kv_fill;")
+
+    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="none", key_block=load_kv):
         w.line("const int stage = fill & 1;")
         w.line("if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);")
         with (
@@ -694,20 +726,24 @@ def _consumers_walk(
     col: str,
     *,
     loads: str,
+    key_block: Callable[[], None] | None = None,
 ) -> Iterator[None]:
     """The consumers' (key block, head, query block) walk for a producer warp: the body runs once per
-    query block the consumers compute, in their order (`m_block`, the head's `dq_head`, …)."""
+    query block the consumers compute, in their order (`m_block`, the head's `dq_head`, …); `key_block`
+    emits what runs once per key block, before its heads."""
     with w.tl(plan.line_of("loop"), "the consumers' key blocks, heads and query blocks, in their order"):
         w.line("CUTE_NO_UNROLL")
-        with (
-            w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"),
-            w.block("for (int g = 0; g < group; ++g)"),
-        ):
-            fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads=loads)
-            w.line("CUTE_NO_UNROLL")
-            with w.block("for (int m_block = m_block_min; m_block < m_block_max; m_block = next_m_block(m_block))"):
-                yield
-            fa2.drop_head_temps(reg)
+        with w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"):
+            if key_block is not None:
+                key_block()
+            with w.block("for (int g = 0; g < group; ++g)"):
+                fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads=loads)
+                w.line("CUTE_NO_UNROLL")
+                with w.block(
+                    "for (int m_block = m_block_min; m_block < m_block_max; m_block = next_m_block(m_block))"
+                ):
+                    yield
+                fa2.drop_head_temps(reg)
 
 
 DQ_FULL, DQ_EMPTY = 2, 3  # named barriers of the dQ tile (`dq_bulk`): consumers and the writer warp
