@@ -316,9 +316,14 @@ class BackwardSpec:
         return self.main_threads or self.threads
 
     @property
+    def tma_params(self) -> tuple[str, ...]:
+        """The TMA descriptors dq_dk_dv takes after its other parameters, in order (row_grads takes none):
+        `BACKWARD_TMA_PARAMS`, or the ones a build of an earlier translator names."""
+        return tuple(p for p in self.params if p.startswith("tma_"))
+
+    @property
     def uses_tma(self) -> bool:
-        """dq_dk_dv takes TMA descriptors of Q and dO after its other parameters (row_grads does not)."""
-        return self.params[-len(BACKWARD_TMA_PARAMS) :] == BACKWARD_TMA_PARAMS
+        return bool(self.tma_params)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

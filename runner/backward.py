@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from runner.abi import BACKWARD_TMA_PARAMS, BackwardSpec, backward_tma_box_cols, block_mask_kind
+from runner.abi import BackwardSpec, backward_tma_box_cols, block_mask_kind
 from runner.compile import CompiledKernel
 from runner.launch import (
     LaunchError,
@@ -217,7 +217,7 @@ def backward(
 def _launch_main_tma(
     loaded: LoadedBackward, grid: tuple[int, int, int], args: list[Any], tensors: dict[str, Any]
 ) -> None:
-    """dq_dk_dv with the TMA descriptors of Q, dO, K and V after its other arguments (`BACKWARD_TMA_PARAMS`:
+    """dq_dk_dv with the TMA descriptors its spec names after its other arguments (`BACKWARD_TMA_PARAMS`:
     Q and dO in boxes of block_m rows, K and V of block_n, `backward_tma_box_cols` wide); through
     cuLaunchKernel (`runner.tma`), which passes them by value."""
     import numpy as np
@@ -229,7 +229,7 @@ def _launch_main_tma(
     spec = loaded.spec
     try:
         maps = []
-        for param in BACKWARD_TMA_PARAMS:
+        for param in spec.tma_params:
             name = param.removeprefix("tma_")
             rows = spec.block_m if name in ("q", "do") else spec.block_n
             cols = backward_tma_box_cols(name, spec.head_dim)
