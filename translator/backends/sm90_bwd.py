@@ -2,8 +2,8 @@
 """The backward's dQ/dK/dV kernel on wgmma (sm_90a), FlashAttention-3's dataflow: the default backward of
 a `Target sm_90` program with head dim 64 or 128 (`translate_backward`'s "auto"; forced with
 `skeleton="sm90"`, `tl build --backward --backward-skeleton sm90`). Verified and timed on the H200:
-docs/results/2026-12-03-h200-backward-producer-default-verify.log, -producer-default.json (the producer
-warp group), 2026-12-01-h200-backward-sm90-verify.log, -sweep.json (without it).
+docs/results/2026-12-04-h200-backward-kv-tma-verify.log, -kv-tma-ab.json (this kernel),
+-backward-tma-fa4.json (beside FA4 and cuDNN); earlier forms of it in docs/performance.md.
 
 One thread block per (key block of kBlockN = 128 rows, batch, K/V head), two consumer warp groups of 128
 threads, each owning 64 key rows; K and V stay in shared memory while the block walks the query blocks
