@@ -10,9 +10,9 @@
 # toolkit's nvcc 13.0, which matches the H200's driver; NVRTC's output here may not load there); the build
 # step on the device only checks they are up to date and rebuilds a stale one with the device's nvcc.
 # NVRTC=1 builds with the product's NVRTC path on the device instead. ONLY selects the sm_90 cases (regex
-# over stem_dtype_dN, default all), BENCH the timing sweep; OVL, CP, KM, DQB, OVLQ the cases of the A/B
+# over stem_dtype_dN, default all), BENCH the timing sweep; OVL, KM, DQB, OVLQ the cases of the A/B
 # builds (generator options, `backward_verify.py --skeleton`): sm90ovl (overlap_p: P while dP's wgmma
-# runs), sm90cp (producer=False: the consumers load), sm90km (key-major grid), sm90dqb (dq_bulk: dQ by one
+# runs), sm90km (key-major grid), sm90dqb (dq_bulk: dQ by one
 # bulk reduce-add a block), sm90ovlq (overlap_p and dq_bulk). Another build can be timed by copying its
 # cubin and json into DIR under a new suffix and naming it in ALSO. The steps run under their own timeouts
 # (smoke 90 s, verification 330 s, timing BENCH_S, default 150 s) so the table still prints inside a 600 s call.
@@ -25,12 +25,11 @@ set -u
 DIR=${DIR:-.cache/bwd90}
 ONLY=${ONLY:-'.'}
 OVL=${OVL:-'^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bias)_bf16_d128)$'}
-CP=${CP:-'^(causal_)?mha_fwd_bf16_d128$'}
 KM=${KM:-'^$'}
 DQB=${DQB:-'^$'}  # sm90dqb: dQ through shared memory and one bulk reduce-add a block (dq_bulk), tags _sm90dqb
 OVLQ=${OVLQ:-'^$'}  # sm90ovlq: overlap_p and dq_bulk together, tags _sm90ovlq
 # the builds timed beside the sm_80 skeleton (prebuilt tags `<case><suffix>` that exist; others are skipped)
-ALSO=${ALSO:-_sm90,_sm90ovl,_sm90cp,_sm90km,_sm90dqb,_sm90ovlq}
+ALSO=${ALSO:-_sm90,_sm90ovl,_sm90km,_sm90dqb,_sm90ovlq}
 BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
 NVCC_FLAG="--nvcc"
 [ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
@@ -39,7 +38,6 @@ if [ "${1:-}" = build ]; then  # on the VM, before the call: the cubins the call
   python3 benchmarks/backward_verify.py --build "$DIR" --only '^(causal_)?mha_fwd_bf16_d128$' --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" --nvcc
-  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90cp --only "$CP" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90dqb --only "$DQB" --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovlq --only "$OVLQ" --nvcc
@@ -72,9 +70,6 @@ python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ON
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" $NVCC_FLAG \
   > "$OUT/build_sm90ovl.log" 2>&1
 # shellcheck disable=SC2086
-python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90cp --only "$CP" $NVCC_FLAG \
-  > "$OUT/build_sm90cp.log" 2>&1
-# shellcheck disable=SC2086
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" $NVCC_FLAG \
   > "$OUT/build_sm90km.log" 2>&1
 # shellcheck disable=SC2086
@@ -89,8 +84,7 @@ tail -qn1 "$OUT"/build_sm*.log
 echo "built at ${SECONDS}s"
 if command -v cuobjdump > /dev/null; then
   for tag in mha_fwd_bf16_d128_sm90 causal_mha_fwd_bf16_d128_sm90 softcap_bf16_d128_sm90 alibi_bf16_d128_sm90 \
-    mha_fwd_bf16_d128_sm90ovl causal_mha_fwd_bf16_d128_sm90ovl alibi_bf16_d128_sm90ovl \
-    mha_fwd_bf16_d128_sm90cp causal_mha_fwd_bf16_d128_sm90cp softcap_bf16_d128_sm90; do
+    mha_fwd_bf16_d128_sm90ovl causal_mha_fwd_bf16_d128_sm90ovl alibi_bf16_d128_sm90ovl; do
     [ -f "$DIR/$tag.cubin" ] || continue
     cuobjdump -res-usage "$DIR/$tag.cubin" 2>&1 | grep -A1 "dq_dk_dv" | tail -1 | sed "s/^/$tag: /"
   done

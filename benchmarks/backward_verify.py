@@ -80,18 +80,13 @@ def _text(path: str, d: int) -> str:
 # dQ/dK/dV kernel, an sm_90a cubin, timed beside the sm80 skeleton by `backward.py --also _sm90`;
 # "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
-# (softcap, sigmoid, ReLU): pick the others with --only; "sm90cp": the kernel before the producer warp
-# group (the consumers load by cp.async, head-major grid), `producer=False, key_major=False`; "sm90km":
+# (softcap, sigmoid, ReLU): pick the others with --only; "sm90km":
 # the default with the grid key block column first wherever, `key_major=True`; "sm90dqb": dQ through
 # shared memory and one bulk reduce-add a block, `dq_bulk=True`; "sm90ovlq": overlap_p and dq_bulk)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
     "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True}}, "_sm90ovl"),
-    "sm90cp": (
-        {"arch": "sm_90", "skeleton": "sm90", "options": {"producer": False, "key_major": False}},
-        "_sm90cp",
-    ),
     "sm90km": ({"arch": "sm_90", "skeleton": "sm90", "options": {"key_major": True}}, "_sm90km"),
     "sm90dqb": ({"arch": "sm_90", "skeleton": "sm90", "options": {"dq_bulk": True}}, "_sm90dqb"),
     "sm90ovlq": (
@@ -242,8 +237,8 @@ def main() -> int:
         choices=tuple(SKELETONS),
         default="sm80",
         help="--build: sm90 = the wgmma dQ/dK/dV kernel, tags _sm90; sm90ovl = it with P overlapping dP's "
-        "wgmma (overlap_p), tags _sm90ovl; sm90cp = it without the producer warp group, tags _sm90cp; "
-        "sm90km = it key-major, tags _sm90km",
+        "wgmma (overlap_p), tags _sm90ovl; sm90km = it key-major, tags _sm90km; sm90dqb = it with dQ's "
+        "bulk add (dq_bulk), tags _sm90dqb; sm90ovlq = both, tags _sm90ovlq",
     )
     args = ap.parse_args()
     if args.build:

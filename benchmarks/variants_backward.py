@@ -3,7 +3,7 @@ variant natively: softcap, sliding window, learnable sink), one process, balance
 pairs the masks keep, the backward counted as 2.5× the forward's FLOPs (issue 18's third target).
 
     python3 benchmarks/variants_backward.py [--seqlens 4096,16384] [--only a,b] [--json OUT]
-        [--ab 'producer=0;dq_bulk=1'] [--baselines flex,fa4 | --baselines '']
+        [--ab 'overlap_p=1;dq_bulk=1'] [--baselines flex,fa4 | --baselines '']
 
 Every catalogue file is set to sm_90, bf16, d 128 (`variant_cases.for_shape`), so the backward is the
 wgmma skeleton. Its forward gives O and LSE; side tensors are random (`variant_cases.side_tensors`) and

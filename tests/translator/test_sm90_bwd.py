@@ -420,26 +420,18 @@ def test_the_overlapped_plain_backward_compiles_for_sm_90a_with_p_beside_dp():
 def _producer(tl: Path | str, **kw):
     from translator.backends.sm90_bwd import generate_backward_sm90
 
-    return generate_backward_sm90(_plan(tl), producer=True, **kw)
+    return generate_backward_sm90(_plan(tl), **kw)
 
 
 def test_producer_adds_a_warp_group_and_the_other_kernels_keep_theirs():
     from translator.backends.sm90_bwd import shared_bytes
 
     source, spec = _producer(MHA)
-    _, default = _default(MHA, producer=False)
-    assert spec.main_threads == spec.dq_dk_dv_threads == 384 and spec.threads == default.threads == 256
-    assert default.main_threads == 0 and default.dq_dk_dv_threads == 256
-    assert spec.shared_bytes == shared_bytes(128, producer=True) == default.shared_bytes + 64 * 128 * 2 + 48
+    assert spec.main_threads == spec.dq_dk_dv_threads == 384 and spec.threads == 256
+    assert spec.shared_bytes == shared_bytes(128)
     assert "void __launch_bounds__(384, 1) mha_fwd_bwd_dq_dk_dv(" in source
     assert "void __launch_bounds__(256) mha_fwd_bwd_convert_dq(" in source
     assert "void __launch_bounds__(256) mha_fwd_bwd_dot_do_o(" in source
-
-
-def _default(tl: Path | str, **kw):
-    from translator.backends.sm90_bwd import generate_backward_sm90
-
-    return generate_backward_sm90(_plan(tl), **kw)
 
 
 @pytest.mark.parametrize("tl", [MHA, VARIANTS / "sliding_window.tl", VARIANTS / "document_mask.tl"])
@@ -535,13 +527,10 @@ def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones
     assert "cp_async" not in block.split("Barrier::wait(&full_qdo")[0] and "load_rows(tKgK" not in main
 
 
-def test_backward_verify_builds_sm90cp_and_sm90km_through_the_generator():
+def test_backward_verify_builds_sm90km_through_the_generator():
     from benchmarks.backward_verify import SKELETONS
 
     text = MHA.read_text()
-    keywords, suffix = SKELETONS["sm90cp"]
-    b = translate_backward(text, dtype="bf16", learnable=(), deterministic=False, **keywords)
-    assert suffix == "_sm90cp" and b.spec.main_threads == 0 and "full_qdo" not in b.source
     keywords, suffix = SKELETONS["sm90km"]
     b = translate_backward(text, dtype="bf16", learnable=(), deterministic=False, **keywords)
     assert suffix == "_sm90km" and b.spec.main_threads == 384 and "const int grid_col" in b.source
@@ -574,16 +563,14 @@ def test_key_major_takes_the_grid_key_column_first():
     column, and the column (not blockIdx.x) starts the key-block loop and picks the deterministic slice."""
     from translator.backends.sm90_bwd import generate_backward_sm90
 
-    for producer in (False, True):
-        kw = {"producer": producer, "key_major": True, "deterministic": True}
-        main = _main(generate_backward_sm90(_plan(MHA), **kw)[0])
-        assert "const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);" in main
-        assert "const int bidh_kv = tile % gridDim.z;" in main
-        assert "const int bidb = (tile / gridDim.z) % gridDim.y;" in main
-        assert "blockIdx.x" not in main.split("const int grid_col")[1]
-        loop = "for (int n_block = grid_col; n_block < n_blocks; n_block += gridDim.x)"
-        assert main.count(loop) == 1 + producer
-        assert "float* dq_slice = dq_accum + grid_col * (" in main
+    main = _main(generate_backward_sm90(_plan(MHA), key_major=True, deterministic=True)[0])
+    assert "const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);" in main
+    assert "const int bidh_kv = tile % gridDim.z;" in main
+    assert "const int bidb = (tile / gridDim.z) % gridDim.y;" in main
+    assert "blockIdx.x" not in main.split("const int grid_col")[1]
+    loop = "for (int n_block = grid_col; n_block < n_blocks; n_block += gridDim.x)"
+    assert main.count(loop) == 2  # the consumers' and the producer's walk
+    assert "float* dq_slice = dq_accum + grid_col * (" in main
 
 
 def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
@@ -595,8 +582,8 @@ def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
 
     source, spec = generate_backward_sm90(_plan(MHA), dq_bulk=True)
     main = _main(source)
-    with_dq = shared_bytes(128, producer=True, dq_bulk=True)
-    assert spec.shared_bytes == with_dq == shared_bytes(128, producer=True) + 32768
+    with_dq = shared_bytes(128, dq_bulk=True)
+    assert spec.shared_bytes == with_dq == shared_bytes(128) + 32768
     assert "atomicAdd(dq_tile" not in main
     consumer = main.split("warpgroup_reg_alloc<Traits::kConsumerRegs>();")[1]
     order = [
@@ -620,8 +607,6 @@ def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
     ]
     at = [writer.index(x) for x in order]
     assert at == sorted(at)
-    with pytest.raises(Exception, match="dq_bulk needs the producer"):
-        generate_backward_sm90(_plan(MHA), dq_bulk=True, producer=False)
 
 
 @pytest.mark.parametrize(("columns", "heads_all", "heavy"), [(128, 16, 1), (3, 2, 2), (1, 4, 1), (5, 1, 3)])

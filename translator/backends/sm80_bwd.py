@@ -755,12 +755,11 @@ def _emit_gmem_copy(w: CodeWriter) -> None:
     w.line("};")
 
 
-def _emit_load_kv(w: CodeWriter, deterministic: bool, sync: str = "__syncthreads();") -> None:
-    """K and V of key block n_block into shared memory through cp.async (one commit group). `sync`: the
-    barrier over the threads that read them (all of the thread block's, or the sm_90 consumers')."""
+def _emit_load_kv(w: CodeWriter, deterministic: bool) -> None:
+    """K and V of key block n_block into shared memory through cp.async (one commit group)."""
     if deterministic:
         w.line("cute::cp_async_wait<0>();  // the previous key block's loads, and its readers, are done")
-        w.line(sync)
+        w.line("__syncthreads();")
     w.comment("K and V of this key block: rows past seqlen_k zeroed")
     with w.block(""):
         for t in ("K", "V"):
@@ -783,7 +782,6 @@ def _emit_group_head(
     softmax: bool,
     partials: list[tuple[Load, Expr]],
     *,
-    gmma: bool = False,
     loads: str = "all",
 ) -> list[int]:
     """Inside the loop over the group's query heads: the uniforms, the block classes and the query-block
@@ -813,7 +811,7 @@ def _emit_group_head(
         return summed
     w.comment("Q and dO of query block m into stage `stage` (rows past seqlen_q zeroed)")
     with w.block("auto load_QdO = [&](int m, int stage)", "};"):
-        _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False, gmma=gmma)
+        _emit_qdo_views(w, "smem_qdo + stage * kQdOElems", views=False)
         w.line(
             "Tensor tQgQ = gmem_thr_copy_QKV.partition_S(local_tile(mQ, Shape<Int<kBlockM>, "
             "Int<kHeadDim>>{}, make_coord(m, 0)));"

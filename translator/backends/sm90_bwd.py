@@ -15,7 +15,7 @@ threads, each owning 64 key rows; K and V stay in shared memory while the block 
     dSᵀ → shared memory, dQ = dS·K   SS wgmma, (kBlockM, kHeadDim), warp group g: columns d/2 · g …
     dQ → dq_accum                    float4 atomics in the dQ MMA's fragment order (`_bwd_convert_dq`)
 
-Loads (FA3's warp specialisation, `producer`, the default): a third warp group (`setmaxnreg.dec`) fills
+Loads (FA3's warp specialisation): a third warp group, the producer (`setmaxnreg.dec`), fills
 two stages; one lane issues each query block's Q and dO as TMA loads into the GMMA-swizzled layouts (the
 stage's full mbarrier counts their bytes), and its warp's lanes copy the rows' LSE and D by cp.async,
 each lane's copies arriving on the same mbarrier as they land, so no producer thread waits for a load.
@@ -23,9 +23,8 @@ The consumers (`setmaxnreg.inc`) wait on it and release the stage through its em
 each other at one named barrier a block (dS, double-buffered, between the warp groups). K and V: TMA by
 the same lane once per key block, behind their own full and empty mbarriers (the consumers release them
 after the key block's last wgmma, so a deterministic grid column's next key block can load). dSᵀ
-reaches shared memory by stmatrix; dK and dV leave in 32-bit pairs. The other kernels (`_bwd_dot_do_o`, `_bwd_convert_dq`,
-`_bwd_row_grads`) are sm80_bwd's, at 256 threads. `producer=False`: the consumers load Q and dO too, a
-stage ahead, behind two `__syncthreads` a block (the kernel measured before; 1-5 % slower on the H200).
+reaches shared memory by stmatrix; dK and dV leave in 32-bit pairs. The other kernels (`_bwd_dot_do_o`,
+`_bwd_convert_dq`, `_bwd_row_grads`) are sm80_bwd's, at 256 threads.
 The grid runs key block column first where the work per key block is uneven (`uneven_key_blocks`). The
 block classification, the score rows, the learnable side tensors' gradients and the deterministic dQ
 are sm80_bwd's emitters.
@@ -66,7 +65,7 @@ BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
 DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
-PRODUCER_THREADS = 128  # `producer`: a third warp group loads Q, dO and the rows' LSE and D
+PRODUCER_THREADS = 128  # the producer warp group: K, V, Q, dO and the rows' LSE and D
 PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128 · 24 + 256 · 240 ≤ 64k registers
 ROW_LANES = 32  # the producer's lanes that copy the rows' LSE and D (cp.async), two rows each
 # key-major above this spread (`translator.planner.masks.key_block_spread` at 8k, the Scalars' defaults):
@@ -82,14 +81,14 @@ WS_INCLUDES = (
 )
 
 
-def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, producer: bool = False, dq_bulk: bool = False) -> int:
-    """K, V, dS and two stages of (Q, dO) in the input dtype, two stages of the rows' LSE and D (fp32),
-    and 1024 bytes to round the base up to the swizzle's period. `producer`: dS double-buffered and the
-    stages' four mbarriers; `dq_bulk`: dQ's fp32 tile."""
-    ds = (2 if producer else 1) * BLOCK_M * BLOCK_N
+def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, dq_bulk: bool = False) -> int:
+    """K, V, dS (double-buffered) and two stages of (Q, dO) in the input dtype, two stages of the rows'
+    LSE and D (fp32), six mbarriers (the stages' and K/V's full and empty), and 1024 bytes to round the
+    base up to the swizzle's period; `dq_bulk`: dQ's fp32 tile."""
+    ds = 2 * BLOCK_M * BLOCK_N
     elems = 2 * BLOCK_N * head_dim + ds + 2 * 2 * BLOCK_M * head_dim
     dq = BLOCK_M * head_dim * 4 if dq_bulk else 0
-    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + dq + (6 * 8 if producer else 0) + 1024
+    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + dq + 6 * 8 + 1024
 
 
 def atoms(dtype: str, head_dim: int) -> dict[str, GmmaAtom]:
@@ -118,37 +117,28 @@ def generate_backward_sm90(
     tl_file: str | None = None,
     deterministic: bool = False,
     overlap_p: bool = False,
-    producer: bool = True,
     key_major: bool | None = None,
     dq_bulk: bool = False,
     heavy_columns: int = 0,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
-    (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover.
-    `overlap_p` (opt-in, an A/B variant not yet measured; off: the verified kernel, byte for byte): wait
-    for Sᵀ alone and compute Pᵀ while dPᵀ's wgmma still runs, then wait for dPᵀ and compute dSᵀ
-    (FlashAttention-3's order). Only for programs whose dX/ds, masks and partials do not read the raw
-    score, which Pᵀ overwrites (softcap's 1 − tanh² does): TranslateError otherwise, never a silent
-    fallback, so an A/B timing cannot compare the default with itself. `producer`: FlashAttention-3's
-    warp specialisation: a third warp group (`setmaxnreg.dec`) loads K and V once per key block and Q and
-    dO per query block by TMA, and the rows' LSE and D by cp.async, into the two stages, each behind a
-    full and an empty mbarrier, so the consumers (`setmaxnreg.inc`) never wait on their own loads nor meet
-    the whole thread block at a barrier: the one barrier left a block is theirs, the dS exchange (dS
-    double-buffered); the kernel then takes the TMA descriptors of Q, dO, K and V
-    (`runner.abi.BACKWARD_TMA_PARAMS`); off: the consumers load by cp.async (the kernel verified before
-    it, 1-5 % slower on the H200 than the cp.async producer: docs/performance.md). `key_major`: the grid taken key block column first
+    (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover. The
+    kernel is FlashAttention-3's warp specialisation (the module's docstring): a producer warp group
+    (`setmaxnreg.dec`) loads K and V once per key block and Q and dO per query block by TMA, and the rows'
+    LSE and D by cp.async, behind full and empty mbarriers, so the consumers (`setmaxnreg.inc`) never wait
+    on their own loads nor meet the whole thread block at a barrier; it takes the TMA descriptors of Q,
+    dO, K and V (`runner.abi.BACKWARD_TMA_PARAMS`). Opt-in A/B variants (docs/performance.md):
+    `overlap_p` waits for Sᵀ alone and computes Pᵀ while dPᵀ's wgmma still runs (FlashAttention-3's
+    order), only for programs whose dX/ds, masks and partials do not read the raw score, which Pᵀ
+    overwrites (softcap's 1 − tanh² does): TranslateError otherwise, never a silent fallback, so an A/B
+    timing cannot compare the default with itself. `key_major`: the grid taken key block column first
     (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so, off with `heavy_columns`.
-    `heavy_columns` (opt-in, not with `key_major`; not yet run on a GPU): only the first that many key
-    columns of every head first. `dq_bulk` (opt-in, with `producer`): FA3's dQ path, the consumers store
-    dQ's tile in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
-    (`cp.reduce.async.bulk`) instead of each thread's float4 atomics (0.83x with the cp.async producer on
-    the H200: docs/performance.md)."""
+    `heavy_columns` (not with `key_major`; not yet run on a GPU): only the first that many key columns
+    of every head first. `dq_bulk`: FA3's dQ path, the consumers store dQ's tile in shared memory and the
+    producer's last warp adds it to dq_accum with one bulk reduction (`cp.reduce.async.bulk`) instead of
+    each thread's float4 atomics (1.02-1.04x non-causal, 0.99-1.01x causal on the H200)."""
     fa2._check(plan, learnable)
     _check(plan)
-    if dq_bulk and not producer:
-        raise TranslateError(
-            [unsupported(plan.range_of("kernel"), "the sm_90 backward: dq_bulk needs the producer warp group")]
-        )
     if heavy_columns and key_major:
         raise TranslateError(
             [unsupported(plan.range_of("kernel"), "the sm_90 backward: heavy_columns or key_major, not both")]
@@ -160,7 +150,7 @@ def generate_backward_sm90(
     d = plan.head_dim_qk
 
     def defs(w: CodeWriter) -> None:
-        _emit_traits(w, plan, producer=producer)
+        _emit_traits(w, plan)
         emit_helpers(w, regions=True)
         w.line()
         _emit_bwd_helpers(w, dq_bulk=dq_bulk)
@@ -174,14 +164,11 @@ def generate_backward_sm90(
             f"Target {NVRTC_ARCH}, {plan.dtype}, head dim {d}; dQ/dK/dV on wgmma (FlashAttention-3's dataflow),",
             "verified on the H200 against autograd of the IR reference (docs/performance.md).",
         ),
-        includes=extended_includes(*atoms(plan.dtype, d).values())
-        + (STSM_INCLUDE,)
-        + (WS_INCLUDES if producer else ()),
+        includes=(*extended_includes(*atoms(plan.dtype, d).values()), STSM_INCLUDE, *WS_INCLUDES),
         emit_defs=defs,
         emit_main=functools.partial(
             _emit_main,
             overlap_p=overlap_p,
-            producer=producer,
             key_major=key_major,
             dq_bulk=dq_bulk,
             heavy_columns=heavy_columns,
@@ -189,9 +176,9 @@ def generate_backward_sm90(
         line_directives=True,
         block_m=BLOCK_M,
         block_n=BLOCK_N,
-        shared_bytes=shared_bytes(d, producer=producer, dq_bulk=dq_bulk),
-        main_threads=THREADS + PRODUCER_THREADS if producer else 0,
-        main_params=BACKWARD_TMA_PARAMS if producer else (),
+        shared_bytes=shared_bytes(d, dq_bulk=dq_bulk),
+        main_threads=THREADS + PRODUCER_THREADS,
+        main_params=BACKWARD_TMA_PARAMS,
         arch=NVRTC_ARCH,
         dq_vector=DQ_VECTOR,
     )
@@ -245,7 +232,7 @@ def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
         raise TranslateError([unsupported(where, why)])
 
 
-def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> None:
+def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
     d = plan.head_dim_qk
     softmax = plan.ir.normalizer == "softmax"
     a = atoms(plan.dtype, d)
@@ -255,22 +242,21 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> 
         w.line(f"static constexpr int kBlockM = {BLOCK_M};  // query rows per step of the loop")
         w.line(f"static constexpr int kBlockN = {BLOCK_N};  // key rows of this thread block")
         w.line(f"static constexpr int kHeadDim = {d};")
-        w.line(f"static constexpr int kNThreads = {THREADS};  // two {'consumer ' if producer else ''}warp groups")
-        if producer:
-            w.line(f"static constexpr int kProducerThreads = {PRODUCER_THREADS};  // the loads' warp group")
-            w.line("static constexpr int kBoxCols = 64;  // a TMA box: 64 columns (128 bytes, the swizzle's span)")
-            w.line("static constexpr int kTxQdO = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // a stage's bytes")
-            w.line("static constexpr int kTxKV = 2 * kBlockN * kHeadDim * int(sizeof(Element));  // K's and V's")
-            w.line(
-                f"static constexpr int kBoxColsK = {backward_tma_box_cols('k', d)};  "
-                "// K's boxes: its swizzle atom (each warp group's half of the head dim)"
-            )
-            w.line(
-                f"static constexpr int kRowLanes = {ROW_LANES if softmax else 0};  "
-                "// lanes whose cp.async of the rows' LSE and D arrive on a stage"
-            )
-            w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: cp.async needs few")
-            w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
+        w.line(f"static constexpr int kNThreads = {THREADS};  // two consumer warp groups")
+        w.line(f"static constexpr int kProducerThreads = {PRODUCER_THREADS};  // the loads' warp group")
+        w.line("static constexpr int kBoxCols = 64;  // a TMA box: 64 columns (128 bytes, the swizzle's span)")
+        w.line("static constexpr int kTxQdO = 2 * kBlockM * kHeadDim * int(sizeof(Element));  // a stage's bytes")
+        w.line("static constexpr int kTxKV = 2 * kBlockN * kHeadDim * int(sizeof(Element));  // K's and V's")
+        w.line(
+            f"static constexpr int kBoxColsK = {backward_tma_box_cols('k', d)};  "
+            "// K's boxes: its swizzle atom (each warp group's half of the head dim)"
+        )
+        w.line(
+            f"static constexpr int kRowLanes = {ROW_LANES if softmax else 0};  "
+            "// lanes whose cp.async of the rows' LSE and D arrive on a stage"
+        )
+        w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: cp.async needs few")
+        w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
         w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
         w.line(
             f"using TiledMmaSdP = decltype(make_tiled_mma({a['SdP'].cute()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
@@ -311,12 +297,6 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, *, producer: bool = False) -> 
                 f"using SmemLayout{t} = decltype(composition({base}{{}}, "
                 f"make_layout(Shape<Int<{rows}>, Int<{cols}>>{{}}, Stride<Int<{cols}>, _1>{{}})));"
             )
-        w.line()
-        w.line(
-            "using GmemTiledCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, "
-            "Element>{},"
-        )
-        w.line("    Layout<Shape<Int<kNThreads / 8>, _8>, Stride<_8, _1>>{}, Layout<Shape<_1, _8>>{}));")
     w.line()
 
 
@@ -363,7 +343,6 @@ def _emit_main(
     deterministic: bool,
     *,
     overlap_p: bool = False,
-    producer: bool = False,
     key_major: bool = False,
     dq_bulk: bool = False,
     heavy_columns: int = 0,
@@ -371,9 +350,8 @@ def _emit_main(
     reg = Regions(plan.ir)
     col = fa2.grid_col(key_major or heavy_columns > 0)
     softmax = plan.ir.normalizer == "softmax"
-    threads = THREADS + PRODUCER_THREADS if producer else THREADS
-    tma = list(BACKWARD_TMA_ABI) if producer else []
-    fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail + tma, threads=threads)
+    threads = THREADS + PRODUCER_THREADS
+    fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail + list(BACKWARD_TMA_ABI), threads=threads)
     with w.indent():
         fa2._emit_main_aliases(w, f"{plan.kernel_name}_bwd_traits")
         w.comment(
@@ -395,10 +373,7 @@ def _emit_main(
             w.line("Element* smem_k = reinterpret_cast<Element*>(smem);")
             w.line("Element* smem_v = smem_k + kBlockN * kHeadDim;")
             w.line("Element* smem_ds = smem_v + kBlockN * kHeadDim;")
-            if producer:
-                w.line("Element* smem_qdo = smem_ds + 2 * kBlockM * kBlockN;  // dS: one buffer per stage")
-            else:
-                w.line("Element* smem_qdo = smem_ds + kBlockM * kBlockN;")
+            w.line("Element* smem_qdo = smem_ds + 2 * kBlockM * kBlockN;  // dS: one buffer per stage")
             w.line("constexpr int kQdOElems = 2 * kBlockM * kHeadDim;  // one stage: Q then dO")
             w.line(
                 "float* smem_rows = reinterpret_cast<float*>(smem_qdo + 2 * kQdOElems);  // per stage: LSE, then D"
@@ -407,11 +382,10 @@ def _emit_main(
             if dq_bulk:
                 w.line(f"float* smem_dq = {rows_end};  // dQ's tile in its fragment order, for the bulk add")
                 rows_end = "smem_dq + kBlockM * kHeadDim"
-            if producer:
-                w.line(f"uint64_t* full_qdo = reinterpret_cast<uint64_t*>({rows_end});  // per stage")
-                w.line("uint64_t* empty_qdo = full_qdo + 2;")
-                w.line("uint64_t* full_kv = full_qdo + 4;  // K and V of the key block: TMA (producer)")
-                w.line("uint64_t* empty_kv = full_qdo + 5;  // the consumers are done with them")
+            w.line(f"uint64_t* full_qdo = reinterpret_cast<uint64_t*>({rows_end});  // per stage")
+            w.line("uint64_t* empty_qdo = full_qdo + 2;")
+            w.line("uint64_t* full_kv = full_qdo + 4;  // K and V of the key block: TMA (producer)")
+            w.line("uint64_t* empty_kv = full_qdo + 5;  // the consumers are done with them")
             views = [
                 ("sK", "smem_k", "K", "kBlockN, kHeadDim"),
                 ("sV", "smem_v", "V", "kBlockN, kHeadDim"),
@@ -419,20 +393,16 @@ def _emit_main(
                 ("sKt", "smem_k", "Kt", "kHeadDim, kBlockN"),
                 ("sdSt", "smem_ds", "dSt", "kBlockN, kBlockM"),
             ]
-            for t, ptr, lay, shape in [v for v in views if not (producer and v[1] == "smem_ds")]:
+            for t, ptr, lay, shape in [v for v in views if v[1] != "smem_ds"]:
                 w.line(
                     f"Tensor {t} = make_tensor(make_smem_ptr({ptr}), typename Traits::SmemLayout{lay}{{}});  // ({shape})"
                 )
         w.line()
-        with w.tl(plan.line_of("load_k"), "global → shared: 16-byte cp.async into the swizzled tiles"):
-            if not producer:
-                fa2._emit_gmem_copy(w)
-        if producer:
-            fa2._emit_dq_slice(w, deterministic, col)
-            _emit_stage_barriers(w, plan)
-            with w.block("if (tidx >= Traits::kNThreads)"):
-                _emit_producer(w, plan, reg, softmax, partials, col, dq_bulk)
-            w.line("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
+        fa2._emit_dq_slice(w, deterministic, col)
+        _emit_stage_barriers(w, plan)
+        with w.block("if (tidx >= Traits::kNThreads)"):
+            _emit_producer(w, plan, reg, softmax, partials, col, dq_bulk)
+        w.line("cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();")
         w.comment("The three warp-group MMAs: K, V, Kᵀ and dS are fixed, Q and dO move with the stage")
         w.line("typename Traits::TiledMmaSdP tiled_mma_sdp;")
         w.line("auto thr_mma_sdp = tiled_mma_sdp.get_thread_slice(tidx);  // this thread's accumulators")
@@ -447,29 +417,21 @@ def _emit_main(
             w.line(f"auto wg_mma_{m} = tiled_mma_{m}.get_thread_slice(wg * 128);")
         w.line("Tensor tSrK = wg_mma_sdp.partition_fragment_A(sK);  // GMMA descriptors")
         w.line("Tensor tdPrV = wg_mma_sdp.partition_fragment_A(sV);")
-        if not producer:
-            w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
         w.line("Tensor tdQrKt = wg_mma_dq.partition_fragment_B(sKt);")
         w.line(
             "auto smem_tiled_copy_dS = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, tiled_mma_sdp);"
         )
         w.line("auto smem_thr_copy_dS = smem_tiled_copy_dS.get_thread_slice(tidx);")
-        if not producer:
-            w.comment("dSᵀ: this thread's accumulator elements → shared memory, in the input dtype")
-            w.line("Tensor tdSsdS = smem_thr_copy_dS.partition_D(sdSt);")
         w.line(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
         )
         w.line()
-        if producer:
-            w.line("int fill = 0;  // query blocks consumed so far: stage fill % 2, its phase (fill / 2) % 2")
-            w.line("int kv_fill = 0;  // key blocks consumed so far: the K/V barriers' phase kv_fill % 2")
-        else:
-            fa2._emit_dq_slice(w, deterministic, col)
+        w.line("int fill = 0;  // query blocks consumed so far: stage fill % 2, its phase (fill / 2) % 2")
+        w.line("int kv_fill = 0;  // key blocks consumed so far: the K/V barriers' phase kv_fill % 2")
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
             with w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"):
-                _emit_key_block(w, plan, reg, softmax, partials, deterministic, overlap_p, producer, dq_bulk)
+                _emit_key_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk)
     w.line("}")
     w.line()
 
@@ -480,36 +442,25 @@ def _emit_key_block(
     reg: Regions,
     softmax: bool,
     partials: list[tuple[Load, Expr]],
-    deterministic: bool,
     overlap_p: bool = False,
-    producer: bool = False,
     dq_bulk: bool = False,
 ) -> None:
-    """One key block: K and V in, dK and dV over every query block of the group's heads, dQ's share
-    added into dq_slice, dK and dV stored. `producer`: the consumers' part (the producer loads Q, dO and
-    the rows)."""
-    if producer:
-        with w.tl(plan.line_of("load_k"), "K and V of this key block: the producer's TMA"):
-            w.line("Barrier::wait(full_kv, kv_fill & 1);")
-    else:
-        fa2._emit_load_kv(w, deterministic)
+    """The consumers' key block: K and V (the producer's TMA) waited for, dK and dV over every query
+    block of the group's heads, dQ's share added into dq_slice, K and V released, dK and dV stored."""
+    with w.tl(plan.line_of("load_k"), "K and V of this key block: the producer's TMA"):
+        w.line("Barrier::wait(full_kv, kv_fill & 1);")
     fa2.emit_dkdv_accumulators(w)
     with w.block("for (int g = 0; g < group; ++g)"):
         with w.tl(
             plan.line_of("mask") if plan.mask != "none" else None, "block classes: skip empty query blocks"
         ):
-            summed = fa2._emit_group_head(
-                w, reg, softmax, partials, gmma=True, loads="none" if producer else "all"
-            )
+            summed = fa2._emit_group_head(w, reg, softmax, partials, loads="none")
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
-            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, producer, dq_bulk)
-        if not producer:
-            w.line("__syncthreads();  // the next head's first load reuses stage 0")
+            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk)
         fa2._emit_group_tail(w, reg, partials, summed)
-    if producer:
-        w.line("Barrier::arrive(empty_kv);  // every wgmma that read K and V is done (warpgroup_wait<0>)")
-        w.line("++kv_fill;")
+    w.line("Barrier::arrive(empty_kv);  // every wgmma that read K and V is done (warpgroup_wait<0>)")
+    w.line("++kv_fill;")
     w.line()
     fa2._emit_store_dkv(w, pairs=True)
 
@@ -521,28 +472,19 @@ def _emit_query_block(
     softmax: bool,
     partials: list[tuple[Load, Expr]],
     overlap_p: bool = False,
-    producer: bool = False,
     dq_bulk: bool = False,
 ) -> None:
     w.line("const int next = next_m_block(m_block);")
     w.line("const bool masked = block_class(m_block) == 1;")
-    if producer:
-        w.line("const int stage = fill & 1;")
-        with w.tl(plan.line_of("load_q"), "this block's Q, dO, LSE and D: the producer's stage"):
-            w.line("Barrier::wait(&full_qdo[stage], (fill >> 1) & 1);")
-        w.comment("dS of this block: the other buffer's readers (the previous block's dQ) may still run")
-        w.line("Element* smem_ds_stage = smem_ds + stage * (kBlockM * kBlockN);")
-        w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
-        w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});")
-        w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
-        w.line("Tensor tdSsdS = smem_thr_copy_dS.partition_D(sdSt);  // dSᵀ: accumulator elements → shared")
-    else:
-        w.line("cute::cp_async_wait<0>();  // this block's Q and dO (and, the first time, K and V)")
-        w.line("tl::fence_async_shared();")
-        w.line("__syncthreads();  // also: the previous block's wgmmas have all read dS, Q and dO")
-        with w.tl(plan.line_of("load_q"), "prefetch the next query block's Q and dO"):
-            w.line("if (next < m_block_max) load_QdO(next, stage ^ 1);  // overlaps this block's compute")
-            w.line("cute::cp_async_fence();")
+    w.line("const int stage = fill & 1;")
+    with w.tl(plan.line_of("load_q"), "this block's Q, dO, LSE and D: the producer's stage"):
+        w.line("Barrier::wait(&full_qdo[stage], (fill >> 1) & 1);")
+    w.comment("dS of this block: the other buffer's readers (the previous block's dQ) may still run")
+    w.line("Element* smem_ds_stage = smem_ds + stage * (kBlockM * kBlockN);")
+    w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
+    w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});")
+    w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
+    w.line("Tensor tdSsdS = smem_thr_copy_dS.partition_D(sdSt);  // dSᵀ: accumulator elements → shared")
     fa2._emit_qdo_views(w, "smem_qdo + stage * kQdOElems", gmma=True)
     w.line("Tensor tSrQ = wg_mma_sdp.partition_fragment_B(sQ);")
     w.line("Tensor tdPrdO = wg_mma_sdp.partition_fragment_B(sdO);")
@@ -584,10 +526,7 @@ def _emit_query_block(
         w.line("cute::copy(smem_tiled_copy_dS, smem_thr_copy_dS.retile_S(rdS), tdSsdS);  // dSᵀ for dQ's GEMM")
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
-        if producer:
-            w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
-        else:
-            w.line("__syncthreads();  // dS of both warp groups is in shared memory")
+        w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
     with w.tl(plan.line_of("gemm_qk"), "dQ = dS·K (SS) and dK += dSᵀ·Q (RS), dQ's atomics under dK's GEMM"):
         w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});")
         w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);")
@@ -616,12 +555,9 @@ def _emit_query_block(
         w.line("warpgroup_wait<0>();")
         w.line("warpgroup_fence_operand(acc_dk);")
         w.line("warpgroup_fence_operand(acc_dv);")
-    if producer:
-        with w.tl(plan.line_of("load_q"), "Q, dO and the rows of this stage are read: the producer's again"):
-            w.line("Barrier::arrive(&empty_qdo[stage]);")
-        w.line("++fill;")
-    else:
-        w.line("stage ^= 1;")
+    with w.tl(plan.line_of("load_q"), "Q, dO and the rows of this stage are read: the producer's again"):
+        w.line("Barrier::arrive(&empty_qdo[stage]);")
+    w.line("++fill;")
     w.line("m_block = next;")
 
 
@@ -685,7 +621,7 @@ def _emit_producer(
                         )
             w.line("++kv_fill;")
 
-    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="none", key_block=load_kv):
+    with _consumers_walk(w, plan, reg, softmax, partials, col, key_block=load_kv):
         w.line("const int stage = fill & 1;")
         w.line("if (fill >= 2) Barrier::wait(&empty_qdo[stage], ((fill >> 1) & 1) ^ 1);")
         with (
@@ -725,7 +661,6 @@ def _consumers_walk(
     partials: list[tuple[Load, Expr]],
     col: str,
     *,
-    loads: str,
     key_block: Callable[[], None] | None = None,
 ) -> Iterator[None]:
     """The consumers' (key block, head, query block) walk for a producer warp: the body runs once per
@@ -737,7 +672,7 @@ def _consumers_walk(
             if key_block is not None:
                 key_block()
             with w.block("for (int g = 0; g < group; ++g)"):
-                fa2._emit_group_head(w, reg, softmax, partials, gmma=True, loads=loads)
+                fa2._emit_group_head(w, reg, softmax, partials, loads="none")
                 w.line("CUTE_NO_UNROLL")
                 with w.block(
                     "for (int m_block = m_block_min; m_block < m_block_max; m_block = next_m_block(m_block))"
@@ -779,7 +714,7 @@ def _emit_dq_writer(
     shared memory, add it to the block's dq_accum tile with one bulk reduction (lane 0), wait until the
     copy has read it and hand the buffer back."""
     w.comment("dQ writer: one bulk reduce-add of each block's tile into dq_accum")
-    with _consumers_walk(w, plan, reg, softmax, partials, col, loads="none"):
+    with _consumers_walk(w, plan, reg, softmax, partials, col):
         w.line(f"tl::consumer_sync({DQ_FULL}, {DQ_BARRIER_THREADS});")
         with w.block("if ((threadIdx.x & 31) == 0)"):
             w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim);")
