@@ -37,6 +37,14 @@ def _main(source: str) -> str:
     return source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
 
 
+def _in_order(text: str, *items: str) -> None:
+    """Each of `items` occurs in `text` after the one before it (its first occurrence there)."""
+    at = 0
+    for item in items:
+        assert item in text[at:], f"{item!r} not after the items before it"
+        at = text.index(item, at) + len(item)
+
+
 def _signature(source: str, kernel: str) -> list[str]:
     m = re.search(rf"void __launch_bounds__\([\d, ]+\) {kernel}\((.*?)\) {{", source, re.S)
     assert m, f"no kernel {kernel}"
@@ -503,16 +511,15 @@ def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones
     main = _main(_producer(MHA, deterministic=deterministic)[0])
     producer, consumer = main.split("if (tidx >= Traits::kNThreads) {")[1].split("warpgroup_reg_alloc")
     walk = producer.split("for (int n_block")[1]
-    order = [
+    _in_order(
+        walk,
         "if (kv_fill > 0) Barrier::wait(empty_kv, (kv_fill - 1) & 1);",
         "Barrier::arrive_and_expect_tx(full_kv, Traits::kTxKV);",
         "SM90_TMA_LOAD_4D::copy(&tma_k, full_kv, 0, smem_k + c * kBlockN * Traits::kBoxColsK,",
         "SM90_TMA_LOAD_4D::copy(&tma_v, full_kv, 0, smem_v + c * kBlockN * Traits::kBoxCols,",
         "++kv_fill;",
         "for (int g = 0; g < group; ++g)",
-    ]
-    at = [walk.index(x) for x in order]
-    assert at == sorted(at)
+    )
     block = consumer.split("for (int n_block")[1]
     order = [
         "Barrier::wait(full_kv, kv_fill & 1);",
@@ -586,27 +593,25 @@ def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
     assert spec.shared_bytes == with_dq == shared_bytes(128) + 32768
     assert "atomicAdd(dq_tile" not in main
     consumer = main.split("warpgroup_reg_alloc<Traits::kConsumerRegs>();")[1]
-    order = [
+    _in_order(
+        consumer,
         "warpgroup_wait<1>();",
         "if (fill > 0) tl::consumer_sync(3, Traits::kNThreads + 32);",
         "dq_tile_s[i * Traits::kNThreads] = make_float4(acc_dq(4 * i)",
         "tl::fence_async_shared();  // st.shared before the bulk copy reads it",
         "tl::consumer_arrive(2, Traits::kNThreads + 32);",
         "Barrier::arrive(&empty_qdo[stage]);",
-    ]
-    at = [consumer.index(x) for x in order]
-    assert at == sorted(at)
+    )
     writer = main.split("if (warp == Traits::kProducerThreads / 32 - 1) {")[1]
     writer = writer.split("if (warp != 0) return;")[0]
-    order = [
+    _in_order(
+        writer,
         "tl::consumer_sync(2, Traits::kNThreads + 32);",
         "tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);",
         "tl::bulk_wait_read();",
         "tl::consumer_arrive(3, Traits::kNThreads + 32);",
         "tl::bulk_wait();",
-    ]
-    at = [writer.index(x) for x in order]
-    assert at == sorted(at)
+    )
 
 
 @pytest.mark.parametrize(("columns", "heads_all", "heavy"), [(128, 16, 1), (3, 2, 2), (1, 4, 1), (5, 1, 3)])
