@@ -242,6 +242,8 @@ def backward_tma_box_cols(tensor: str, head_dim: int) -> int:
     if tensor == "k" and (head_dim // 2) % 64:
         return 32
     return 64
+
+
 BACKWARD_TMA_ABI: tuple[tuple[str, str, str], ...] = tuple(
     (n, "const __grid_constant__ cute::TmaDescriptor", "tensormap") for n in BACKWARD_TMA_PARAMS
 )

@@ -54,6 +54,7 @@ from translator.backends.arch import ELEMENT
 from translator.backends.regions import Regions
 from translator.backends.sm90.gmma import GmmaAtom, atom_n, extended_includes
 from translator.backends.sm90.helpers import emit_helpers
+from translator.backends.sm90.tma import emit_tma_tiles
 from translator.errors import TranslateError, unsupported
 from translator.plan import KernelPlan
 from translator.planner.masks import Masks, key_block_spread
@@ -389,11 +390,9 @@ def _emit_main(
             views = [
                 ("sK", "smem_k", "K", "kBlockN, kHeadDim"),
                 ("sV", "smem_v", "V", "kBlockN, kHeadDim"),
-                ("sdS", "smem_ds", "dS", "kBlockM, kBlockN"),
                 ("sKt", "smem_k", "Kt", "kHeadDim, kBlockN"),
-                ("sdSt", "smem_ds", "dSt", "kBlockN, kBlockM"),
-            ]
-            for t, ptr, lay, shape in [v for v in views if v[1] != "smem_ds"]:
+            ]  # dS's views are the stage's (`_emit_query_block`)
+            for t, ptr, lay, shape in views:
                 w.line(
                     f"Tensor {t} = make_tensor(make_smem_ptr({ptr}), typename Traits::SmemLayout{lay}{{}});  // ({shape})"
                 )
@@ -613,12 +612,10 @@ def _emit_producer(
             with w.block("if (lane == 0)"):
                 w.line("Barrier::arrive_and_expect_tx(full_kv, Traits::kTxKV);")
                 for desc, dst, cols in (("tma_k", "smem_k", "Traits::kBoxColsK"), ("tma_v", "smem_v", "Traits::kBoxCols")):
-                    w.line("CUTE_UNROLL")
-                    with w.block(f"for (int c = 0; c < kHeadDim / {cols}; ++c)"):
-                        w.line(
-                            f"SM90_TMA_LOAD_4D::copy(&{desc}, full_kv, 0, {dst} + c * kBlockN * {cols}, c * {cols}, "
-                            "n_block * kBlockN, bidh_kv, bidb);"
-                        )
+                    emit_tma_tiles(
+                        w, [(desc, dst)], bar="full_kv", rows="kBlockN", boxes=f"kHeadDim / {cols}", box_cols=cols,
+                        row0="n_block * kBlockN", head="bidh_kv", batch="bidb",
+                    )  # fmt: skip
             w.line("++kv_fill;")
 
     with _consumers_walk(w, plan, reg, softmax, partials, col, key_block=load_kv):
@@ -628,15 +625,13 @@ def _emit_producer(
             w.tl(plan.line_of("load_q"), "Q and dO by TMA (rows past seqlen_q arrive as zeros)"),
             w.block("if (lane == 0)"),
         ):
-                w.line("Barrier::arrive_and_expect_tx(&full_qdo[stage], Traits::kTxQdO);")
-                w.line("Element* stage_q = smem_qdo + stage * kQdOElems;")
-                w.line("CUTE_UNROLL")
-                with w.block("for (int c = 0; c < kHeadDim / Traits::kBoxCols; ++c)"):
-                    for desc, dst in (("tma_q", "stage_q"), ("tma_do", "stage_q + kBlockM * kHeadDim")):
-                        w.line(
-                            f"SM90_TMA_LOAD_4D::copy(&{desc}, &full_qdo[stage], 0, {dst} + c * kBlockM * "
-                            "Traits::kBoxCols, c * Traits::kBoxCols, m_block * kBlockM, bidh, bidb);"
-                        )
+            w.line("Barrier::arrive_and_expect_tx(&full_qdo[stage], Traits::kTxQdO);")
+            w.line("Element* stage_q = smem_qdo + stage * kQdOElems;")
+            emit_tma_tiles(
+                w, [("tma_q", "stage_q"), ("tma_do", "stage_q + kBlockM * kHeadDim")], bar="&full_qdo[stage]",
+                rows="kBlockM", boxes="kHeadDim / Traits::kBoxCols", box_cols="Traits::kBoxCols",
+                row0="m_block * kBlockM", head="bidh", batch="bidb",
+            )  # fmt: skip
         if softmax:
             with w.tl(plan.line_of("load_q"), "the rows' LSE and D: cp.async, landing as arrivals"):
                 w.line("float* rows = smem_rows + stage * 2 * kBlockM;")
@@ -645,8 +640,8 @@ def _emit_producer(
                     w.block("for (int r = lane; r < kBlockM; r += Traits::kRowLanes)"),
                     w.block("if (m_block * kBlockM + r < seqlen_q)"),
                 ):
-                        w.line("tl::cp_async_f32(rows + r, lse + row_base + m_block * kBlockM + r);")
-                        w.line("tl::cp_async_f32(rows + kBlockM + r, dpsum + row_base + m_block * kBlockM + r);")
+                    w.line("tl::cp_async_f32(rows + r, lse + row_base + m_block * kBlockM + r);")
+                    w.line("tl::cp_async_f32(rows + kBlockM + r, dpsum + row_base + m_block * kBlockM + r);")
                 w.line("cutlass::arch::cpasync_barrier_arrive_noinc(&full_qdo[stage]);")
         w.line("++fill;")
     w.line("return;")

@@ -37,6 +37,7 @@ from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
 from translator.backends.sm90.gmma import GmmaAtom, atom_definitions, pv_atom, qk_atom
 from translator.backends.sm90.helpers import emit_helpers
+from translator.backends.sm90.tma import emit_tma_tiles
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -527,13 +528,17 @@ def _barrier_init(e: _Emit) -> None:
 def _tma_tile(e: _Emit, desc: str, bar: str, dst: str, rows: str, boxes: int, row0: str, head: str) -> None:
     """One tile = `boxes` TMA loads of (64 columns × rows), each into its own swizzled column block. A packed
     batch is one (d, total, heads, 1) tensor: `row0` then counts from the sequence's first row."""
-    w = e.w
-    w.line("CUTE_UNROLL")
-    with w.block(f"for (int c = 0; c < {boxes}; ++c)"):
-        w.line(
-            f"SM90_TMA_LOAD_4D::copy(&{desc}, {bar}, 0, {dst} + c * {rows} * kBoxCols, c * kBoxCols, {row0}, "
-            f"{head}, {'0' if e.varlen else 'bidb'});"
-        )
+    emit_tma_tiles(
+        e.w,
+        [(desc, dst)],
+        bar=bar,
+        rows=rows,
+        boxes=boxes,
+        box_cols="kBoxCols",
+        row0=row0,
+        head=head,
+        batch="0" if e.varlen else "bidb",
+    )
 
 
 def _producer(e: _Emit) -> None:
