@@ -256,7 +256,7 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
             f"static constexpr int kRowLanes = {ROW_LANES if softmax else 0};  "
             "// lanes whose cp.async of the rows' LSE and D arrive on a stage"
         )
-        w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: cp.async needs few")
+        w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: TMA and a few cp.async need few")
         w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
         w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
         w.line(
