@@ -10,11 +10,12 @@
 # toolkit's nvcc 13.0, which matches the H200's driver; NVRTC's output here may not load there); the build
 # step on the device only checks they are up to date and rebuilds a stale one with the device's nvcc.
 # NVRTC=1 builds with the product's NVRTC path on the device instead. ONLY selects the sm_90 cases (regex
-# over stem_dtype_dN, default all), BENCH the timing sweep; OVL, KM, DQB, OVLQ the cases of the A/B
-# builds (generator options, `backward_verify.py --skeleton`): sm90ovl (overlap_p: P while dP's wgmma
-# runs), sm90km (key-major grid), sm90dqb (dq_bulk: dQ by one
-# bulk reduce-add a block), sm90ovlq (overlap_p and dq_bulk). Another build can be timed by copying its
-# cubin and json into DIR under a new suffix and naming it in ALSO. The steps run under their own timeouts
+# over stem_dtype_dN, default all), BENCH the timing sweep; AB the A/B builds, space-separated
+# `skeleton=regex` pairs (`backward_verify.py --skeleton`, generator options, and the cases it builds):
+# sm90ovl (overlap_p: P while dP's wgmma runs), sm90km (key-major grid), sm90dqb (dq_bulk: dQ by one
+# bulk reduce-add a block), sm90ovlq (overlap_p and dq_bulk), sm90m80 (80-row query tiles, dQ swapped),
+# sm90m80q (that and dq_bulk). Another build can be timed by copying its cubin and json into DIR under a
+# new suffix and naming it in ALSO. The steps run under their own timeouts
 # (smoke 90 s, verification 330 s, timing BENCH_S, default 150 s) so the table still prints inside a 600 s call.
 # FA4: carry .fa4/part1 in one call (it is staged outside the checkout) and .fa4/part2 in the next, sent
 # at once while the machine is warm (benchmarks/fa4_wheels.sh lays them out; fa4_install.sh installs into
@@ -24,12 +25,10 @@
 set -u
 DIR=${DIR:-.cache/bwd90}
 ONLY=${ONLY:-'.'}
-OVL=${OVL:-'^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bias)_bf16_d128)$'}
-KM=${KM:-'^$'}
-DQB=${DQB:-'^$'}  # sm90dqb: dQ through shared memory and one bulk reduce-add a block (dq_bulk), tags _sm90dqb
-OVLQ=${OVLQ:-'^$'}  # sm90ovlq: overlap_p and dq_bulk together, tags _sm90ovlq
-# the builds timed beside the sm_80 skeleton (prebuilt tags `<case><suffix>` that exist; others are skipped)
-ALSO=${ALSO:-_sm90,_sm90ovl,_sm90km,_sm90dqb,_sm90ovlq}
+AB=${AB:-'sm90ovl=^((causal_)?mha_fwd_bf16_d(128|64)|(alibi|sliding_window|relative_bias)_bf16_d128)$'}
+# the builds timed beside the sm_80 skeleton (prebuilt tags `<case><suffix>` that exist; others are
+# skipped): the default and AB's
+ALSO=${ALSO:-_sm90$(for pair in $AB; do printf ',_%s' "${pair%%=*}"; done)}
 BENCH=${BENCH:-"--dims 128 --seqlens 8192"}
 NVCC_FLAG="--nvcc"
 [ "${NVRTC:-0}" = 1 ] && NVCC_FLAG=""
@@ -37,10 +36,9 @@ if [ "${1:-}" = build ]; then  # on the VM, before the call: the cubins the call
   export PYTHONPATH=$PWD
   python3 benchmarks/backward_verify.py --build "$DIR" --only '^(causal_)?mha_fwd_bf16_d128$' --nvcc
   python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" --nvcc
-  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" --nvcc
-  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" --nvcc
-  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90dqb --only "$DQB" --nvcc
-  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovlq --only "$OVLQ" --nvcc
+  for pair in $AB; do
+    python3 benchmarks/backward_verify.py --build "$DIR" --skeleton "${pair%%=*}" --only "${pair#*=}" --nvcc
+  done
   du -sh "$DIR"
   exit 0
 fi
@@ -66,25 +64,18 @@ SM80=$!
 # shellcheck disable=SC2086
 python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90 --only "$ONLY" $NVCC_FLAG \
   > "$OUT/build_sm90.log" 2>&1
-# shellcheck disable=SC2086
-python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovl --only "$OVL" $NVCC_FLAG \
-  > "$OUT/build_sm90ovl.log" 2>&1
-# shellcheck disable=SC2086
-python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90km --only "$KM" $NVCC_FLAG \
-  > "$OUT/build_sm90km.log" 2>&1
-# shellcheck disable=SC2086
-python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90dqb --only "$DQB" $NVCC_FLAG \
-  > "$OUT/build_sm90dqb.log" 2>&1
-# shellcheck disable=SC2086
-python3 benchmarks/backward_verify.py --build "$DIR" --skeleton sm90ovlq --only "$OVLQ" $NVCC_FLAG \
-  > "$OUT/build_sm90ovlq.log" 2>&1
+for pair in $AB; do
+  # shellcheck disable=SC2086
+  python3 benchmarks/backward_verify.py --build "$DIR" --skeleton "${pair%%=*}" --only "${pair#*=}" $NVCC_FLAG \
+    > "$OUT/build_${pair%%=*}.log" 2>&1
+done
 wait $SM80
 grep -i "fail\|error" "$OUT"/build_sm*.log | head -5
 tail -qn1 "$OUT"/build_sm*.log
 echo "built at ${SECONDS}s"
 if command -v cuobjdump > /dev/null; then
   for tag in mha_fwd_bf16_d128_sm90 causal_mha_fwd_bf16_d128_sm90 softcap_bf16_d128_sm90 alibi_bf16_d128_sm90 \
-    mha_fwd_bf16_d128_sm90ovl causal_mha_fwd_bf16_d128_sm90ovl alibi_bf16_d128_sm90ovl; do
+    mha_fwd_bf16_d128_sm90ovl causal_mha_fwd_bf16_d128_sm90ovl alibi_bf16_d128_sm90ovl mha_fwd_bf16_d128_sm90m80; do
     [ -f "$DIR/$tag.cubin" ] || continue
     cuobjdump -res-usage "$DIR/$tag.cubin" 2>&1 | grep -A1 "dq_dk_dv" | tail -1 | sed "s/^/$tag: /"
   done
@@ -92,7 +83,8 @@ fi
 
 # smoke: the plain kernel (and its overlap_p variant) at one shape; 124 = one hung
 mkdir -p "$DIR/smoke"
-for tag in mha_fwd_bf16_d128_sm90 mha_fwd_bf16_d128_sm90ovl sliding_window_bf16_d128_sm90 document_mask_bf16_d128_sm90; do
+for tag in mha_fwd_bf16_d128_sm90 mha_fwd_bf16_d128_sm90ovl mha_fwd_bf16_d128_sm90m80 sliding_window_bf16_d128_sm90 \
+  document_mask_bf16_d128_sm90; do
   [ -f "$DIR/$tag.cubin" ] && cp "$DIR/$tag.json" "$DIR/$tag.cubin" "$DIR/smoke/"
 done
 timeout 90 python3 benchmarks/backward_verify.py --run "$DIR/smoke" --shapes "2,4,2,1000,1000" > "$OUT/smoke.log" 2>&1

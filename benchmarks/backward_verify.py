@@ -82,7 +82,9 @@ def _text(path: str, d: int) -> str:
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
 # (softcap, sigmoid, ReLU): pick the others with --only; "sm90km":
 # the default with the grid key block column first wherever, `key_major=True`; "sm90dqb": dQ through
-# shared memory and one bulk reduce-add a block, `dq_bulk=True`; "sm90ovlq": overlap_p and dq_bulk)
+# shared memory and one bulk reduce-add a block, `dq_bulk=True`; "sm90ovlq": overlap_p and dq_bulk;
+# "sm90m80": 80-row query tiles with dQ computed transposed, `block_m=80` (d 128 only); "sm90m80q": that
+# and dq_bulk)
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
@@ -92,6 +94,11 @@ SKELETONS = {
     "sm90ovlq": (
         {"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True, "dq_bulk": True}},
         "_sm90ovlq",
+    ),
+    "sm90m80": ({"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 80}}, "_sm90m80"),
+    "sm90m80q": (
+        {"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 80, "dq_bulk": True}},
+        "_sm90m80q",
     ),
 }
 
@@ -238,7 +245,8 @@ def main() -> int:
         default="sm80",
         help="--build: sm90 = the wgmma dQ/dK/dV kernel, tags _sm90; sm90ovl = it with P overlapping dP's "
         "wgmma (overlap_p), tags _sm90ovl; sm90km = it key-major, tags _sm90km; sm90dqb = it with dQ's "
-        "bulk add (dq_bulk), tags _sm90dqb; sm90ovlq = both, tags _sm90ovlq",
+        "bulk add (dq_bulk), tags _sm90dqb; sm90ovlq = both, tags _sm90ovlq; sm90m80 = 80-row query tiles "
+        "(d 128), tags _sm90m80; sm90m80q = that and dq_bulk, tags _sm90m80q",
     )
     args = ap.parse_args()
     if args.build:

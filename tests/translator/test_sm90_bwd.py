@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.backward import BackwardBuildError, translate_backward
+from translator.backends.sm90.gmma import EXT_INCLUDES
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ROOT / "examples" / "variants"
@@ -164,6 +165,71 @@ def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
     assert sm90.split("_bwd_dot_do_o(")[1].split("}\n")[0] == sm80.split("_bwd_dot_do_o(")[1].split("}\n")[0]
 
 
+def _wide(tl: Path | str = MHA, **kw):
+    return _sm90(tl, options={"block_m": 80, **kw.pop("options", {})}, **kw)
+
+
+def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
+    """FA3's non-causal d = 128 tile: 80 query rows are no whole number of warp groups, so dQᵀ = Kᵀ·dSᵀ
+    takes the head dim as its M (warp group g: head-dim rows 64g …) and the convert kernel reads the
+    tile as (column, row)."""
+    b = _wide()
+    src, main = b.source, _main(b.source)
+    assert b.spec.block_m == 80 and b.spec.shared_bytes <= 227 * 1024
+    assert "static constexpr int kBlockM = 80;" in src
+    k, mn = "GMMA::Major::K", "GMMA::Major::MN"
+    # N = 80 is outside CuTe's base shapes: the atoms are defined in the source, not included
+    assert "struct SM90_64x80x16_F32BF16BF16_SS {" in src
+    assert not any(inc.split("  ")[0] in src for inc in EXT_INCLUDES)
+    assert f"tl::SM90_64x80x16_F32BF16BF16_SS<{k}, {k}>{{}}, Layout<Shape<_2, _1, _1>>" in src  # Sᵀ, dPᵀ
+    assert f"TiledMmadQ = decltype(make_tiled_mma(tl::SM90_64x80x16_F32BF16BF16_SS<{mn}, {k}>{{}}, " in src
+    assert "Layout<Shape<_2, _1, _1>>{}));" in src.split("using TiledMmadQ")[1].split("\n")[0]
+    assert "Tensor tdQrKt = wg_mma_dq.partition_fragment_A(sKt);" in main
+    assert "Tensor tdQrdS = wg_mma_dq.partition_fragment_B(sdS);" in main
+    _in_order(
+        main,
+        "tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);",
+        "Shape<Int<kHeadDim>, Int<kBlockM>>{});  // dQᵀ",
+        "tl::wgmma<true, false>(tiled_mma_dq, tdQrKt, tdQrdS, acc_dq);",
+        "tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);",
+        "atomicAdd(dq_tile + i * Traits::kNThreads, make_float4(",
+    )
+    conv = src.split("_bwd_convert_dq(")[1]
+    assert "make_identity_tensor(Shape<Int<kHeadDim>, Int<kBlockM>>{}));  // dQᵀ: (column, row)" in conv
+    assert "const int row = m_block * kBlockM + get<1>(tdQcdQ(i));" in conv
+    assert "dst[row * dq_row_stride + get<0>(tdQcdQ(i))]" in conv
+    # the rest of the kernel follows kBlockM: the producer's boxes and rows, the stage sizes
+    assert 'rows="kBlockM"' not in main and "for (int r = lane; r < kBlockM; r += Traits::kRowLanes)" in main
+    # the default stays at 64 rows, byte for byte the kernel without the option
+    assert _sm90(MHA).source == _sm90(MHA, options={"block_m": 64}).source
+    assert "kBlockM = 64;" in _sm90(MHA).source
+
+
+@pytest.mark.parametrize(
+    ("text", "block_m", "why"),
+    [
+        (MHA.read_text().replace("Param d = 128", "Param d = 64"), 80, "computes dQ transposed.*needs d = 128"),
+        (MHA.read_text(), 96, "a query tile of 96 rows: this skeleton has 64 and 80"),
+    ],
+)
+def test_query_tiles_the_skeleton_does_not_have_are_a_clear_error(text, block_m, why):
+    with pytest.raises(BackwardBuildError, match=why):
+        _sm90(text, options={"block_m": block_m})
+
+
+@pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
+def test_a_scaled_score_folds_its_scale_into_p_s_exp2(skeleton):
+    """s · m with m uniform (`Regions.fold`): P's exponent is one FFMA on the raw score, as the forward's
+    softmax; any other region (softcap's tanh) scales its X by log2(e)."""
+    plain = translate_backward(MHA, arch="sm_90", skeleton=skeleton).source
+    assert (
+        "const float p = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) "
+        "- lse_log2) : 0.f;" in plain
+    )
+    softcap = translate_backward(VARIANTS / "softcap.tl", arch="sm_90", skeleton=skeleton).source
+    assert "const float p = keep ? tl::exp2_approx(x * 1.44269504088896340736f - lse_log2) : 0.f;" in softcap
+
+
 def test_masks_classify_query_blocks_and_score_rows_read_the_transposed_accumulator():
     main = _main(_sm90(VARIANTS / "sliding_window.tl").source)
     assert "auto block_class = [&](int m_block) -> int" in main
@@ -242,13 +308,13 @@ def test_shared_memory_keeps_its_address_space_and_ds_goes_through_stmatrix():
 @pytest.mark.nvrtc
 @pytest.mark.slow
 def test_the_plain_and_alibi_backwards_compile_for_sm_90a():
-    """NVRTC for sm_90a, and where a disassembler is at hand, the plain kernel's SASS: between its first
+    """NVRTC for sm_90a (the 80-row tile too), and where a disassembler is at hand, the plain kernel's SASS: between its first
     and last wgmma, shared memory is read by LDS and dSᵀ written by stmatrix, never by a generic load or
     store (a generic access costs a 64-bit address and goes through the generic path)."""
     from runner.compile import CompileError, CompileJob, compile_many
     from runner.sass import SassError, disassemble
 
-    builds = [_sm90(MHA), _sm90(VARIANTS / "alibi.tl", learnable=("slopes",))]
+    builds = [_sm90(MHA), _sm90(VARIANTS / "alibi.tl", learnable=("slopes",)), _wide()]
     jobs = [CompileJob(source=b.source, arch=b.spec.arch, name=f"{b.spec.name}.bwd.cu") for b in builds]
     results = compile_many(jobs)
     failed = [str(r)[:800] for r in results if isinstance(r, CompileError)]
@@ -295,7 +361,10 @@ def _overlapped(tl: Path | str, **kw) -> str:
 
 S_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);"
 DP_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);"
-P_EXP2 = "scores(r, c) = keep ? tl::exp2_approx(x * 1.44269504088896340736f - lse_log2) : 0.f;"
+P_EXP2 = (
+    "scores(r, c) = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) - lse_log2)"
+    " : 0.f;"
+)
 DS = "dscores(r, c) = keep ? dx * dx_ds : 0.f;"
 
 

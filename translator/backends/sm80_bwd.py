@@ -134,13 +134,15 @@ def assemble(
     arch: str,
     includes: tuple[str, ...] = (),
     dq_vector: int = 1,
+    dq_swapped: bool = False,
     main_threads: int = 0,
     main_params: tuple[str, ...] = (),
 ) -> tuple[str, BackwardSpec]:
     """One backward skeleton's file and spec around its dQ/dK/dV kernel (`emit_main`, after the traits
     and helpers of `emit_defs`): the D kernel, the dQ conversion and the row gradients are the same for
     every skeleton, and so are the kernels' parameters, but for `main_params`, which `emit_main`'s kernel
-    takes after them (the sm_90 producer's TMA descriptors)."""
+    takes after them (the sm_90 producer's TMA descriptors). `dq_vector`, `dq_swapped`: how the dQ/dK/dV
+    kernel adds its dQ tile into dq_accum (`_emit_convert`)."""
     ir = plan.ir
     name = plan.kernel_name
     w = CodeWriter()
@@ -165,7 +167,7 @@ def assemble(
         tail.append(BACKWARD_ROW_SUMS_PARAM)
     _emit_preprocess(w, plan, sink_partials, tail)
     emit_main(w, plan, partials, tail, deterministic)
-    _emit_convert(w, plan, dq_vector)
+    _emit_convert(w, plan, dq_vector, swapped=dq_swapped)
     if ir.block_mask:
         emit_block_mask_kernel(
             w, ir, name=f"{name}_bwd", block_m=block_m, block_n=block_n, tag_line=plan.line_of("mask_expr")
@@ -421,10 +423,10 @@ def _emit_preprocess(
     w.line()
 
 
-def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1) -> None:
+def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, swapped: bool = False) -> None:
     """dq_accum → dQ. `dq_vector`: the dQ/dK/dV kernel adds that many consecutive fragment elements with
     one vector atomic (4: sm_90's float4 reductions), so thread t's element i is at
-    (i / v · kNThreads + t) · v + i % v."""
+    (i / v · kNThreads + t) · v + i % v. `swapped`: its dQ MMA computes dQᵀ, (kHeadDim, kBlockM)."""
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
     with w.indent():
         w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
@@ -449,9 +451,10 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1) -> None:
                 "the tile is in the dQ MMA's fragment order: this thread's element i is at i · kNThreads"
             )
         w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
+        m, n, row, col = ("kHeadDim", "kBlockM", 1, 0) if swapped else ("kBlockM", "kHeadDim", 0, 1)
         w.line(
             "Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C("
-            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));"
+            f"make_identity_tensor(Shape<Int<{m}>, Int<{n}>>{{}}));" + ("  // dQᵀ: (column, row)" if swapped else "")
         )
         w.line("CUTE_UNROLL")
         with w.block("for (int i = 0; i < size(tdQcdQ); ++i)"):
@@ -465,9 +468,9 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1) -> None:
                 f"for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + {at}];"
                 "  // in order: the same sum every run"
             )
-            w.line("const int row = m_block * kBlockM + get<0>(tdQcdQ(i));")
+            w.line(f"const int row = m_block * kBlockM + get<{row}>(tdQcdQ(i));")
             w.line(
-                "if (row < seqlen_q) dst[row * dq_row_stride + get<1>(tdQcdQ(i))] = static_cast<Element>(acc);"
+                f"if (row < seqlen_q) dst[row * dq_row_stride + get<{col}>(tdQcdQ(i))] = static_cast<Element>(acc);"
             )
     w.line("}")
     w.line()
@@ -940,6 +943,8 @@ def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
     ir = reg.ir
     score = _score(ir)
     roots: list[Expr] = [score, grad.derivative(score), *ir.masks]
+    if reg.fold is not None:
+        roots.append(reg.fold)
     if ir.output_scale is not None:
         roots.append(ir.output_scale)
     roots += [g for _, g in partials]
@@ -1085,7 +1090,7 @@ def _emit_score_rows(
             )
             if phase == "p":
                 if softmax:
-                    w.line(f"scores(r, c) = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
+                    w.line(f"scores(r, c) = keep ? tl::exp2_approx({_exp2_arg(reg)}) : 0.f;")
                 else:
                     scale = " * o_scale" if ir.output_scale is not None else ""
                     w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
@@ -1095,6 +1100,15 @@ def _emit_score_rows(
             emit_row_sums(w, corrected, transposed=transposed)
     for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:
         del reg.temps[n]
+
+
+def _exp2_arg(reg: Regions) -> str:
+    """P's exponent in log2 units, X · log2(e) − LSE · log2(e); where the score region is `s · m` with m
+    uniform (`Regions.fold`), the raw score times the hoisted m · log2(e): one FFMA, as the forward's
+    softmax computes it."""
+    if reg.fold is not None:
+        return f"scores(r, c) * ({reg.scale_log2()}) - lse_log2"
+    return f"x * {LOG2E} - lse_log2"
 
 
 def _emit_score_grads(
@@ -1112,7 +1126,7 @@ def _emit_score_grads(
         if phase == "ds":
             w.line("const float p = scores(r, c);  // pass 1's P (0 where not kept)")
         else:
-            w.line(f"const float p = keep ? tl::exp2_approx(x * {LOG2E} - lse_log2) : 0.f;")
+            w.line(f"const float p = keep ? tl::exp2_approx({_exp2_arg(reg)}) : 0.f;")
         w.line("const float dx = p * (dscores(r, c) - d_row);")
         if corrected:
             w.line("const float pdp = p * dscores(r, c);")

@@ -52,7 +52,7 @@ from runner.abi import (
 from translator.backends import sm80_bwd as fa2
 from translator.backends.arch import ELEMENT
 from translator.backends.regions import Regions
-from translator.backends.sm90.gmma import GmmaAtom, atom_n, extended_includes
+from translator.backends.sm90.gmma import WGMMA_M, GmmaAtom, atom_definitions, atom_n
 from translator.backends.sm90.helpers import emit_helpers
 from translator.backends.sm90.tma import emit_tma_tiles
 from translator.errors import TranslateError, unsupported
@@ -62,6 +62,10 @@ from translator.writer import CodeWriter
 
 NVRTC_ARCH = "sm_90a"  # wgmma exists only on the arch-specific target
 BLOCK_M = 64  # query rows per step: FA3's d ≤ 128 tile
+# FA3's non-causal d = 128 tile: dQ's M (80 rows) is no whole number of warp groups, so dQ is computed
+# transposed, dQᵀ = Kᵀ·dSᵀ, warp group g owning head-dim rows 64g … (`swapped_dq`)
+BLOCK_M_WIDE = 80
+BLOCK_MS = (BLOCK_M, BLOCK_M_WIDE)
 BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
@@ -82,24 +86,43 @@ WS_INCLUDES = (
 )
 
 
-def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, dq_bulk: bool = False) -> int:
+def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, block_m: int = BLOCK_M, dq_bulk: bool = False) -> int:
     """K, V, dS (double-buffered) and two stages of (Q, dO) in the input dtype, two stages of the rows'
     LSE and D (fp32), six mbarriers (the stages' and K/V's full and empty), and 1024 bytes to round the
     base up to the swizzle's period; `dq_bulk`: dQ's fp32 tile."""
-    ds = 2 * BLOCK_M * BLOCK_N
-    elems = 2 * BLOCK_N * head_dim + ds + 2 * 2 * BLOCK_M * head_dim
-    dq = BLOCK_M * head_dim * 4 if dq_bulk else 0
-    return dtype_bytes * elems + 2 * 2 * BLOCK_M * 4 + dq + 6 * 8 + 1024
+    ds = 2 * block_m * BLOCK_N
+    elems = 2 * BLOCK_N * head_dim + ds + 2 * 2 * block_m * head_dim
+    dq = block_m * head_dim * 4 if dq_bulk else 0
+    return dtype_bytes * elems + 2 * 2 * block_m * 4 + dq + 6 * 8 + 1024
 
 
-def atoms(dtype: str, head_dim: int) -> dict[str, GmmaAtom]:
+def swapped_dq(block_m: int) -> bool:
+    """Whether dQ is computed transposed (dQᵀ = Kᵀ·dSᵀ, FA3's dQ_swapAB): where the query tile is no whole
+    number of warp groups' 64 rows, the head dim takes the wgmma's M."""
+    return block_m % WGMMA_M != 0
+
+
+def atoms(dtype: str, head_dim: int, block_m: int = BLOCK_M) -> dict[str, GmmaAtom]:
     """The three wgmma atoms: Sᵀ / dPᵀ (SS, both K-major), dV / dK (RS, Q and dO MN-major), dQ (SS, Kᵀ
-    MN-major, each warp group half of the head dim)."""
+    MN-major, each warp group half of the head dim; swapped: Kᵀ as the MN-major A, dS as the K-major B,
+    each warp group 64 of the head dim's rows)."""
+    dq = (
+        GmmaAtom(atom_n(block_m), "SS", dtype, "K", major_a="MN")
+        if swapped_dq(block_m)
+        else GmmaAtom(atom_n(head_dim // 2), "SS", dtype, "MN")
+    )
     return {
-        "SdP": GmmaAtom(atom_n(BLOCK_M), "SS", dtype, "K"),
+        "SdP": GmmaAtom(atom_n(block_m), "SS", dtype, "K"),
         "dKV": GmmaAtom(atom_n(head_dim), "RS", dtype, "MN"),
-        "dQ": GmmaAtom(atom_n(head_dim // 2), "SS", dtype, "MN"),
+        "dQ": dq,
     }
+
+
+def default_block_m(plan: KernelPlan) -> int:
+    """The query tile the backward takes unless told: BLOCK_M everywhere (BLOCK_M_WIDE is the A/B
+    candidate for unmasked d = 128, FA3's choice there)."""
+    del plan
+    return BLOCK_M
 
 
 def smem_atom(extent: int) -> str:
@@ -121,6 +144,7 @@ def generate_backward_sm90(
     key_major: bool | None = None,
     dq_bulk: bool = False,
     heavy_columns: int = 0,
+    block_m: int | None = None,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover. The
@@ -137,21 +161,27 @@ def generate_backward_sm90(
     `heavy_columns` (not with `key_major`; not yet run on a GPU): only the first that many key columns
     of every head first. `dq_bulk`: FA3's dQ path, the consumers store dQ's tile in shared memory and the
     producer's last warp adds it to dq_accum with one bulk reduction (`cp.reduce.async.bulk`) instead of
-    each thread's float4 atomics (1.02-1.04x non-causal, 0.99-1.01x causal on the H200)."""
+    each thread's float4 atomics (1.02-1.04x non-causal, 0.99-1.01x causal on the H200). `block_m`: the
+    query tile, one of BLOCK_MS (None: `default_block_m`); 80 rows compute dQ transposed (`swapped_dq`)
+    and need d = 128."""
     fa2._check(plan, learnable)
-    _check(plan)
+    if block_m is None:
+        block_m = default_block_m(plan)
+    _check(plan, block_m)
     if heavy_columns and key_major:
         raise TranslateError(
             [unsupported(plan.range_of("kernel"), "the sm_90 backward: heavy_columns or key_major, not both")]
         )
     if key_major is None:
-        key_major = not heavy_columns and uneven_key_blocks(plan)
+        key_major = not heavy_columns and uneven_key_blocks(plan, block_m)
     if overlap_p:
         _check_overlap(plan, learnable)
     d = plan.head_dim_qk
 
     def defs(w: CodeWriter) -> None:
-        _emit_traits(w, plan)
+        for line in atom_definitions(*atoms(plan.dtype, d, block_m).values()):  # wgmma N outside the base shapes
+            w.line(line)
+        _emit_traits(w, plan, block_m)
         emit_helpers(w, regions=True)
         w.line()
         _emit_bwd_helpers(w, dq_bulk=dq_bulk)
@@ -165,7 +195,7 @@ def generate_backward_sm90(
             f"Target {NVRTC_ARCH}, {plan.dtype}, head dim {d}; dQ/dK/dV on wgmma (FlashAttention-3's dataflow),",
             "verified on the H200 against autograd of the IR reference (docs/performance.md).",
         ),
-        includes=(*extended_includes(*atoms(plan.dtype, d).values()), STSM_INCLUDE, *WS_INCLUDES),
+        includes=(STSM_INCLUDE, *WS_INCLUDES),
         emit_defs=defs,
         emit_main=functools.partial(
             _emit_main,
@@ -173,11 +203,13 @@ def generate_backward_sm90(
             key_major=key_major,
             dq_bulk=dq_bulk,
             heavy_columns=heavy_columns,
+            swap_dq=swapped_dq(block_m),
         ),
         line_directives=True,
-        block_m=BLOCK_M,
+        block_m=block_m,
         block_n=BLOCK_N,
-        shared_bytes=shared_bytes(d, dq_bulk=dq_bulk),
+        shared_bytes=shared_bytes(d, block_m=block_m, dq_bulk=dq_bulk),
+        dq_swapped=swapped_dq(block_m),
         main_threads=THREADS + PRODUCER_THREADS,
         main_params=BACKWARD_TMA_PARAMS,
         arch=NVRTC_ARCH,
@@ -185,7 +217,7 @@ def generate_backward_sm90(
     )
 
 
-def uneven_key_blocks(plan: KernelPlan) -> bool:
+def uneven_key_blocks(plan: KernelPlan, block_m: int = BLOCK_M) -> bool:
     """Whether the grid goes key block column first: where a few key blocks see most query rows (sink
     tokens: the first key block's thread block of the last heads started late in the head-major grid, a
     tail of one long block), or where the masks read side tensors (documents, a prefix, global tokens:
@@ -198,10 +230,10 @@ def uneven_key_blocks(plan: KernelPlan) -> bool:
     if ir.header_mask != "expr" or not ir.masks:
         return False
     masks = Masks(tuple(ir.masks), tuple((s.name, s.default) for s in ir.scalars))
-    return key_block_spread(masks, BLOCK_M, BLOCK_N, SPREAD_SEQLEN, SPREAD_SEQLEN) > SPREAD_KEY_MAJOR
+    return key_block_spread(masks, block_m, BLOCK_N, SPREAD_SEQLEN, SPREAD_SEQLEN) > SPREAD_KEY_MAJOR
 
 
-def _check(plan: KernelPlan) -> None:
+def _check(plan: KernelPlan, block_m: int) -> None:
     def fail(why: str, *keys: str) -> TranslateError:
         """Reported on the first TL line of `keys` the plan knows, else on the Kernel line."""
         return TranslateError([unsupported(plan.range_of(*keys, "kernel"), f"the sm_90 backward: {why}")])
@@ -212,6 +244,15 @@ def _check(plan: KernelPlan) -> None:
         raise fail(
             f"head dim {plan.head_dim_qk}: this skeleton covers {' and '.join(map(str, HEAD_DIMS))} "
             "(the default backward covers the others)",
+            "d",
+            "load_q",
+        )
+    if block_m not in BLOCK_MS:
+        raise fail(f"a query tile of {block_m} rows: this skeleton has {' and '.join(map(str, BLOCK_MS))}")
+    if swapped_dq(block_m) and plan.head_dim_qk != 2 * WGMMA_M:
+        raise fail(
+            f"a query tile of {block_m} rows computes dQ transposed, whose M is the head dim: "
+            f"it needs d = {2 * WGMMA_M} (two warp groups of {WGMMA_M} rows), not {plan.head_dim_qk}",
             "d",
             "load_q",
         )
@@ -233,14 +274,14 @@ def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
         raise TranslateError([unsupported(where, why)])
 
 
-def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
+def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
     d = plan.head_dim_qk
     softmax = plan.ir.normalizer == "softmax"
-    a = atoms(plan.dtype, d)
+    a = atoms(plan.dtype, d, block_m)
     w.comment("Tiles, wgmma atoms and shared-memory layouts of the dQ/dK/dV kernel.")
     with w.block(f"struct {plan.kernel_name}_bwd_traits", "};"):
         w.line(f"using Element = {ELEMENT[plan.dtype]};")
-        w.line(f"static constexpr int kBlockM = {BLOCK_M};  // query rows per step of the loop")
+        w.line(f"static constexpr int kBlockM = {block_m};  // query rows per step of the loop")
         w.line(f"static constexpr int kBlockN = {BLOCK_N};  // key rows of this thread block")
         w.line(f"static constexpr int kHeadDim = {d};")
         w.line(f"static constexpr int kNThreads = {THREADS};  // two consumer warp groups")
@@ -260,18 +301,22 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan) -> None:
         w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
         w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
         w.line(
-            f"using TiledMmaSdP = decltype(make_tiled_mma({a['SdP'].cute()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
+            f"using TiledMmaSdP = decltype(make_tiled_mma({a['SdP'].type()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
         )
         w.comment(
             "dV += Pᵀ·dO and dK += dSᵀ·Q, (kBlockN, kHeadDim): Pᵀ and dSᵀ from the same rows' registers"
         )
         w.line(
-            f"using TiledMmadKV = decltype(make_tiled_mma({a['dKV'].cute()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
+            f"using TiledMmadKV = decltype(make_tiled_mma({a['dKV'].type()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
         )
-        w.comment("dQ = dS·K, (kBlockM, kHeadDim): warp group g owns columns kHeadDim / 2 · g …")
-        w.line(
-            f"using TiledMmadQ = decltype(make_tiled_mma({a['dQ'].cute()}{{}}, Layout<Shape<_1, _2, _1>>{{}}));"
-        )
+        if swapped_dq(block_m):
+            w.comment("dQᵀ = Kᵀ·dSᵀ, (kHeadDim, kBlockM): warp group g owns head-dim rows 64g … (kBlockM is no")
+            w.comment("whole number of warp groups' 64 rows)")
+            layout = "_2, _1, _1"
+        else:
+            w.comment("dQ = dS·K, (kBlockM, kHeadDim): warp group g owns columns kHeadDim / 2 · g …")
+            layout = "_1, _2, _1"
+        w.line(f"using TiledMmadQ = decltype(make_tiled_mma({a['dQ'].type()}{{}}, Layout<Shape<{layout}>>{{}}));")
         w.comment("dSᵀ's accumulator rows → dS in shared memory: stmatrix, transposed (8 × 8 tiles of 16 bits)")
         w.line("using SmemCopyAtomdS = Copy_Atom<SM90_U16x8_STSM_T, Element>;")
         w.line()
@@ -347,6 +392,7 @@ def _emit_main(
     key_major: bool = False,
     dq_bulk: bool = False,
     heavy_columns: int = 0,
+    swap_dq: bool = False,
 ) -> None:
     reg = Regions(plan.ir)
     col = fa2.grid_col(key_major or heavy_columns > 0)
@@ -416,7 +462,7 @@ def _emit_main(
             w.line(f"auto wg_mma_{m} = tiled_mma_{m}.get_thread_slice(wg * 128);")
         w.line("Tensor tSrK = wg_mma_sdp.partition_fragment_A(sK);  // GMMA descriptors")
         w.line("Tensor tdPrV = wg_mma_sdp.partition_fragment_A(sV);")
-        w.line("Tensor tdQrKt = wg_mma_dq.partition_fragment_B(sKt);")
+        w.line(f"Tensor tdQrKt = wg_mma_dq.partition_fragment_{'A' if swap_dq else 'B'}(sKt);")
         w.line(
             "auto smem_tiled_copy_dS = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, tiled_mma_sdp);"
         )
@@ -430,7 +476,7 @@ def _emit_main(
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
             with w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"):
-                _emit_key_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk)
+                _emit_key_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk, swap_dq)
     w.line("}")
     w.line()
 
@@ -443,6 +489,7 @@ def _emit_key_block(
     partials: list[tuple[Load, Expr]],
     overlap_p: bool = False,
     dq_bulk: bool = False,
+    swap_dq: bool = False,
 ) -> None:
     """The consumers' key block: K and V (the producer's TMA) waited for, dK and dV over every query
     block of the group's heads, dQ's share added into dq_slice, K and V released, dK and dV stored."""
@@ -456,7 +503,7 @@ def _emit_key_block(
             summed = fa2._emit_group_head(w, reg, softmax, partials, loads="none")
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
-            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk)
+            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk, swap_dq)
         fa2._emit_group_tail(w, reg, partials, summed)
     w.line("Barrier::arrive(empty_kv);  // every wgmma that read K and V is done (warpgroup_wait<0>)")
     w.line("++kv_fill;")
@@ -472,6 +519,7 @@ def _emit_query_block(
     partials: list[tuple[Load, Expr]],
     overlap_p: bool = False,
     dq_bulk: bool = False,
+    swap_dq: bool = False,
 ) -> None:
     w.line("const int next = next_m_block(m_block);")
     w.line("const bool masked = block_class(m_block) == 1;")
@@ -482,7 +530,7 @@ def _emit_query_block(
     w.line("Element* smem_ds_stage = smem_ds + stage * (kBlockM * kBlockN);")
     w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
     w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});")
-    w.line("Tensor tdQrdS = wg_mma_dq.partition_fragment_A(sdS);")
+    w.line(f"Tensor tdQrdS = wg_mma_dq.partition_fragment_{'B' if swap_dq else 'A'}(sdS);")
     w.line("Tensor tdSsdS = smem_thr_copy_dS.partition_D(sdSt);  // dSᵀ: accumulator elements → shared")
     fa2._emit_qdo_views(w, "smem_qdo + stage * kQdOElems", gmma=True)
     w.line("Tensor tSrQ = wg_mma_sdp.partition_fragment_B(sQ);")
@@ -526,9 +574,14 @@ def _emit_query_block(
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
-    with w.tl(plan.line_of("gemm_qk"), "dQ = dS·K (SS) and dK += dSᵀ·Q (RS), dQ's atomics under dK's GEMM"):
-        w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});")
-        w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);")
+    dq = "dQᵀ = Kᵀ·dSᵀ" if swap_dq else "dQ = dS·K"
+    with w.tl(plan.line_of("gemm_qk"), f"{dq} (SS) and dK += dSᵀ·Q (RS), dQ's atomics under dK's GEMM"):
+        if swap_dq:
+            w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kHeadDim>, Int<kBlockM>>{});  // dQᵀ")
+            w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrKt, tdQrdS, acc_dq);")
+        else:
+            w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});")
+            w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);")
         w.line("Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));")
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);")
         w.line("warpgroup_wait<1>();  // dV's and dQ's groups are done, dK's may still run")

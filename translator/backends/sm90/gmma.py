@@ -6,10 +6,10 @@ consider N beyond the base shapes (8, 16, 32, 64, 96, 128, 192, 256) only under
 sparse: 6.9 MB of headers, 20–27 s of a ~50 s NVRTC compile (docs/performance.md, "Compile latency").
 So the atoms are chosen here, by the selector's own rule over every multiple of 8 up to 256 (the shapes
 the selector had with the define, so the kernel keeps the same instructions), and named in the source;
-an N outside the base shapes is defined here (`atom_definitions`): the forward kernel carries the op struct
-and `MMA_Traits` of exactly the atoms it uses, generated from (64, N, 16, dtype, SS/RS), in place of CuTe's
-dense extended headers (`EXT_INCLUDES`, 76k lines, more than half of the Hopper include block's parse);
-the backward (sm90_bwd.py) still includes those headers.
+an N outside the base shapes is defined here (`atom_definitions`): the forward and backward kernels carry
+the op struct and `MMA_Traits` of exactly the atoms they use, generated from (64, N, 16, dtype, SS/RS), in
+place of CuTe's dense extended headers (`EXT_INCLUDES`, 76k lines, more than half of the Hopper include
+block's parse).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class GmmaAtom:
     operands: str  # "SS": A and B from shared memory; "RS": A from registers
     dtype: str
     major_b: str  # "K" or "MN"
+    major_a: str = "K"  # "MN" only from shared memory (SS): the backward's swapped dQ, whose A is Kᵀ
 
     @property
     def extended(self) -> bool:
@@ -57,18 +58,21 @@ class GmmaAtom:
         """The CuTe atom type, e.g.
         `SM90::GMMA::MMA_64x160x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>`."""
         name = f"MMA_{WGMMA_M}x{self.n}x{WGMMA_K}_F32{_TYPES[self.dtype]}_{self.operands}"
-        return f"SM90::GMMA::{name}<GMMA::Major::K, GMMA::Major::{self.major_b}>"
+        return f"SM90::GMMA::{name}<{self._majors()}>"
 
     def name(self) -> str:
         """The generated struct's name, e.g. `SM90_64x160x16_F32BF16BF16_SS` (CuTe's alias spelling)."""
         return f"SM90_{WGMMA_M}x{self.n}x{WGMMA_K}_F32{_TYPES[self.dtype]}_{self.operands}"
 
     def type(self) -> str:
-        """The atom type the forward kernel names: CuTe's for a base N, else the one `atom_definitions`
+        """The atom type a kernel names: CuTe's for a base N, else the one `atom_definitions`
         generates, e.g. `tl::SM90_64x160x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>`."""
         if not self.extended:
             return self.cute()
-        return f"{NAMESPACE}::{self.name()}<GMMA::Major::K, GMMA::Major::{self.major_b}>"
+        return f"{NAMESPACE}::{self.name()}<{self._majors()}>"
+
+    def _majors(self) -> str:
+        return f"GMMA::Major::{self.major_a}, GMMA::Major::{self.major_b}"
 
 
 def qk_atom(dtype: str, block_n: int) -> GmmaAtom:
@@ -79,11 +83,6 @@ def qk_atom(dtype: str, block_n: int) -> GmmaAtom:
 def pv_atom(dtype: str, head_dim_v: int) -> GmmaAtom:
     """O += P·V: P in registers, Vᵀ MN-major in shared memory, N = the value head dim."""
     return GmmaAtom(atom_n(head_dim_v), "RS", dtype, "MN")
-
-
-def extended_includes(*atoms: GmmaAtom) -> tuple[str, ...]:
-    """The include lines the atoms need beyond the base headers (none when every N is a base shape)."""
-    return EXT_INCLUDES if any(a.extended for a in atoms) else ()
 
 
 def atom_definitions(*atoms: GmmaAtom) -> tuple[str, ...]:
