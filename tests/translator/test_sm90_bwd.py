@@ -208,7 +208,7 @@ def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
 @pytest.mark.parametrize(
     ("text", "block_m", "why"),
     [
-        (MHA.read_text().replace("Param d = 128", "Param d = 64"), 80, "computes dQ transposed.*needs d = 128"),
+        (MHA.read_text().replace("Param d = 128", "Param d = 64"), 80, "dQ transposed.*needs d = 128"),
         (MHA.read_text(), 96, "a query tile of 96 rows: this skeleton has 64 and 80"),
     ],
 )
@@ -308,9 +308,10 @@ def test_shared_memory_keeps_its_address_space_and_ds_goes_through_stmatrix():
 @pytest.mark.nvrtc
 @pytest.mark.slow
 def test_the_plain_and_alibi_backwards_compile_for_sm_90a():
-    """NVRTC for sm_90a (the 80-row tile too), and where a disassembler is at hand, the plain kernel's SASS: between its first
-    and last wgmma, shared memory is read by LDS and dSᵀ written by stmatrix, never by a generic load or
-    store (a generic access costs a 64-bit address and goes through the generic path)."""
+    """NVRTC for sm_90a (the 80-row tile too), and where a disassembler is at hand, the plain kernel's
+    SASS: between its first and last wgmma, shared memory is read by LDS and dSᵀ written by stmatrix,
+    never by a generic load or store (a generic access costs a 64-bit address and goes through the
+    generic path)."""
     from runner.compile import CompileError, CompileJob, compile_many
     from runner.sass import SassError, disassemble
 
@@ -362,8 +363,8 @@ def _overlapped(tl: Path | str, **kw) -> str:
 S_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);"
 DP_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);"
 P_EXP2 = (
-    "scores(r, c) = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) - lse_log2)"
-    " : 0.f;"
+    "scores(r, c) = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) "
+    "- lse_log2) : 0.f;"
 )
 DS = "dscores(r, c) = keep ? dx * dx_ds : 0.f;"
 
