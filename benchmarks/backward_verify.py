@@ -82,7 +82,8 @@ def _text(path: str, d: int) -> str:
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
 # (softcap, sigmoid, ReLU): pick the others with --only; "sm90km":
 # the default with the grid key block column first wherever, `key_major=True`; "sm90dqb": dQ through
-# shared memory and one bulk reduce-add a block, `dq_bulk=True`; "sm90ovlq": overlap_p and dq_bulk;
+# shared memory and one bulk reduce-add a block, `dq_bulk=True` (d 128's default); "sm90atom": dQ by
+# float4 atomics, `dq_bulk=False` (d 64's default); "sm90ovlq": overlap_p and dq_bulk;
 # "sm90m80": 80-row query tiles with dQ computed transposed, `block_m=80` (d 128 only); "sm90m80q": that
 # and dq_bulk)
 SKELETONS = {
@@ -91,6 +92,7 @@ SKELETONS = {
     "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True}}, "_sm90ovl"),
     "sm90km": ({"arch": "sm_90", "skeleton": "sm90", "options": {"key_major": True}}, "_sm90km"),
     "sm90dqb": ({"arch": "sm_90", "skeleton": "sm90", "options": {"dq_bulk": True}}, "_sm90dqb"),
+    "sm90atom": ({"arch": "sm_90", "skeleton": "sm90", "options": {"dq_bulk": False}}, "_sm90atom"),
     "sm90ovlq": (
         {"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True, "dq_bulk": True}},
         "_sm90ovlq",
@@ -246,7 +248,8 @@ def main() -> int:
         help="--build: sm90 = the wgmma dQ/dK/dV kernel, tags _sm90; sm90ovl = it with P overlapping dP's "
         "wgmma (overlap_p), tags _sm90ovl; sm90km = it key-major, tags _sm90km; sm90dqb = it with dQ's "
         "bulk add (dq_bulk), tags _sm90dqb; sm90ovlq = both, tags _sm90ovlq; sm90m80 = 80-row query tiles "
-        "(d 128), tags _sm90m80; sm90m80q = that and dq_bulk, tags _sm90m80q",
+        "(d 128), tags _sm90m80; sm90m80q = that and dq_bulk, tags _sm90m80q; sm90atom = dQ by atomics, "
+        "tags _sm90atom",
     )
     args = ap.parse_args()
     if args.build:

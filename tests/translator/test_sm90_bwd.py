@@ -75,8 +75,9 @@ def test_the_sm90_skeleton_targets_sm_90a_with_the_same_launch_shape():
     assert (s.arch, s.block_m, s.block_n, s.threads, s.preprocess_rows) == ("sm_90a", 64, 128, 256, 32)
     # K, V (128 × 128), dS twice (64 × 128), two stages of Q and dO (64 × 128), bf16; LSE and D; six
     # mbarriers (the stages' and K/V's full and empty); the 1 KB rounding. One warp group more (the
-    # producer) for dq_dk_dv only.
-    assert s.shared_bytes == 2 * (2 * 128 * 128 + 2 * 64 * 128 + 4 * 64 * 128) + 2 * 2 * 64 * 4 + 48 + 1024
+    # producer) for dq_dk_dv only. At d = 128, dQ's fp32 tile for the bulk add (`dq_bulk`'s default).
+    tiles, dq = 2 * (2 * 128 * 128 + 2 * 64 * 128 + 4 * 64 * 128), 64 * 128 * 4
+    assert s.shared_bytes == tiles + 2 * 2 * 64 * 4 + 48 + 1024 + dq
     assert s.main_threads == 384
     assert "verified on the H200" in b.source
 
@@ -122,8 +123,16 @@ def test_fp16_names_the_fp16_atoms():
     assert "MMA_64x128x16_F32F16F16_RS" in src and "BF16" not in src
 
 
-def test_the_five_gemms_in_fa3_order_with_dq_atomics_under_dk():
-    main = _main(_sm90(MHA).source)
+@pytest.mark.parametrize(
+    ("dq_bulk", "dq_out"),
+    [
+        (False, "atomicAdd(dq_tile + i * 128, make_float4(acc_dq(4 * i), acc_dq(4 * i + 1),"),
+        (None, "dq_tile_s[i * 128] = make_float4(acc_dq(4 * i), acc_dq(4 * i + 1),"),  # d = 128's default
+    ],
+)
+def test_the_five_gemms_in_fa3_order_with_dq_out_under_dk(dq_bulk, dq_out):
+    """dQ leaves (by atomics, or into shared memory for the bulk add) while dK's wgmma still runs."""
+    main = _main(_sm90(MHA, options={} if dq_bulk is None else {"dq_bulk": dq_bulk}).source)
     gemms = [
         "tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);",  # Sᵀ = K·Qᵀ
         "tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);",  # dPᵀ = V·dOᵀ
@@ -131,7 +140,7 @@ def test_the_five_gemms_in_fa3_order_with_dq_atomics_under_dk():
         "tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);",  # dQ = dS·K
         "tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);",  # dK += dSᵀ·Q (RS)
         "warpgroup_wait<1>();",
-        "atomicAdd(dq_tile + i * Traits::kNThreads, make_float4(acc_dq(4 * i), acc_dq(4 * i + 1),",
+        dq_out,
         "warpgroup_wait<0>();",
     ]
     at = [main.index(gemms[0])]
@@ -147,17 +156,23 @@ def test_the_five_gemms_in_fa3_order_with_dq_atomics_under_dk():
 
 
 def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
-    sm90, sm80 = _sm90(MHA).source, translate_backward(MHA, arch="sm_90").source
-    # thread t's fragment element i at (i / 4 · kNThreads + t) · 4 + i % 4, on both sides
+    sm90, sm80 = _sm90(MHA, options={"dq_bulk": False}).source, translate_backward(MHA, arch="sm_90").source
+    # one contiguous part per warp group: with n float4s a thread, thread t = 128 g + u adds its element i
+    # at ((g · n + i / 4) · 128 + u) · 4 + i % 4, on both sides
     main = _main(sm90)
     assert (
-        "float4* dq_tile = reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim)) + tidx;"
-        in main
+        "float4* dq_tile = reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim)) "
+        "+ wg * (size(acc_dq) / 4) * 128 + tidx % 128;" in main
     )
     assert "for (int i = 0; i < size(acc_dq) / 4; ++i) {" in main
     conv = sm90.split("_bwd_convert_dq(")[1]
-    assert "(kBlockM * kHeadDim) + threadIdx.x * 4;" in conv
-    assert "src[s * slice + (i / 4) * (4 * Traits::kNThreads) + i % 4]" in conv
+    assert "(kBlockM * kHeadDim);" in conv and "constexpr int kGroup = Traits::kNThreads / 2;" in conv
+    assert "constexpr int kVectors = decltype(size(tdQcdQ))::value / 4;" in conv
+    assert "src[s * slice + ((group * kVectors + i / 4) * kGroup + rank) * 4 + i % 4]" in conv
+    # the sm_80 skeleton's tile keeps its thread-interleaved order
+    mma_sync = translate_backward(MHA, arch="sm_90", skeleton="sm80").source
+    assert "(kBlockM * kHeadDim) + threadIdx.x;" in mma_sync
+    assert "src[s * slice + i * Traits::kNThreads]" in mma_sync
     # over Traits::TiledMmadQ's fragment order: here the wgmma one
     assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
     assert "using TiledMmadQ = decltype(make_tiled_mma(SM90::GMMA::" in sm90
@@ -192,7 +207,7 @@ def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
         "Shape<Int<kHeadDim>, Int<kBlockM>>{});  // dQᵀ",
         "tl::wgmma<true, false>(tiled_mma_dq, tdQrKt, tdQrdS, acc_dq);",
         "tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);",
-        "atomicAdd(dq_tile + i * Traits::kNThreads, make_float4(",
+        "dq_tile_s[i * 128] = make_float4(",  # dq_bulk: d = 128's default
     )
     conv = src.split("_bwd_convert_dq(")[1]
     assert "make_identity_tensor(Shape<Int<kHeadDim>, Int<kBlockM>>{}));  // dQᵀ: (column, row)" in conv
@@ -496,9 +511,10 @@ def test_the_overlapped_plain_backward_compiles_for_sm_90a_with_p_beside_dp():
 
 
 def _producer(tl: Path | str, **kw):
+    """The kernel with dQ by atomics unless told (d = 128's default adds the dQ writer's walk)."""
     from translator.backends.sm90_bwd import generate_backward_sm90
 
-    return generate_backward_sm90(_plan(tl), **kw)
+    return generate_backward_sm90(_plan(tl), **{"dq_bulk": False, **kw})
 
 
 def test_producer_adds_a_warp_group_and_the_other_kernels_keep_theirs():
@@ -611,7 +627,7 @@ def test_backward_verify_builds_sm90km_through_the_generator():
     keywords, suffix = SKELETONS["sm90km"]
     b = translate_backward(text, dtype="bf16", learnable=(), deterministic=False, **keywords)
     assert suffix == "_sm90km" and b.spec.main_threads == 384 and "const int grid_col" in b.source
-    assert _producer(MHA)[0] == translate_backward(text, arch="sm_90", skeleton="sm90").source
+    assert _producer(MHA, dq_bulk=None)[0] == translate_backward(text, arch="sm_90", skeleton="sm90").source
 
 
 @pytest.mark.parametrize(
@@ -640,7 +656,7 @@ def test_key_major_takes_the_grid_key_column_first():
     column, and the column (not blockIdx.x) starts the key-block loop and picks the deterministic slice."""
     from translator.backends.sm90_bwd import generate_backward_sm90
 
-    main = _main(generate_backward_sm90(_plan(MHA), key_major=True, deterministic=True)[0])
+    main = _main(generate_backward_sm90(_plan(MHA), key_major=True, deterministic=True, dq_bulk=False)[0])
     assert "const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);" in main
     assert "const int bidh_kv = tile % gridDim.z;" in main
     assert "const int bidb = (tile / gridDim.z) % gridDim.y;" in main
@@ -651,10 +667,10 @@ def test_key_major_takes_the_grid_key_column_first():
 
 
 def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
-    """`dq_bulk`: the consumers wait for the writer to have read the last tile (not on the first block),
-    store dQ's tile in fragment order, fence it and arrive; the producer's last warp syncs, adds the tile
-    with one bulk reduction from one lane, waits for the read and hands the buffer back; the first warp
-    loads, as without it."""
+    """`dq_bulk`: each consumer warp group waits for the writer to have read its part of the last tile (not
+    on the first block), stores its part in dq_accum's order, fences it and arrives, on its own named
+    barriers; the producer's last warp syncs on each part, adds it with one bulk reduction from one lane,
+    waits for both reads and hands both parts back; the first warp loads, as without it."""
     from translator.backends.sm90_bwd import generate_backward_sm90, shared_bytes
 
     source, spec = generate_backward_sm90(_plan(MHA), dq_bulk=True)
@@ -666,20 +682,25 @@ def test_dq_bulk_stores_dq_in_shared_memory_and_one_warp_adds_it_in_bulk():
     _in_order(
         consumer,
         "warpgroup_wait<1>();",
-        "if (fill > 0) tl::consumer_sync(3, Traits::kNThreads + 32);",
-        "dq_tile_s[i * Traits::kNThreads] = make_float4(acc_dq(4 * i)",
+        "if (fill > 0) tl::consumer_sync(4 + wg, 128 + 32);",  # this warp group's part only
+        "float4* dq_tile_s = reinterpret_cast<float4*>(smem_dq) + wg * (size(acc_dq) / 4) * 128 "
+        "+ tidx % 128;",
+        "dq_tile_s[i * 128] = make_float4(acc_dq(4 * i)",
         "tl::fence_async_shared();  // st.shared before the bulk copy reads it",
-        "tl::consumer_arrive(2, Traits::kNThreads + 32);",
+        "tl::consumer_arrive(2 + wg, 128 + 32);",
         "Barrier::arrive(&empty_qdo[stage]);",
     )
     writer = main.split("if (warp == Traits::kProducerThreads / 32 - 1) {")[1]
     writer = writer.split("if (warp != 0) return;")[0]
     _in_order(
         writer,
-        "tl::consumer_sync(2, Traits::kNThreads + 32);",
-        "tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);",
-        "tl::bulk_wait_read();",
-        "tl::consumer_arrive(3, Traits::kNThreads + 32);",
+        "constexpr int kPart = kBlockM * kHeadDim / 2;",
+        "for (int g = 0; g < 2; ++g) {",
+        "tl::consumer_sync(2 + g, 128 + 32);",
+        "tl::bulk_reduce_add_f32(dq_head + m_block * (kBlockM * kHeadDim) + g * kPart, smem_dq + g * kPart, "
+        "kPart * 4);",
+        "tl::bulk_wait_read();  // both parts are read",
+        "for (int g = 0; g < 2; ++g) tl::consumer_arrive(4 + g, 128 + 32);",
         "tl::bulk_wait();",
     )
 

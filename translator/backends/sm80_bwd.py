@@ -134,6 +134,7 @@ def assemble(
     arch: str,
     includes: tuple[str, ...] = (),
     dq_vector: int = 1,
+    dq_groups: int = 1,
     dq_swapped: bool = False,
     main_threads: int = 0,
     main_params: tuple[str, ...] = (),
@@ -141,8 +142,8 @@ def assemble(
     """One backward skeleton's file and spec around its dQ/dK/dV kernel (`emit_main`, after the traits
     and helpers of `emit_defs`): the D kernel, the dQ conversion and the row gradients are the same for
     every skeleton, and so are the kernels' parameters, but for `main_params`, which `emit_main`'s kernel
-    takes after them (the sm_90 producer's TMA descriptors). `dq_vector`, `dq_swapped`: how the dQ/dK/dV
-    kernel adds its dQ tile into dq_accum (`_emit_convert`)."""
+    takes after them (the sm_90 producer's TMA descriptors). `dq_vector`, `dq_groups`, `dq_swapped`: how the
+    dQ/dK/dV kernel adds its dQ tile into dq_accum (`_emit_convert`)."""
     ir = plan.ir
     name = plan.kernel_name
     w = CodeWriter()
@@ -167,7 +168,7 @@ def assemble(
         tail.append(BACKWARD_ROW_SUMS_PARAM)
     _emit_preprocess(w, plan, sink_partials, tail)
     emit_main(w, plan, partials, tail, deterministic)
-    _emit_convert(w, plan, dq_vector, swapped=dq_swapped)
+    _emit_convert(w, plan, dq_vector, groups=dq_groups, swapped=dq_swapped)
     if ir.block_mask:
         emit_block_mask_kernel(
             w, ir, name=f"{name}_bwd", block_m=block_m, block_n=block_n, tag_line=plan.line_of("mask_expr")
@@ -423,10 +424,16 @@ def _emit_preprocess(
     w.line()
 
 
-def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, swapped: bool = False) -> None:
+def _emit_convert(
+    w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, groups: int = 1, swapped: bool = False
+) -> None:
     """dq_accum → dQ. `dq_vector`: the dQ/dK/dV kernel adds that many consecutive fragment elements with
     one vector atomic (4: sm_90's float4 reductions), so thread t's element i is at
-    (i / v · kNThreads + t) · v + i % v. `swapped`: its dQ MMA computes dQᵀ, (kHeadDim, kBlockM)."""
+    (i / v · kNThreads + t) · v + i % v. `groups` > 1: the tile is that many contiguous parts, one per
+    group of kNThreads / groups threads (sm_90: a warp group's own dQ columns, which it hands to a bulk
+    copy alone), so with n = size / v vectors a thread and g, u = t's group and rank in it, element i is at
+    ((g · n + i / v) · (kNThreads / groups) + u) · v + i % v. `swapped`: its dQ MMA computes dQᵀ,
+    (kHeadDim, kBlockM)."""
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
     with w.indent():
         w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
@@ -436,12 +443,22 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, swappe
         w.line("const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;")
         w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
         w.line(f"const long long slice = {DQ_SLICE};")
+        thread_offset = "" if groups > 1 else " + threadIdx.x" + (f" * {dq_vector}" if dq_vector > 1 else "")
         w.line(
             "const float* src = dq_accum + ((static_cast<long long>(bidb) * heads + bidh) * m_blocks + m_block) * "
-            f"(kBlockM * kHeadDim) + threadIdx.x{f' * {dq_vector}' if dq_vector > 1 else ''};"
+            f"(kBlockM * kHeadDim){thread_offset};"
         )
         w.line("Element* dst = static_cast<Element*>(dq) + bidb * dq_batch_stride + bidh * dq_head_stride;")
-        if dq_vector > 1:
+        if groups > 1:
+            w.comment(
+                f"the tile is in the dQ MMA's fragment order, {dq_vector} elements per vector, in {groups} parts "
+                f"of kNThreads / {groups} threads: thread t's element i is at"
+            )
+            w.comment(
+                f"((t / kGroup · n + i / {dq_vector}) · kGroup + t % kGroup) · {dq_vector} + i % {dq_vector}, "
+                f"n = {dq_vector}-vectors a thread"
+            )
+        elif dq_vector > 1:
             w.comment(
                 f"the tile is in the dQ MMA's fragment order, {dq_vector} elements per vector: thread t's "
                 f"element i is at (i / {dq_vector} · kNThreads + t) · {dq_vector} + i % {dq_vector}"
@@ -456,14 +473,19 @@ def _emit_convert(w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, swappe
             "Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C("
             f"make_identity_tensor(Shape<Int<{m}>, Int<{n}>>{{}}));" + ("  // dQᵀ: (column, row)" if swapped else "")
         )
+        if groups > 1:
+            w.line(f"constexpr int kGroup = Traits::kNThreads / {groups};")
+            w.line(f"constexpr int kVectors = decltype(size(tdQcdQ))::value / {dq_vector};")
+            w.line("const int group = threadIdx.x / kGroup, rank = threadIdx.x % kGroup;")
         w.line("CUTE_UNROLL")
         with w.block("for (int i = 0; i < size(tdQcdQ); ++i)"):
             w.line("float acc = 0.f;")
-            at = (
-                f"(i / {dq_vector}) * ({dq_vector} * Traits::kNThreads) + i % {dq_vector}"
-                if dq_vector > 1
-                else "i * Traits::kNThreads"
-            )
+            if groups > 1:
+                at = f"((group * kVectors + i / {dq_vector}) * kGroup + rank) * {dq_vector} + i % {dq_vector}"
+            elif dq_vector > 1:
+                at = f"(i / {dq_vector}) * ({dq_vector} * Traits::kNThreads) + i % {dq_vector}"
+            else:
+                at = "i * Traits::kNThreads"
             w.line(
                 f"for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + {at}];"
                 "  // in order: the same sum every run"

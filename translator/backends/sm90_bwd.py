@@ -13,7 +13,9 @@ threads, each owning 64 key rows; K and V stay in shared memory while the block 
     Pᵀ = exp2(Sᵀ·log2 e − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D) · dX/ds   (the score region, as sm80_bwd)
     dV += Pᵀ·dO, dK += dSᵀ·Q        RS wgmma: Pᵀ and dSᵀ are the warp group's own accumulator rows
     dSᵀ → shared memory, dQ = dS·K   SS wgmma, (kBlockM, kHeadDim), warp group g: columns d/2 · g …
-    dQ → dq_accum                    float4 atomics in the dQ MMA's fragment order (`_bwd_convert_dq`)
+    dQ → dq_accum                    d = 128: each warp group's part through shared memory, added by one
+                                     bulk reduction of the producer's last warp (`dq_bulk`); d = 64: float4
+                                     atomics; in the dQ MMA's fragment order, a part per warp group
 
 Loads (FA3's warp specialisation): a third warp group, the producer (`setmaxnreg.dec`), fills
 two stages; one lane issues each query block's Q and dO as TMA loads into the GMMA-swizzled layouts (the
@@ -70,6 +72,10 @@ BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
 DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
+# dq_accum's tile in one contiguous part per consumer warp group (`sm80_bwd._emit_convert`), so each warp
+# group hands its own part to dq_bulk's bulk add without waiting for the other
+DQ_GROUPS = 2
+WG_THREADS = 128
 PRODUCER_THREADS = 128  # the producer warp group: K, V, Q, dO and the rows' LSE and D
 PRODUCER_REGS, CONSUMER_REGS = 24, 240  # setmaxnreg: 128 · 24 + 256 · 240 ≤ 64k registers
 ROW_LANES = 32  # the producer's lanes that copy the rows' LSE and D (cp.async), two rows each
@@ -120,9 +126,16 @@ def atoms(dtype: str, head_dim: int, block_m: int = BLOCK_M) -> dict[str, GmmaAt
 
 def default_block_m(plan: KernelPlan) -> int:
     """The query tile the backward takes unless told: BLOCK_M everywhere (BLOCK_M_WIDE is the A/B
-    candidate for unmasked d = 128, FA3's choice there)."""
+    candidate for unmasked d = 128, FA3's choice there: 0.92-0.97x on the H200, docs/performance.md)."""
     del plan
     return BLOCK_M
+
+
+def default_dq_bulk(plan: KernelPlan) -> bool:
+    """Whether dQ goes through shared memory and a bulk add unless told (`dq_bulk`): at d = 128, where the
+    H200 measured it 1.03-1.05x non-causal and 1.00-1.02x causal; at d = 64 0.95-1.02x
+    (docs/results/2026-12-04-h200-backward-dqwg-*)."""
+    return plan.head_dim_qk == 128
 
 
 def smem_atom(extent: int) -> str:
@@ -142,7 +155,7 @@ def generate_backward_sm90(
     deterministic: bool = False,
     overlap_p: bool = False,
     key_major: bool | None = None,
-    dq_bulk: bool = False,
+    dq_bulk: bool | None = None,
     heavy_columns: int = 0,
     block_m: int | None = None,
 ) -> tuple[str, BackwardSpec]:
@@ -159,14 +172,16 @@ def generate_backward_sm90(
     timing cannot compare the default with itself. `key_major`: the grid taken key block column first
     (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so, off with `heavy_columns`.
     `heavy_columns` (not with `key_major`; not yet run on a GPU): only the first that many key columns
-    of every head first. `dq_bulk`: FA3's dQ path, the consumers store dQ's tile in shared memory and the
-    producer's last warp adds it to dq_accum with one bulk reduction (`cp.reduce.async.bulk`) instead of
-    each thread's float4 atomics (1.02-1.04x non-causal, 0.99-1.01x causal on the H200). `block_m`: the
+    of every head first. `dq_bulk`: FA3's dQ path, each consumer warp group stores its part of dQ's tile
+    in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
+    (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; None: `default_dq_bulk`. `block_m`: the
     query tile, one of BLOCK_MS (None: `default_block_m`); 80 rows compute dQ transposed (`swapped_dq`)
     and need d = 128."""
     fa2._check(plan, learnable)
     if block_m is None:
         block_m = default_block_m(plan)
+    if dq_bulk is None:
+        dq_bulk = default_dq_bulk(plan)
     _check(plan, block_m)
     if heavy_columns and key_major:
         raise TranslateError(
@@ -214,6 +229,7 @@ def generate_backward_sm90(
         main_params=BACKWARD_TMA_PARAMS,
         arch=NVRTC_ARCH,
         dq_vector=DQ_VECTOR,
+        dq_groups=DQ_GROUPS,
     )
 
 
@@ -593,15 +609,14 @@ def _emit_query_block(
                 "in fragment order, four elements per float4, so a warp's 32 reductions cover 512 contiguous"
             )
             w.comment(
-                "bytes (rows past seqlen_q add zeros into the tile's padding); _bwd_convert_dq reads it so"
+                "bytes (rows past seqlen_q add zeros into the tile's padding), each warp group's in its own"
             )
-            w.line(
-                "float4* dq_tile = reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim)) + tidx;"
-            )
+            w.comment("part of the tile; _bwd_convert_dq reads it so")
+            w.line(f"float4* dq_tile = {_dq_part('reinterpret_cast<float4*>(dq_head + m_block * (kBlockM * kHeadDim))')};")
             w.line("CUTE_UNROLL")
             with w.block("for (int i = 0; i < size(acc_dq) / 4; ++i)"):
                 w.line(
-                    "atomicAdd(dq_tile + i * Traits::kNThreads, "
+                    f"atomicAdd(dq_tile + i * {WG_THREADS}, "
                     "make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3)));"
                 )
         w.line("warpgroup_wait<0>();")
@@ -729,25 +744,34 @@ def _consumers_walk(
                 fa2.drop_head_temps(reg)
 
 
-DQ_FULL, DQ_EMPTY = 2, 3  # named barriers of the dQ tile (`dq_bulk`): consumers and the writer warp
-DQ_BARRIER_THREADS = "Traits::kNThreads + 32"
+def _dq_part(tile: str) -> str:
+    """This thread's first float4 of `tile` (a float4 pointer) in dq_accum's order: its warp group's
+    contiguous part (size(acc_dq) / 4 float4s a thread), then its rank in the warp group."""
+    return f"{tile} + wg * (size(acc_dq) / 4) * {WG_THREADS} + tidx % {WG_THREADS}"
+
+
+# named barriers of the dQ tile (`dq_bulk`), one pair per consumer warp group: its part is in shared
+# memory (full), the writer warp has read it (empty)
+DQ_FULL, DQ_EMPTY = 2, 2 + DQ_GROUPS
+DQ_BARRIER_THREADS = f"{WG_THREADS} + 32"
 
 
 def _emit_dq_to_shared(w: CodeWriter) -> None:
-    """`dq_bulk`, the consumers: wait until the writer warp has read the previous block's tile, store this
-    block's in the dQ MMA's fragment order (what dq_accum holds), fence it for the bulk copy (async
-    proxy) and tell the writer, without waiting."""
-    w.comment("the previous block's dQ tile is read by the bulk add (the first block: nothing to wait for)")
-    w.line(f"if (fill > 0) tl::consumer_sync({DQ_EMPTY}, {DQ_BARRIER_THREADS});")
-    w.line("float4* dq_tile_s = reinterpret_cast<float4*>(smem_dq) + tidx;")
+    """`dq_bulk`, the consumers: each warp group waits until the writer warp has read its part of the
+    previous block's tile, stores its part of this block's in dq_accum's order, fences it for the bulk
+    copy (async proxy) and tells the writer, without waiting; the warp groups never wait for each other
+    here (FlashAttention-3's per-warp-group dQ barriers)."""
+    w.comment("the previous block's part is read by the bulk add (the first block: nothing to wait for)")
+    w.line(f"if (fill > 0) tl::consumer_sync({DQ_EMPTY} + wg, {DQ_BARRIER_THREADS});")
+    w.line(f"float4* dq_tile_s = {_dq_part('reinterpret_cast<float4*>(smem_dq)')};")
     w.line("CUTE_UNROLL")
     with w.block("for (int i = 0; i < size(acc_dq) / 4; ++i)"):
         w.line(
-            "dq_tile_s[i * Traits::kNThreads] = "
+            f"dq_tile_s[i * {WG_THREADS}] = "
             "make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3));"
         )
     w.line("tl::fence_async_shared();  // st.shared before the bulk copy reads it")
-    w.line(f"tl::consumer_arrive({DQ_FULL}, {DQ_BARRIER_THREADS});")
+    w.line(f"tl::consumer_arrive({DQ_FULL} + wg, {DQ_BARRIER_THREADS});")
 
 
 def _emit_dq_writer(
@@ -758,16 +782,22 @@ def _emit_dq_writer(
     partials: list[tuple[Load, Expr]],
     col: str,
 ) -> None:
-    """`dq_bulk`, the producer's last warp: the consumers' walk; per query block, wait for their dQ tile in
-    shared memory, add it to the block's dq_accum tile with one bulk reduction (lane 0), wait until the
-    copy has read it and hand the buffer back."""
-    w.comment("dQ writer: one bulk reduce-add of each block's tile into dq_accum")
+    """`dq_bulk`, the producer's last warp: the consumers' walk; per query block and consumer warp group,
+    wait for the group's part of the dQ tile in shared memory and add it to the block's dq_accum tile with
+    one bulk reduction (lane 0); then wait until the copies have read both parts and hand them back."""
+    w.comment("dQ writer: one bulk reduce-add of each warp group's part of each block's tile into dq_accum")
+    w.line(f"constexpr int kPart = kBlockM * kHeadDim / {DQ_GROUPS};  // floats of a warp group's part")
     with _consumers_walk(w, plan, reg, softmax, partials, col):
-        w.line(f"tl::consumer_sync({DQ_FULL}, {DQ_BARRIER_THREADS});")
-        with w.block("if ((threadIdx.x & 31) == 0)"):
-            w.line("float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim);")
-            w.line("tl::bulk_reduce_add_f32(dq_tile, smem_dq, kBlockM * kHeadDim * 4);")
-            w.line("tl::bulk_wait_read();  // the tile is read: the consumers may overwrite it")
+        w.line("CUTE_UNROLL")
+        with w.block(f"for (int g = 0; g < {DQ_GROUPS}; ++g)"):
+            w.line(f"tl::consumer_sync({DQ_FULL} + g, {DQ_BARRIER_THREADS});")
+            with w.block("if ((threadIdx.x & 31) == 0)"):
+                w.line(
+                    "tl::bulk_reduce_add_f32(dq_head + m_block * (kBlockM * kHeadDim) + g * kPart, "
+                    "smem_dq + g * kPart, kPart * 4);"
+                )
+        w.line("if ((threadIdx.x & 31) == 0) tl::bulk_wait_read();  // both parts are read")
         w.line("__syncwarp();")
-        w.line(f"tl::consumer_arrive({DQ_EMPTY}, {DQ_BARRIER_THREADS});")
+        w.line("CUTE_UNROLL")
+        w.line(f"for (int g = 0; g < {DQ_GROUPS}; ++g) tl::consumer_arrive({DQ_EMPTY} + g, {DQ_BARRIER_THREADS});")
     w.line("if ((threadIdx.x & 31) == 0) tl::bulk_wait();  // every add has landed before the block exits")
