@@ -590,14 +590,14 @@ def _emit_query_block(
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
-    dq = "dQᵀ = Kᵀ·dSᵀ" if swap_dq else "dQ = dS·K"
+    dq, (m, n), ab, note = (
+        ("dQᵀ = Kᵀ·dSᵀ", ("kHeadDim", "kBlockM"), "tdQrKt, tdQrdS", "  // dQᵀ")
+        if swap_dq
+        else ("dQ = dS·K", ("kBlockM", "kHeadDim"), "tdQrdS, tdQrKt", "")
+    )
     with w.tl(plan.line_of("gemm_qk"), f"{dq} (SS) and dK += dSᵀ·Q (RS), dQ's atomics under dK's GEMM"):
-        if swap_dq:
-            w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kHeadDim>, Int<kBlockM>>{});  // dQᵀ")
-            w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrKt, tdQrdS, acc_dq);")
-        else:
-            w.line("Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});")
-            w.line("tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);")
+        w.line(f"Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<{m}>, Int<{n}>>{{}});{note}")
+        w.line(f"tl::wgmma<true, false>(tiled_mma_dq, {ab}, acc_dq);")
         w.line("Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));")
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);")
         w.line("warpgroup_wait<1>();  // dV's and dQ's groups are done, dK's may still run")
