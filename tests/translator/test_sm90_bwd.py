@@ -245,6 +245,30 @@ def test_a_scaled_score_folds_its_scale_into_p_s_exp2(skeleton):
     assert "const float p = keep ? tl::exp2_approx(x * 1.44269504088896340736f - lse_log2) : 0.f;" in softcap
 
 
+@pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
+def test_masked_programs_trim_their_query_blocks_sixteen_at_a_time_first(skeleton):
+    """A key block's range of query blocks: whole spans of 16 dropped from both ends while the union of
+    their rectangles keeps no score (the masks' interval test over the span), then one block at a time;
+    a program without masks has nothing to trim, and one with a launch-time block mask probes its bytes."""
+    main = _main(translate_backward(VARIANTS / "sliding_window.tl", arch="sm_90", skeleton=skeleton).source)
+    _in_order(
+        main,
+        "auto blocks_empty = [&](int m_first, int m_end) -> bool {",
+        "const int q_lo = m_first * kBlockM;",
+        "const int q_hi = min(seqlen_q, m_end * kBlockM) - 1;",
+        "while (m_block_max - m_block_min >= 16 && blocks_empty(m_block_max - 16, m_block_max)) "
+        "m_block_max -= 16;",
+        "while (m_block_max - m_block_min >= 16 && blocks_empty(m_block_min, m_block_min + 16)) "
+        "m_block_min += 16;",
+        "while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;",
+    )
+    assert "blocks_empty" not in _main(translate_backward(MHA, arch="sm_90", skeleton=skeleton).source)
+    documents = _main(
+        translate_backward(VARIANTS / "document_mask.tl", arch="sm_90", skeleton=skeleton).source
+    )
+    assert "blocks_empty" not in documents and "eight classes a step" in documents
+
+
 def test_masks_classify_query_blocks_and_score_rows_read_the_transposed_accumulator():
     main = _main(_sm90(VARIANTS / "sliding_window.tl").source)
     assert "auto block_class = [&](int m_block) -> int" in main

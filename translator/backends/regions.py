@@ -319,11 +319,18 @@ def fma_predicate(fma_exps: int, col: str = "c") -> str:
     return f"(({col}) & 7) < {fma_exps}" if " " in col else f"({col} & 7) < {fma_exps}"
 
 
-def emit_block_rectangle(w: CodeWriter, first: str = "n_block", end: str = "(n_block + 1)") -> None:
-    """`q_lo`…`q_hi` × `kv_lo`…`kv_hi`: the tile's rows and key blocks [first, end), inclusive and clipped
-    to the lengths, as `kernel_ir.passes`' interval arithmetic names them (Q_LO … KV_HI)."""
-    w.line("const int q_lo = m_block * kBlockM;")
-    w.line("const int q_hi = min(seqlen_q, (m_block + 1) * kBlockM) - 1;")
+def emit_block_rectangle(
+    w: CodeWriter,
+    first: str = "n_block",
+    end: str = "(n_block + 1)",
+    q_first: str = "m_block",
+    q_end: str = "(m_block + 1)",
+) -> None:
+    """`q_lo`…`q_hi` × `kv_lo`…`kv_hi`: the query blocks [q_first, q_end) and key blocks [first, end),
+    inclusive and clipped to the lengths, as `kernel_ir.passes`' interval arithmetic names them (Q_LO …
+    KV_HI)."""
+    w.line(f"const int q_lo = {q_first} * kBlockM;")
+    w.line(f"const int q_hi = min(seqlen_q, {q_end} * kBlockM) - 1;")
     w.line(f"const int kv_lo = {first} * kBlockN;")
     w.line(f"const int kv_hi = min(seqlen_k, {end} * kBlockN) - 1;")
 

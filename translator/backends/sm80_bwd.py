@@ -973,12 +973,20 @@ def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
     return roots
 
 
+# query blocks a step of the coarse trim (`_emit_block_class`): a key block's range of kept query blocks
+# found in ~seqlen / (TRIM_SPAN · kBlockM) + TRIM_SPAN tests a side instead of ~seqlen / kBlockM (the
+# sliding window's scans were about 14 % of its executed instructions at 16k, in serial loops:
+# docs/results/2026-12-04-h200-ncu-backward-sliding-window.txt)
+TRIM_SPAN = 16
+
+
 def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
     """`block_class(m_block)` of the key block's query blocks (0 empty, 1 masked per score, 2 whole) and
-    `m_block_min` … `m_block_max`, the range without the empty blocks at its ends, one interval test a
-    block (a bisection over runs, as the forward's, measured 25 % slower on the dilated window and no
-    faster on the others: docs/results/2026-12-03-h200-variants-backward-block-classes.json), or from the
-    launch-time classes eight at a time."""
+    `m_block_min` … `m_block_max`, the range without the empty blocks at its ends: interval tests over
+    TRIM_SPAN blocks at once while their union is empty, then one a block (a bisection over runs, as the
+    forward's, measured 25 % slower on the dilated window and no faster on the others:
+    docs/results/2026-12-03-h200-variants-backward-block-classes.json), or from the launch-time classes
+    eight at a time."""
     bc = passes.block_class(reg.ir.masks)
     with w.block("auto block_class = [&](int m_block) -> int", "};"):
         if reg.ir.block_mask:
@@ -992,6 +1000,18 @@ def _emit_block_class(w: CodeWriter, reg: Regions) -> None:
     w.line("int m_block_min = 0, m_block_max = m_blocks;")
     if reg.ir.block_mask:
         emit_trim_by_probes(w, "m_block_min", "m_block_max")
+    elif reg.ir.masks:
+        with w.block("auto blocks_empty = [&](int m_first, int m_end) -> bool", "};"):
+            w.comment("query blocks [m_first, m_end) keep no score: the same test over their union")
+            emit_block_rectangle(w, q_first="m_first", q_end="m_end")
+            w.line(f"return {reg.c(bc.never)};")
+        w.comment(f"the range: skip empty blocks at both ends, {TRIM_SPAN} a step where their union keeps no")
+        w.comment("score (a narrow band's key block sees a few of hundreds), then one at a time")
+        for cond, step in (
+            (f"blocks_empty(m_block_max - {TRIM_SPAN}, m_block_max)", f"m_block_max -= {TRIM_SPAN}"),
+            (f"blocks_empty(m_block_min, m_block_min + {TRIM_SPAN})", f"m_block_min += {TRIM_SPAN}"),
+        ):
+            w.line(f"while (m_block_max - m_block_min >= {TRIM_SPAN} && {cond}) {step};")
     w.line("while (m_block_max > m_block_min && block_class(m_block_max - 1) == 0) --m_block_max;")
     w.line("while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;")
 
