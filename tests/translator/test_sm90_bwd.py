@@ -269,6 +269,36 @@ def test_masked_programs_trim_their_query_blocks_sixteen_at_a_time_first(skeleto
     assert "blocks_empty" not in documents and "eight classes a step" in documents
 
 
+@pytest.mark.parametrize("dq_bulk", [False, True])
+def test_the_kernel_and_the_convert_kernel_agree_on_dq_accums_order(dq_bulk):
+    """The dQ/dK/dV kernel's float4 index of thread t's element i (atomics, or the shared tile the bulk
+    add copies as is) and the convert kernel's index, both evaluated from the emitted C over every thread
+    and element of a tile: the same place, and every place of the tile once."""
+    src = _sm90(MHA, options={"dq_bulk": dq_bulk}).source
+    main, conv = _main(src), src.split("_bwd_convert_dq(")[1]
+    n4, threads, group = 64 * 128 // 256 // 4, 256, 128  # float4s a thread (d 128, 64 rows), threads
+
+    def c_eval(expr: str, **env: int) -> int:
+        return eval(expr.replace("/", "//"), {}, env)  # C's int arithmetic on non-negative operands
+
+    tile = "smem_dq" if dq_bulk else "dq_head + m_block * (kBlockM * kHeadDim)"
+    tile = f"= reinterpret_cast<float4*>({tile}) + "
+    base = next(ln for ln in main.splitlines() if tile in ln).split(tile)[1].rstrip(";")
+    base = base.replace("size(acc_dq) / 4", str(n4))
+    step = "dq_tile_s[i * 128]" if dq_bulk else "atomicAdd(dq_tile + i * 128,"
+    assert step in main
+    at = next(ln for ln in conv.splitlines() if "acc += src[s * slice + " in ln)
+    at = at.split("acc += src[s * slice + ")[1].split("];")[0]
+    seen = set()
+    for t in range(threads):
+        for i in range(4 * n4):
+            kernel = 4 * (c_eval(base, wg=t // group, tidx=t) + i // 4 * 128) + i % 4
+            convert = c_eval(at, group=t // group, rank=t % group, kVectors=n4, kGroup=group, i=i)
+            assert kernel == convert, (t, i)
+            seen.add(convert)
+    assert seen == set(range(threads * 4 * n4))
+
+
 def test_masks_classify_query_blocks_and_score_rows_read_the_transposed_accumulator():
     main = _main(_sm90(VARIANTS / "sliding_window.tl").source)
     assert "auto block_class = [&](int m_block) -> int" in main
