@@ -220,11 +220,28 @@ def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
     assert "kBlockM = 64;" in _sm90(MHA).source
 
 
+def test_a_128_row_query_tile_at_d_64_splits_dq_rows_between_the_warp_groups():
+    """FA3's d = 64 tile: Sᵀ and dPᵀ are 128 × 128 (N = 128 atoms), and dQ = dS·K's warp groups own 64
+    query rows each over the whole head dim (64-wide atoms, Layout (2, 1, 1)), not half the columns."""
+    text = MHA.read_text().replace("Param d = 128", "Param d = 64")
+    b = _sm90(text, options={"block_m": 128})
+    k, mn = "GMMA::Major::K", "GMMA::Major::MN"
+    assert b.spec.block_m == 128 and "static constexpr int kBlockM = 128;" in b.source
+    assert f"MMA_64x128x16_F32BF16BF16_SS<{k}, {k}>{{}}, Layout<Shape<_2, _1, _1>>" in b.source
+    dq_atom = f"SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<{k}, {mn}>{{}}, Layout<Shape<_2, _1, _1>>"
+    assert f"TiledMmadQ = decltype(make_tiled_mma({dq_atom}" in b.source
+    assert "// dQ = dS·K, (kBlockM, kHeadDim): warp group g owns query rows 64g …" in b.source
+    main = _main(b.source)
+    assert "tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);" in main
+    assert "atomicAdd(dq_tile + i * 128, make_float4(" in main  # d 64: atomics by default
+
+
 @pytest.mark.parametrize(
     ("text", "block_m", "why"),
     [
         (MHA.read_text().replace("Param d = 128", "Param d = 64"), 80, "dQ transposed.*needs d = 128"),
-        (MHA.read_text(), 96, "a query tile of 96 rows: this skeleton has 64 and 80"),
+        (MHA.read_text(), 96, "a query tile of 96 rows: this skeleton has 64 and 80 and 128"),
+        (MHA.read_text(), 128, "a query tile of 128 rows doubles.*needs d = 64"),
     ],
 )
 def test_query_tiles_the_skeleton_does_not_have_are_a_clear_error(text, block_m, why):

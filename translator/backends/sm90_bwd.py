@@ -67,7 +67,10 @@ BLOCK_M = 64  # query rows per step: FA3's d ≤ 128 tile
 # FA3's non-causal d = 128 tile: dQ's M (80 rows) is no whole number of warp groups, so dQ is computed
 # transposed, dQᵀ = Kᵀ·dSᵀ, warp group g owning head-dim rows 64g … (`swapped_dq`)
 BLOCK_M_WIDE = 80
-BLOCK_MS = (BLOCK_M, BLOCK_M_WIDE)
+# FA3's d = 64 tile: two warp groups' 64 query rows each in dQ's GEMM (`split_dq_rows`); the accumulators
+# of Sᵀ and dPᵀ double, which only d = 64's smaller dK and dV leave registers for
+BLOCK_M_TALL = 128
+BLOCK_MS = (BLOCK_M, BLOCK_M_WIDE, BLOCK_M_TALL)
 BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
@@ -108,15 +111,20 @@ def swapped_dq(block_m: int) -> bool:
     return block_m % WGMMA_M != 0
 
 
+def split_dq_rows(block_m: int) -> bool:
+    """Whether dQ's warp groups split the query rows (a tile of two warp groups' 64 rows, FA3's
+    AtomLayoutMdQ = 2) rather than the head dim's columns (64 rows: each warp group all of them)."""
+    return block_m == 2 * WGMMA_M
+
+
 def atoms(dtype: str, head_dim: int, block_m: int = BLOCK_M) -> dict[str, GmmaAtom]:
     """The three wgmma atoms: Sᵀ / dPᵀ (SS, both K-major), dV / dK (RS, Q and dO MN-major), dQ (SS, Kᵀ
-    MN-major, each warp group half of the head dim; swapped: Kᵀ as the MN-major A, dS as the K-major B,
-    each warp group 64 of the head dim's rows)."""
-    dq = (
-        GmmaAtom(atom_n(block_m), "SS", dtype, "K", major_a="MN")
-        if swapped_dq(block_m)
-        else GmmaAtom(atom_n(head_dim // 2), "SS", dtype, "MN")
-    )
+    MN-major, each warp group half of the head dim, or all of it where the warp groups split the rows;
+    swapped: Kᵀ as the MN-major A, dS as the K-major B, each warp group 64 of the head dim's rows)."""
+    if swapped_dq(block_m):
+        dq = GmmaAtom(atom_n(block_m), "SS", dtype, "K", major_a="MN")
+    else:
+        dq = GmmaAtom(atom_n(head_dim if split_dq_rows(block_m) else head_dim // 2), "SS", dtype, "MN")
     return {
         "SdP": GmmaAtom(atom_n(block_m), "SS", dtype, "K"),
         "dKV": GmmaAtom(atom_n(head_dim), "RS", dtype, "MN"),
@@ -176,7 +184,8 @@ def generate_backward_sm90(
     in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
     (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; None: `default_dq_bulk`. `block_m`: the
     query tile, one of BLOCK_MS (None: `default_block_m`); 80 rows compute dQ transposed (`swapped_dq`)
-    and need d = 128."""
+    and need d = 128; 128 rows split dQ's rows between the warp groups (`split_dq_rows`) and need
+    d = 64."""
     fa2._check(plan, learnable)
     if block_m is None:
         block_m = default_block_m(plan)
@@ -272,6 +281,13 @@ def _check(plan: KernelPlan, block_m: int) -> None:
             "d",
             "load_q",
         )
+    if split_dq_rows(block_m) and plan.head_dim_qk != WGMMA_M:
+        raise fail(
+            f"a query tile of {block_m} rows doubles Sᵀ's and dPᵀ's accumulators: it needs d = {WGMMA_M} "
+            f"(registers), not {plan.head_dim_qk}",
+            "d",
+            "load_q",
+        )
 
 
 def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
@@ -328,6 +344,9 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
         if swapped_dq(block_m):
             w.comment("dQᵀ = Kᵀ·dSᵀ, (kHeadDim, kBlockM): warp group g owns head-dim rows 64g … (kBlockM is no")
             w.comment("whole number of warp groups' 64 rows)")
+            layout = "_2, _1, _1"
+        elif split_dq_rows(block_m):
+            w.comment("dQ = dS·K, (kBlockM, kHeadDim): warp group g owns query rows 64g …")
             layout = "_2, _1, _1"
         else:
             w.comment("dQ = dS·K, (kBlockM, kHeadDim): warp group g owns columns kHeadDim / 2 · g …")
