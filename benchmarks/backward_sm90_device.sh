@@ -13,9 +13,10 @@
 # over stem_dtype_dN, default all), BENCH the timing sweep; AB the A/B builds, space-separated
 # `skeleton=regex` pairs (`backward_verify.py --skeleton`, generator options, and the cases it builds):
 # sm90ovl (overlap_p: P while dP's wgmma runs), sm90km (key-major grid), sm90dqb (dq_bulk: dQ by one
-# bulk reduce-add a block, d 128's default), sm90atom (dQ by atomics, d 64's default), sm90ovlq (overlap_p and dq_bulk), sm90m80 (80-row query tiles, dQ swapped),
-# sm90m80q (that and dq_bulk). Another build can be timed by copying its cubin and json into DIR under a
-# new suffix and naming it in ALSO. The steps run under their own timeouts
+# bulk reduce-add a block, d 128's default), sm90atom (dQ by atomics, d 64's default), sm90ovlq (overlap_p
+# and dq_bulk), sm90m80 (80-row query tiles, dQ swapped), sm90m80q (that and dq_bulk), sm90m128 (128-row
+# query tiles, d 64). Another build can be timed by copying its cubin and json into DIR under a new
+# suffix and naming it in ALSO. The steps run under their own timeouts
 # (smoke 90 s, verification 330 s, timing BENCH_S, default 150 s) so the table still prints inside a 600 s call.
 # FA4: carry .fa4/part1 in one call (it is staged outside the checkout) and .fa4/part2 in the next, sent
 # at once while the machine is warm (benchmarks/fa4_wheels.sh lays them out; fa4_install.sh installs into
