@@ -63,14 +63,20 @@ from translator.planner.masks import Masks, key_block_spread
 from translator.writer import CodeWriter
 
 NVRTC_ARCH = "sm_90a"  # wgmma exists only on the arch-specific target
-BLOCK_M = 64  # query rows per step: FA3's d ≤ 128 tile
-# FA3's non-causal d = 128 tile: dQ's M (80 rows) is no whole number of warp groups, so dQ is computed
-# transposed, dQᵀ = Kᵀ·dSᵀ, warp group g owning head-dim rows 64g … (`swapped_dq`)
+BLOCK_M = 64  # query rows per step unless told: FA3's d ≤ 128 tile, every program here
+# FA3's non-causal d = 128 tile (opt-in, 0.92-0.97x BLOCK_M on the H200, docs/performance.md): dQ's M
+# (80 rows) is no whole number of warp groups, so dQ is computed transposed, dQᵀ = Kᵀ·dSᵀ, warp group g
+# owning head-dim rows 64g … (`swapped_dq`)
 BLOCK_M_WIDE = 80
-# FA3's d = 64 tile: two warp groups' 64 query rows each in dQ's GEMM (`split_dq_rows`); the accumulators
-# of Sᵀ and dPᵀ double, which only d = 64's smaller dK and dV leave registers for
+# FA3's d = 64 tile (opt-in): two warp groups' 64 query rows each in dQ's GEMM (`split_dq_rows`); the
+# accumulators of Sᵀ and dPᵀ double, which only d = 64's smaller dK and dV leave registers for
 BLOCK_M_TALL = 128
 BLOCK_MS = (BLOCK_M, BLOCK_M_WIDE, BLOCK_M_TALL)
+# the head dim each other tile needs, and why (`_check`)
+TILE_HEAD_DIMS = {
+    BLOCK_M_WIDE: (128, "computes dQ transposed, whose M is the head dim (two warp groups of 64 rows)"),
+    BLOCK_M_TALL: (64, "doubles Sᵀ's and dPᵀ's accumulators (registers)"),
+}
 BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
@@ -132,13 +138,6 @@ def atoms(dtype: str, head_dim: int, block_m: int = BLOCK_M) -> dict[str, GmmaAt
     }
 
 
-def default_block_m(plan: KernelPlan) -> int:
-    """The query tile the backward takes unless told: BLOCK_M everywhere (BLOCK_M_WIDE is the A/B
-    candidate for unmasked d = 128, FA3's choice there: 0.92-0.97x on the H200, docs/performance.md)."""
-    del plan
-    return BLOCK_M
-
-
 def default_dq_bulk(plan: KernelPlan) -> bool:
     """Whether dQ goes through shared memory and a bulk add unless told (`dq_bulk`): at d = 128, where the
     H200 measured it 1.03-1.05x non-causal and 1.00-1.02x causal; at d = 64 0.95-1.02x
@@ -183,12 +182,12 @@ def generate_backward_sm90(
     of every head first. `dq_bulk`: FA3's dQ path, each consumer warp group stores its part of dQ's tile
     in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
     (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; None: `default_dq_bulk`. `block_m`: the
-    query tile, one of BLOCK_MS (None: `default_block_m`); 80 rows compute dQ transposed (`swapped_dq`)
+    query tile, one of BLOCK_MS (None: BLOCK_M); 80 rows compute dQ transposed (`swapped_dq`)
     and need d = 128; 128 rows split dQ's rows between the warp groups (`split_dq_rows`) and need
     d = 64."""
     fa2._check(plan, learnable)
     if block_m is None:
-        block_m = default_block_m(plan)
+        block_m = BLOCK_M
     if dq_bulk is None:
         dq_bulk = default_dq_bulk(plan)
     _check(plan, block_m)
@@ -201,6 +200,7 @@ def generate_backward_sm90(
     if overlap_p:
         _check_overlap(plan, learnable)
     d = plan.head_dim_qk
+    swap_dq = swapped_dq(block_m)
 
     def defs(w: CodeWriter) -> None:
         for line in atom_definitions(*atoms(plan.dtype, d, block_m).values()):  # wgmma N outside the base shapes
@@ -227,13 +227,13 @@ def generate_backward_sm90(
             key_major=key_major,
             dq_bulk=dq_bulk,
             heavy_columns=heavy_columns,
-            swap_dq=swapped_dq(block_m),
+            swap_dq=swap_dq,
         ),
         line_directives=True,
         block_m=block_m,
         block_n=BLOCK_N,
         shared_bytes=shared_bytes(d, block_m=block_m, dq_bulk=dq_bulk),
-        dq_swapped=swapped_dq(block_m),
+        dq_swapped=swap_dq,
         main_threads=THREADS + PRODUCER_THREADS,
         main_params=BACKWARD_TMA_PARAMS,
         arch=NVRTC_ARCH,
@@ -274,19 +274,10 @@ def _check(plan: KernelPlan, block_m: int) -> None:
         )
     if block_m not in BLOCK_MS:
         raise fail(f"a query tile of {block_m} rows: this skeleton has {' and '.join(map(str, BLOCK_MS))}")
-    if swapped_dq(block_m) and plan.head_dim_qk != 2 * WGMMA_M:
+    need, why = TILE_HEAD_DIMS.get(block_m, (plan.head_dim_qk, ""))
+    if plan.head_dim_qk != need:
         raise fail(
-            f"a query tile of {block_m} rows computes dQ transposed, whose M is the head dim: "
-            f"it needs d = {2 * WGMMA_M} (two warp groups of {WGMMA_M} rows), not {plan.head_dim_qk}",
-            "d",
-            "load_q",
-        )
-    if split_dq_rows(block_m) and plan.head_dim_qk != WGMMA_M:
-        raise fail(
-            f"a query tile of {block_m} rows doubles Sᵀ's and dPᵀ's accumulators: it needs d = {WGMMA_M} "
-            f"(registers), not {plan.head_dim_qk}",
-            "d",
-            "load_q",
+            f"a query tile of {block_m} rows {why}: it needs d = {need}, not {plan.head_dim_qk}", "d", "load_q"
         )
 
 
