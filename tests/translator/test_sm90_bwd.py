@@ -255,11 +255,14 @@ def test_a_scaled_score_folds_its_scale_into_p_s_exp2(skeleton):
     softmax; any other region (softcap's tanh) scales its X by log2(e)."""
     plain = translate_backward(MHA, arch="sm_90", skeleton=skeleton).source
     assert (
-        "const float p = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) "
-        "- lse_log2) : 0.f;" in plain
+        "const float p = tl::select_kept(keep, tl::exp2_approx(scores(r, c) * (softmax_scale * "
+        "1.44269504088896340736f) - lse_log2));" in plain
     )
     softcap = translate_backward(VARIANTS / "softcap.tl", arch="sm_90", skeleton=skeleton).source
-    assert "const float p = keep ? tl::exp2_approx(x * 1.44269504088896340736f - lse_log2) : 0.f;" in softcap
+    assert (
+        "const float p = tl::select_kept(keep, tl::exp2_approx(x * 1.44269504088896340736f - lse_log2));"
+        in softcap
+    )
 
 
 @pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
@@ -449,8 +452,8 @@ def _overlapped(tl: Path | str, **kw) -> str:
 S_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);"
 DP_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);"
 P_EXP2 = (
-    "scores(r, c) = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) "
-    "- lse_log2) : 0.f;"
+    "scores(r, c) = tl::select_kept(keep, tl::exp2_approx(scores(r, c) * (softmax_scale * "
+    "1.44269504088896340736f) - lse_log2));"
 )
 DS = "dscores(r, c) = keep ? dx * dx_ds : 0.f;"
 
@@ -684,7 +687,7 @@ def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones
         "warpgroup_wait<0>();",
         "Barrier::arrive(empty_kv);",
         "++kv_fill;",
-        "*reinterpret_cast<uint32_t*>(dk_ptr + row * dk_row_stride + col) = rdK2(i / 2);",
+        "*reinterpret_cast<uint32_t*>(dk_row + col) = tl::pack2(rdK_rc(r, c), rdK_rc(r, c + 1));",
     ]
     at = [block.rindex(x) if x == "warpgroup_wait<0>();" else block.index(x) for x in order]
     assert at == sorted(at)

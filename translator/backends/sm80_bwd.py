@@ -350,6 +350,21 @@ def emit_row_copy_helpers(w: CodeWriter) -> None:
         w.line("CUTE_UNROLL")
         w.line("for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);")
         w.line("return x;")
+    w.line()
+    w.comment("keep ? x : 0 as one select, so x (a masked score's exp2) is computed for every score and")
+    w.comment("discarded, never branched around (a branch a score in the masked loop otherwise)")
+    with w.block("CUTE_DEVICE float select_kept(bool keep, float x)"):
+        w.line("float r;")
+        w.line(
+            'asm("{\\n .reg .pred p;\\n setp.ne.b32 p, %2, 0;\\n selp.f32 %0, %1, 0f00000000, p;\\n}\\n" '
+            ': "=f"(r) : "f"(x), "r"(int(keep)));'
+        )
+        w.line("return r;")
+    w.line()
+    w.comment("Two 16-bit values as one 32-bit word, a in the low half (the lower address).")
+    w.line("template <class T>")
+    with w.block("CUTE_DEVICE uint32_t pack2(T a, T b)"):
+        w.line("return uint32_t(a.raw()) | (uint32_t(b.raw()) << 16);")
 
 
 def _params(
@@ -888,8 +903,9 @@ def drop_head_temps(reg: Regions) -> None:
 
 def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False) -> None:
     """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory.
-    `pairs`: one 32-bit store per two elements (a thread's accumulator elements 2i and 2i + 1 are one row's
-    adjacent columns in the wgmma C layout; the launch keeps rows 16-byte aligned), half the stores."""
+    `pairs` (the wgmma accumulator): row by row through `tl::acc_rowcol`, one bounds test and one row
+    pointer a row, and one 32-bit store per two adjacent columns (a row's columns 2j and 2j + 1 are
+    neighbours in that view; the launch keeps rows 16-byte aligned)."""
     w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
     w.line(
         "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
@@ -899,21 +915,31 @@ def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False) -> None:
     w.line("Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;")
     w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
     if pairs:
-        w.line("Tensor rdK2 = recast<uint32_t>(rdK);  // element i: rdK's 2i and 2i + 1, columns col and col + 1")
-        w.line("Tensor rdV2 = recast<uint32_t>(rdV);")
+        for t in ("dK", "dV"):
+            w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
+        w.line("Tensor tdKVcdKV_rc = make_tensor(tdKVcdKV.data(), tl::acc_rowcol(tdKVcdKV.layout()));")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(rdK_rc); ++r)"):
+            w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV_rc(r, 0));")
+            w.line("if (row >= seqlen_k) continue;")
+            w.line("Element* dk_row = dk_ptr + row * dk_row_stride;")
+            w.line("Element* dv_row = dv_ptr + row * dv_row_stride;")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = 0; c < size<1>(rdK_rc); c += 2)"):
+                w.line("const int col = get<1>(tdKVcdKV_rc(r, c));")
+                for t in ("k", "v"):
+                    w.line(
+                        f"*reinterpret_cast<uint32_t*>(d{t}_row + col) = "
+                        f"tl::pack2(rd{t.upper()}_rc(r, c), rd{t.upper()}_rc(r, c + 1));"
+                    )
+        return
     w.line("CUTE_UNROLL")
-    with w.block(f"for (int i = 0; i < size(rdK); {'i += 2' if pairs else '++i'})"):
+    with w.block("for (int i = 0; i < size(rdK); ++i)"):
         w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV(i));")
         w.line("const int col = get<1>(tdKVcdKV(i));")
         with w.block("if (row < seqlen_k)"):
-            if pairs:
-                for t in ("k", "v"):
-                    w.line(
-                        f"*reinterpret_cast<uint32_t*>(d{t}_ptr + row * d{t}_row_stride + col) = rd{t.upper()}2(i / 2);"
-                    )
-            else:
-                w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
-                w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
+            w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
+            w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
 
 
 def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True, gmma: bool = False) -> None:
@@ -1132,7 +1158,7 @@ def _emit_score_rows(
             )
             if phase == "p":
                 if softmax:
-                    w.line(f"scores(r, c) = keep ? tl::exp2_approx({_exp2_arg(reg)}) : 0.f;")
+                    w.line(f"scores(r, c) = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")
                 else:
                     scale = " * o_scale" if ir.output_scale is not None else ""
                     w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
@@ -1168,7 +1194,8 @@ def _emit_score_grads(
         if phase == "ds":
             w.line("const float p = scores(r, c);  // pass 1's P (0 where not kept)")
         else:
-            w.line(f"const float p = keep ? tl::exp2_approx({_exp2_arg(reg)}) : 0.f;")
+            w.comment("exp2 of every score, then a select: a masked score's exp2 is discarded, not branched around")
+            w.line(f"const float p = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")
         w.line("const float dx = p * (dscores(r, c) - d_row);")
         if corrected:
             w.line("const float pdp = p * dscores(r, c);")
