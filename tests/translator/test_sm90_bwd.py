@@ -169,10 +169,10 @@ def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
     assert "(kBlockM * kHeadDim);" in conv and "constexpr int kGroup = Traits::kNThreads / 2;" in conv
     assert "constexpr int kVectors = decltype(size(tdQcdQ))::value / 4;" in conv
     assert "src[s * slice + ((group * kVectors + i / 4) * kGroup + rank) * 4 + i % 4]" in conv
-    # the sm_80 skeleton's tile keeps its thread-interleaved order
+    # the sm_80 skeleton's tile keeps its thread-interleaved order: one part, scalars
     mma_sync = translate_backward(MHA, arch="sm_90", skeleton="sm80").source
-    assert "(kBlockM * kHeadDim) + threadIdx.x;" in mma_sync
-    assert "src[s * slice + i * Traits::kNThreads]" in mma_sync
+    assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in mma_sync
+    assert "src[s * slice + (group * kVectors + i) * kGroup + rank]" in mma_sync
     # over Traits::TiledMmadQ's fragment order: here the wgmma one
     assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
     assert "using TiledMmadQ = decltype(make_tiled_mma(SM90::GMMA::" in sm90
@@ -317,6 +317,23 @@ def test_the_kernel_and_the_convert_kernel_agree_on_dq_accums_order(dq_bulk):
             assert kernel == convert, (t, i)
             seen.add(convert)
     assert seen == set(range(threads * 4 * n4))
+
+
+def test_the_sm80_skeletons_convert_reads_its_thread_interleaved_scalars():
+    """The sm_80 skeleton adds thread t's element i at i · kNThreads + t (scalar atomics); the convert
+    kernel's one-part, one-element-a-vector index, evaluated from the emitted C, is the same place."""
+    src = translate_backward(MHA, arch="sm_90", skeleton="sm80").source
+    main, conv = src.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0], src.split("_bwd_convert_dq(")[1]
+    assert "float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim) + tidx;" in main
+    assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in main
+    at = next(ln for ln in conv.splitlines() if "acc += src[s * slice + " in ln)
+    at = at.split("acc += src[s * slice + ")[1].split("];")[0]
+    threads, n = 256, 64 * 128 // 256
+    for t in range(threads):
+        for i in range(n):
+            env = {"group": 0, "rank": t, "kVectors": n, "kGroup": threads, "i": i}
+            got = eval(at.replace("/", "//"), {}, env)
+            assert got == i * threads + t, (t, i)
 
 
 def test_masks_classify_query_blocks_and_score_rows_read_the_transposed_accumulator():

@@ -442,13 +442,13 @@ def _emit_preprocess(
 def _emit_convert(
     w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, groups: int = 1, swapped: bool = False
 ) -> None:
-    """dq_accum → dQ. `dq_vector`: the dQ/dK/dV kernel adds that many consecutive fragment elements with
-    one vector atomic (4: sm_90's float4 reductions), so thread t's element i is at
-    (i / v · kNThreads + t) · v + i % v. `groups` > 1: the tile is that many contiguous parts, one per
-    group of kNThreads / groups threads (sm_90: a warp group's own dQ columns, which it hands to a bulk
-    copy alone), so with n = size / v vectors a thread and g, u = t's group and rank in it, element i is at
-    ((g · n + i / v) · (kNThreads / groups) + u) · v + i % v. `swapped`: its dQ MMA computes dQᵀ,
-    (kHeadDim, kBlockM)."""
+    """dq_accum → dQ, in the order the dQ/dK/dV kernel adds its fragment in. `dq_vector` (v): that many
+    consecutive fragment elements go in one vector atomic (4: sm_90's float4 reductions; 1: sm_80's
+    scalars); `groups`: the tile is that many contiguous parts, one per group of kNThreads / groups
+    threads (sm_90: a warp group's own part, which it hands to a bulk copy alone; 1: one part). With
+    n = size / v vectors a thread and g, u = thread t's group and rank in it, t's element i is at
+    ((g · n + i / v) · (kNThreads / groups) + u) · v + i % v, which for one group is
+    (i / v · kNThreads + t) · v + i % v. `swapped`: its dQ MMA computes dQᵀ, (kHeadDim, kBlockM)."""
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
     with w.indent():
         w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
@@ -458,49 +458,34 @@ def _emit_convert(
         w.line("const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;")
         w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
         w.line(f"const long long slice = {DQ_SLICE};")
-        thread_offset = "" if groups > 1 else " + threadIdx.x" + (f" * {dq_vector}" if dq_vector > 1 else "")
         w.line(
             "const float* src = dq_accum + ((static_cast<long long>(bidb) * heads + bidh) * m_blocks + m_block) * "
-            f"(kBlockM * kHeadDim){thread_offset};"
+            "(kBlockM * kHeadDim);"
         )
         w.line("Element* dst = static_cast<Element*>(dq) + bidb * dq_batch_stride + bidh * dq_head_stride;")
-        if groups > 1:
-            w.comment(
-                f"the tile is in the dQ MMA's fragment order, {dq_vector} elements per vector, in {groups} parts "
-                f"of kNThreads / {groups} threads: thread t's element i is at"
-            )
-            w.comment(
-                f"((t / kGroup · n + i / {dq_vector}) · kGroup + t % kGroup) · {dq_vector} + i % {dq_vector}, "
-                f"n = {dq_vector}-vectors a thread"
-            )
-        elif dq_vector > 1:
-            w.comment(
-                f"the tile is in the dQ MMA's fragment order, {dq_vector} elements per vector: thread t's "
-                f"element i is at (i / {dq_vector} · kNThreads + t) · {dq_vector} + i % {dq_vector}"
-            )
-        else:
-            w.comment(
-                "the tile is in the dQ MMA's fragment order: this thread's element i is at i · kNThreads"
-            )
+        v = dq_vector
+        w.comment(
+            f"the tile is in the dQ MMA's fragment order, {v} element(s) a vector, in {groups} part(s) of "
+            f"kNThreads / {groups} threads: thread t's element i is at"
+        )
+        w.comment(f"((t / kGroup · n + i / {v}) · kGroup + t % kGroup) · {v} + i % {v}, n = {v}-vectors a thread")
         w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
         m, n, row, col = ("kHeadDim", "kBlockM", 1, 0) if swapped else ("kBlockM", "kHeadDim", 0, 1)
         w.line(
             "Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C("
             f"make_identity_tensor(Shape<Int<{m}>, Int<{n}>>{{}}));" + ("  // dQᵀ: (column, row)" if swapped else "")
         )
-        if groups > 1:
-            w.line(f"constexpr int kGroup = Traits::kNThreads / {groups};")
-            w.line(f"constexpr int kVectors = decltype(size(tdQcdQ))::value / {dq_vector};")
-            w.line("const int group = threadIdx.x / kGroup, rank = threadIdx.x % kGroup;")
+        w.line(f"constexpr int kGroup = Traits::kNThreads / {groups};")
+        w.line(f"constexpr int kVectors = decltype(size(tdQcdQ))::value / {v};")
+        w.line("const int group = threadIdx.x / kGroup, rank = threadIdx.x % kGroup;")
         w.line("CUTE_UNROLL")
         with w.block("for (int i = 0; i < size(tdQcdQ); ++i)"):
             w.line("float acc = 0.f;")
-            if groups > 1:
-                at = f"((group * kVectors + i / {dq_vector}) * kGroup + rank) * {dq_vector} + i % {dq_vector}"
-            elif dq_vector > 1:
-                at = f"(i / {dq_vector}) * ({dq_vector} * Traits::kNThreads) + i % {dq_vector}"
-            else:
-                at = "i * Traits::kNThreads"
+            at = (
+                f"((group * kVectors + i / {v}) * kGroup + rank) * {v} + i % {v}"
+                if v > 1
+                else "(group * kVectors + i) * kGroup + rank"
+            )
             w.line(
                 f"for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + {at}];"
                 "  // in order: the same sum every run"
