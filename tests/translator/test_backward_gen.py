@@ -130,7 +130,8 @@ def test_dq_is_added_in_the_dq_mma_fragment_order_and_read_back_in_it():
     assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in main
     conv = b.source.split("_bwd_convert_dq(")[1]
     assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
-    assert "src[s * slice + i * Traits::kNThreads]" in conv
+    assert "constexpr int kGroup = Traits::kNThreads / 1;" in conv
+    assert "src[s * slice + (group * kVectors + i) * kGroup + rank]" in conv
 
 
 def test_blocks_with_every_score_kept_take_the_loop_without_mask_selects():

@@ -169,10 +169,10 @@ def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
     assert "(kBlockM * kHeadDim);" in conv and "constexpr int kGroup = Traits::kNThreads / 2;" in conv
     assert "constexpr int kVectors = decltype(size(tdQcdQ))::value / 4;" in conv
     assert "src[s * slice + ((group * kVectors + i / 4) * kGroup + rank) * 4 + i % 4]" in conv
-    # the sm_80 skeleton's tile keeps its thread-interleaved order
+    # the sm_80 skeleton's tile keeps its thread-interleaved order: one part, scalars
     mma_sync = translate_backward(MHA, arch="sm_90", skeleton="sm80").source
-    assert "(kBlockM * kHeadDim) + threadIdx.x;" in mma_sync
-    assert "src[s * slice + i * Traits::kNThreads]" in mma_sync
+    assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in mma_sync
+    assert "src[s * slice + (group * kVectors + i) * kGroup + rank]" in mma_sync
     # over Traits::TiledMmadQ's fragment order: here the wgmma one
     assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
     assert "using TiledMmadQ = decltype(make_tiled_mma(SM90::GMMA::" in sm90
@@ -255,11 +255,14 @@ def test_a_scaled_score_folds_its_scale_into_p_s_exp2(skeleton):
     softmax; any other region (softcap's tanh) scales its X by log2(e)."""
     plain = translate_backward(MHA, arch="sm_90", skeleton=skeleton).source
     assert (
-        "const float p = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) "
-        "- lse_log2) : 0.f;" in plain
+        "const float p = tl::select_kept(keep, tl::exp2_approx(scores(r, c) * (softmax_scale * "
+        "1.44269504088896340736f) - lse_log2));" in plain
     )
     softcap = translate_backward(VARIANTS / "softcap.tl", arch="sm_90", skeleton=skeleton).source
-    assert "const float p = keep ? tl::exp2_approx(x * 1.44269504088896340736f - lse_log2) : 0.f;" in softcap
+    assert (
+        "const float p = tl::select_kept(keep, tl::exp2_approx(x * 1.44269504088896340736f - lse_log2));"
+        in softcap
+    )
 
 
 @pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
@@ -314,6 +317,23 @@ def test_the_kernel_and_the_convert_kernel_agree_on_dq_accums_order(dq_bulk):
             assert kernel == convert, (t, i)
             seen.add(convert)
     assert seen == set(range(threads * 4 * n4))
+
+
+def test_the_sm80_skeletons_convert_reads_its_thread_interleaved_scalars():
+    """The sm_80 skeleton adds thread t's element i at i · kNThreads + t (scalar atomics); the convert
+    kernel's one-part, one-element-a-vector index, evaluated from the emitted C, is the same place."""
+    src = translate_backward(MHA, arch="sm_90", skeleton="sm80").source
+    main, conv = src.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0], src.split("_bwd_convert_dq(")[1]
+    assert "float* dq_tile = dq_head + m_block * (kBlockM * kHeadDim) + tidx;" in main
+    assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in main
+    at = next(ln for ln in conv.splitlines() if "acc += src[s * slice + " in ln)
+    at = at.split("acc += src[s * slice + ")[1].split("];")[0]
+    threads, n = 256, 64 * 128 // 256
+    for t in range(threads):
+        for i in range(n):
+            env = {"group": 0, "rank": t, "kVectors": n, "kGroup": threads, "i": i}
+            got = eval(at.replace("/", "//"), {}, env)
+            assert got == i * threads + t, (t, i)
 
 
 def test_masks_classify_query_blocks_and_score_rows_read_the_transposed_accumulator():
@@ -449,8 +469,8 @@ def _overlapped(tl: Path | str, **kw) -> str:
 S_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);"
 DP_GEMM = "tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);"
 P_EXP2 = (
-    "scores(r, c) = keep ? tl::exp2_approx(scores(r, c) * (softmax_scale * 1.44269504088896340736f) "
-    "- lse_log2) : 0.f;"
+    "scores(r, c) = tl::select_kept(keep, tl::exp2_approx(scores(r, c) * (softmax_scale * "
+    "1.44269504088896340736f) - lse_log2));"
 )
 DS = "dscores(r, c) = keep ? dx * dx_ds : 0.f;"
 
@@ -684,7 +704,7 @@ def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones
         "warpgroup_wait<0>();",
         "Barrier::arrive(empty_kv);",
         "++kv_fill;",
-        "*reinterpret_cast<uint32_t*>(dk_ptr + row * dk_row_stride + col) = rdK2(i / 2);",
+        "*reinterpret_cast<uint32_t*>(dk_row + col) = tl::pack2(rdK_rc(r, c), rdK_rc(r, c + 1));",
     ]
     at = [block.rindex(x) if x == "warpgroup_wait<0>();" else block.index(x) for x in order]
     assert at == sorted(at)

@@ -350,6 +350,21 @@ def emit_row_copy_helpers(w: CodeWriter) -> None:
         w.line("CUTE_UNROLL")
         w.line("for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);")
         w.line("return x;")
+    w.line()
+    w.comment("keep ? x : 0 as one select, so x (a masked score's exp2) is computed for every score and")
+    w.comment("discarded, never branched around (a branch a score in the masked loop otherwise)")
+    with w.block("CUTE_DEVICE float select_kept(bool keep, float x)"):
+        w.line("float r;")
+        w.line(
+            'asm("{\\n .reg .pred p;\\n setp.ne.b32 p, %2, 0;\\n selp.f32 %0, %1, 0f00000000, p;\\n}\\n" '
+            ': "=f"(r) : "f"(x), "r"(int(keep)));'
+        )
+        w.line("return r;")
+    w.line()
+    w.comment("Two 16-bit values as one 32-bit word, a in the low half (the lower address).")
+    w.line("template <class T>")
+    with w.block("CUTE_DEVICE uint32_t pack2(T a, T b)"):
+        w.line("return uint32_t(a.raw()) | (uint32_t(b.raw()) << 16);")
 
 
 def _params(
@@ -427,13 +442,13 @@ def _emit_preprocess(
 def _emit_convert(
     w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, groups: int = 1, swapped: bool = False
 ) -> None:
-    """dq_accum → dQ. `dq_vector`: the dQ/dK/dV kernel adds that many consecutive fragment elements with
-    one vector atomic (4: sm_90's float4 reductions), so thread t's element i is at
-    (i / v · kNThreads + t) · v + i % v. `groups` > 1: the tile is that many contiguous parts, one per
-    group of kNThreads / groups threads (sm_90: a warp group's own dQ columns, which it hands to a bulk
-    copy alone), so with n = size / v vectors a thread and g, u = t's group and rank in it, element i is at
-    ((g · n + i / v) · (kNThreads / groups) + u) · v + i % v. `swapped`: its dQ MMA computes dQᵀ,
-    (kHeadDim, kBlockM)."""
+    """dq_accum → dQ, in the order the dQ/dK/dV kernel adds its fragment in. `dq_vector` (v): that many
+    consecutive fragment elements go in one vector atomic (4: sm_90's float4 reductions; 1: sm_80's
+    scalars); `groups`: the tile is that many contiguous parts, one per group of kNThreads / groups
+    threads (sm_90: a warp group's own part, which it hands to a bulk copy alone; 1: one part). With
+    n = size / v vectors a thread and g, u = thread t's group and rank in it, t's element i is at
+    ((g · n + i / v) · (kNThreads / groups) + u) · v + i % v, which for one group is
+    (i / v · kNThreads + t) · v + i % v. `swapped`: its dQ MMA computes dQᵀ, (kHeadDim, kBlockM)."""
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
     with w.indent():
         w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
@@ -443,49 +458,34 @@ def _emit_convert(
         w.line("const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;")
         w.line("const int m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
         w.line(f"const long long slice = {DQ_SLICE};")
-        thread_offset = "" if groups > 1 else " + threadIdx.x" + (f" * {dq_vector}" if dq_vector > 1 else "")
         w.line(
             "const float* src = dq_accum + ((static_cast<long long>(bidb) * heads + bidh) * m_blocks + m_block) * "
-            f"(kBlockM * kHeadDim){thread_offset};"
+            "(kBlockM * kHeadDim);"
         )
         w.line("Element* dst = static_cast<Element*>(dq) + bidb * dq_batch_stride + bidh * dq_head_stride;")
-        if groups > 1:
-            w.comment(
-                f"the tile is in the dQ MMA's fragment order, {dq_vector} elements per vector, in {groups} parts "
-                f"of kNThreads / {groups} threads: thread t's element i is at"
-            )
-            w.comment(
-                f"((t / kGroup · n + i / {dq_vector}) · kGroup + t % kGroup) · {dq_vector} + i % {dq_vector}, "
-                f"n = {dq_vector}-vectors a thread"
-            )
-        elif dq_vector > 1:
-            w.comment(
-                f"the tile is in the dQ MMA's fragment order, {dq_vector} elements per vector: thread t's "
-                f"element i is at (i / {dq_vector} · kNThreads + t) · {dq_vector} + i % {dq_vector}"
-            )
-        else:
-            w.comment(
-                "the tile is in the dQ MMA's fragment order: this thread's element i is at i · kNThreads"
-            )
+        v = dq_vector
+        w.comment(
+            f"the tile is in the dQ MMA's fragment order, {v} element(s) a vector, in {groups} part(s) of "
+            f"kNThreads / {groups} threads: thread t's element i is at"
+        )
+        w.comment(f"((t / kGroup · n + i / {v}) · kGroup + t % kGroup) · {v} + i % {v}, n = {v}-vectors a thread")
         w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
         m, n, row, col = ("kHeadDim", "kBlockM", 1, 0) if swapped else ("kBlockM", "kHeadDim", 0, 1)
         w.line(
             "Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C("
             f"make_identity_tensor(Shape<Int<{m}>, Int<{n}>>{{}}));" + ("  // dQᵀ: (column, row)" if swapped else "")
         )
-        if groups > 1:
-            w.line(f"constexpr int kGroup = Traits::kNThreads / {groups};")
-            w.line(f"constexpr int kVectors = decltype(size(tdQcdQ))::value / {dq_vector};")
-            w.line("const int group = threadIdx.x / kGroup, rank = threadIdx.x % kGroup;")
+        w.line(f"constexpr int kGroup = Traits::kNThreads / {groups};")
+        w.line(f"constexpr int kVectors = decltype(size(tdQcdQ))::value / {v};")
+        w.line("const int group = threadIdx.x / kGroup, rank = threadIdx.x % kGroup;")
         w.line("CUTE_UNROLL")
         with w.block("for (int i = 0; i < size(tdQcdQ); ++i)"):
             w.line("float acc = 0.f;")
-            if groups > 1:
-                at = f"((group * kVectors + i / {dq_vector}) * kGroup + rank) * {dq_vector} + i % {dq_vector}"
-            elif dq_vector > 1:
-                at = f"(i / {dq_vector}) * ({dq_vector} * Traits::kNThreads) + i % {dq_vector}"
-            else:
-                at = "i * Traits::kNThreads"
+            at = (
+                f"((group * kVectors + i / {v}) * kGroup + rank) * {v} + i % {v}"
+                if v > 1
+                else "(group * kVectors + i) * kGroup + rank"
+            )
             w.line(
                 f"for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + {at}];"
                 "  // in order: the same sum every run"
@@ -888,8 +888,9 @@ def drop_head_temps(reg: Regions) -> None:
 
 def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False) -> None:
     """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory.
-    `pairs`: one 32-bit store per two elements (a thread's accumulator elements 2i and 2i + 1 are one row's
-    adjacent columns in the wgmma C layout; the launch keeps rows 16-byte aligned), half the stores."""
+    `pairs` (the wgmma accumulator): row by row through `tl::acc_rowcol`, one bounds test and one row
+    pointer a row, and one 32-bit store per two adjacent columns (a row's columns 2j and 2j + 1 are
+    neighbours in that view; the launch keeps rows 16-byte aligned)."""
     w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
     w.line(
         "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
@@ -899,21 +900,31 @@ def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False) -> None:
     w.line("Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;")
     w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
     if pairs:
-        w.line("Tensor rdK2 = recast<uint32_t>(rdK);  // element i: rdK's 2i and 2i + 1, columns col and col + 1")
-        w.line("Tensor rdV2 = recast<uint32_t>(rdV);")
+        for t in ("dK", "dV"):
+            w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
+        w.line("Tensor tdKVcdKV_rc = make_tensor(tdKVcdKV.data(), tl::acc_rowcol(tdKVcdKV.layout()));")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int r = 0; r < size<0>(rdK_rc); ++r)"):
+            w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV_rc(r, 0));")
+            w.line("if (row >= seqlen_k) continue;")
+            w.line("Element* dk_row = dk_ptr + row * dk_row_stride;")
+            w.line("Element* dv_row = dv_ptr + row * dv_row_stride;")
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = 0; c < size<1>(rdK_rc); c += 2)"):
+                w.line("const int col = get<1>(tdKVcdKV_rc(r, c));")
+                for t in ("k", "v"):
+                    w.line(
+                        f"*reinterpret_cast<uint32_t*>(d{t}_row + col) = "
+                        f"tl::pack2(rd{t.upper()}_rc(r, c), rd{t.upper()}_rc(r, c + 1));"
+                    )
+        return
     w.line("CUTE_UNROLL")
-    with w.block(f"for (int i = 0; i < size(rdK); {'i += 2' if pairs else '++i'})"):
+    with w.block("for (int i = 0; i < size(rdK); ++i)"):
         w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV(i));")
         w.line("const int col = get<1>(tdKVcdKV(i));")
         with w.block("if (row < seqlen_k)"):
-            if pairs:
-                for t in ("k", "v"):
-                    w.line(
-                        f"*reinterpret_cast<uint32_t*>(d{t}_ptr + row * d{t}_row_stride + col) = rd{t.upper()}2(i / 2);"
-                    )
-            else:
-                w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
-                w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
+            w.line("dk_ptr[row * dk_row_stride + col] = rdK(i);")
+            w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
 
 
 def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True, gmma: bool = False) -> None:
@@ -1132,7 +1143,7 @@ def _emit_score_rows(
             )
             if phase == "p":
                 if softmax:
-                    w.line(f"scores(r, c) = keep ? tl::exp2_approx({_exp2_arg(reg)}) : 0.f;")
+                    w.line(f"scores(r, c) = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")
                 else:
                     scale = " * o_scale" if ir.output_scale is not None else ""
                     w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
@@ -1168,7 +1179,8 @@ def _emit_score_grads(
         if phase == "ds":
             w.line("const float p = scores(r, c);  // pass 1's P (0 where not kept)")
         else:
-            w.line(f"const float p = keep ? tl::exp2_approx({_exp2_arg(reg)}) : 0.f;")
+            w.comment("exp2 of every score, then a select: a masked score's exp2 is discarded, not branched around")
+            w.line(f"const float p = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")
         w.line("const float dx = p * (dscores(r, c) - d_row);")
         if corrected:
             w.line("const float pdp = p * dscores(r, c);")
