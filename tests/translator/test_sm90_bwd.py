@@ -150,7 +150,10 @@ def test_the_five_gemms_in_fa3_order_with_dq_out_under_dk(dq_bulk, dq_out):
     assert "Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));" in main
     # dSᵀ reaches shared memory by stmatrix (the generic proxy): fenced before the barrier dQ's wgmma
     # waits on
-    store = main.index("cute::copy(smem_tiled_copy_dS, smem_thr_copy_dS.retile_S(rdS), tdSsdS);")
+    # at stage 0's addresses, computed once, plus the stage's offset (whole 1 KB swizzle atoms)
+    assert "ds_addr[i] = cast_smem_ptr_to_uint(raw_pointer_cast(&tdSsdS0(0, i)));" in main
+    assert "kBlockM * kBlockN * sizeof(Element) % 1024 == 0" in main
+    store = main.index("tl::stsm_x4_t(ds_addr[i] + ds_stage, v(0), v(1), v(2), v(3));")
     fence = main.index("tl::fence_async_shared();", store)
     assert fence < main.index("tl::consumer_sync(1, Traits::kNThreads);", store) < at[3]
 

@@ -1051,6 +1051,14 @@ def _emit_scores(
     w.line(f"Tensor coords = make_tensor(tScS.data(), {view}(tScS.layout()));")
     if softmax:
         w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
+        if transposed:
+            w.comment("this thread's query rows: the wgmma accumulator's columns 2 · (lane % 4) + (r % 2) + 8 · (r / 2)")
+            w.comment("(one N tile: static_assert), so their LSE and D are one 64-bit load a pair at offsets fixed")
+            w.comment("at compile time from the thread's first row")
+            w.line(
+                'static_assert(decltype(size<0, 2>(scores))::value == 1, "query rows: one wgmma N tile");'
+            )
+            w.line("const float* rows_t = rows_s + get<1>(coords(0, 0));")
     phases = ("both",) if wait_dp is None else ("p", "ds")
     for phase in phases:
         if phase == "ds":
@@ -1113,7 +1121,18 @@ def _emit_score_rows(
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
         w.line(f"const int row = m_block * kBlockM + {q_of}(coords(r, 0));")
         w.line(f"const bool row_in = {'true' if every_score_kept else 'row < seqlen_q'};")
-        if softmax:
+        if softmax and transposed:
+            w.line("const int r_at = (r & 1) + 8 * (r >> 1);  // this row's offset from the thread's first")
+            for name, off, pick, default, what in (
+                ("lse_log2", "", f"{{}} * {LOG2E}", POS_INF, "p"),
+                ("d_row", "kBlockM + ", "{}", "0.f", "ds"),
+            ):
+                if phase == ("ds" if what == "p" else "p"):
+                    continue
+                w.line(f"const float2 {name}2 = *reinterpret_cast<const float2*>(rows_t + {off}(r_at & ~1));")
+                value = pick.format(f"(r_at & 1 ? {name}2.y : {name}2.x)")
+                w.line(f"const float {name} = row_in ? {value} : {default};")
+        elif softmax:
             w.line(f"const int r_local = {q_of}(coords(r, 0));")
             if phase != "ds":
                 w.line(f"const float lse_log2 = row_in ? rows_s[r_local] * {LOG2E} : {POS_INF};")

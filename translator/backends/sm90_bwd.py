@@ -374,6 +374,13 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
 
 def _emit_bwd_helpers(w: CodeWriter, *, dq_bulk: bool = False) -> None:
     with w.block("namespace tl", "}  // namespace tl"):
+        w.comment("SM90_U16x8_STSM_T's store at a shared-window address the caller computed")
+        with w.block("CUTE_DEVICE void stsm_x4_t(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d)"):
+            w.line(
+                'asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\\n" '
+                ':: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d));'
+            )
+        w.line()
         w.comment("Sᵀ's accumulator ((2 cols, 2 rows, N/8), MMA_M, MMA_N) seen as (query rows, key columns):")
         w.comment("((2, N/8, MMA_N), (2, MMA_M)), the transpose of acc_rowcol.")
         w.line("template <class Layout>")
@@ -493,6 +500,20 @@ def _emit_main(
             "auto smem_tiled_copy_dS = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, tiled_mma_sdp);"
         )
         w.line("auto smem_thr_copy_dS = smem_tiled_copy_dS.get_thread_slice(tidx);")
+        w.comment("dSᵀ's stmatrix addresses (shared window) for stage 0, once: the swizzle is applied to the")
+        w.comment("address bits (CuTe does it again for every store otherwise, in 64-bit generic arithmetic), and a")
+        w.comment("stage is a whole number of the swizzle's 1 KB atoms, so another stage's are these plus its offset")
+        w.line(
+            'static_assert(kBlockM * kBlockN * sizeof(Element) % 1024 == 0, "a dS stage: whole 1 KB swizzle atoms");'
+        )
+        w.comment("(the atom's 8 values, atoms): the copy's partition split as CuTe's copy splits it, per atom")
+        w.line(
+            "Tensor tdSsdS0 = zipped_divide(smem_thr_copy_dS.partition_D("
+            "make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutdSt{})), Shape<_8>{});"
+        )
+        w.line("uint32_t ds_addr[decltype(size<1>(tdSsdS0))::value];")
+        w.line("CUTE_UNROLL")
+        w.line("for (int i = 0; i < size<1>(tdSsdS0); ++i) ds_addr[i] = cast_smem_ptr_to_uint(raw_pointer_cast(&tdSsdS0(0, i)));")
         w.line(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
         )
@@ -557,7 +578,6 @@ def _emit_query_block(
     w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
     w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});")
     w.line(f"Tensor tdQrdS = wg_mma_dq.partition_fragment_{'B' if swap_dq else 'A'}(sdS);")
-    w.line("Tensor tdSsdS = smem_thr_copy_dS.partition_D(sdSt);  // dSᵀ: accumulator elements → shared")
     fa2._emit_qdo_views(w, "smem_qdo + stage * kQdOElems", gmma=True)
     w.line("Tensor tSrQ = wg_mma_sdp.partition_fragment_B(sQ);")
     w.line("Tensor tdPrdO = wg_mma_sdp.partition_fragment_B(sdO);")
@@ -596,7 +616,13 @@ def _emit_query_block(
     w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, RS wgmma (Pᵀ: the accumulator re-viewed as A)"):
         w.line("Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));")
-        w.line("cute::copy(smem_tiled_copy_dS, smem_thr_copy_dS.retile_S(rdS), tdSsdS);  // dSᵀ for dQ's GEMM")
+        w.comment("dSᵀ for dQ's GEMM: accumulator elements → shared, one stmatrix (8 × 8, transposed, ×4) a step")
+        w.line("Tensor tdSrdS = zipped_divide(smem_thr_copy_dS.retile_S(rdS), Shape<_8>{});  // as tdSsdS0")
+        w.line("const uint32_t ds_stage = stage * (kBlockM * kBlockN * sizeof(Element));")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int i = 0; i < size<1>(tdSrdS); ++i)"):
+            w.line("Tensor v = recast<uint32_t>(tdSrdS(_, i));")
+            w.line("tl::stsm_x4_t(ds_addr[i] + ds_stage, v(0), v(1), v(2), v(3));")
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
