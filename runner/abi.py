@@ -265,6 +265,9 @@ BACKWARD_CONVERT_PARAMS: tuple[tuple[str, str, str], ...] = (
     *stride_params("dq"),
     ("dq_splits", "int", "int32"),  # dq_accum's slices, summed in order (1 unless deterministic)
 )
+# After BACKWARD_CONVERT_PARAMS where `BackwardSpec.dq_scale`: dS was computed without the softmax scale
+# (the score's derivative is the scale times the rest), so the convert kernel applies it to dQ.
+BACKWARD_CONVERT_SCALE_PARAM: tuple[str, str, str] = ("softmax_scale", "float", "float32")
 # Per query row, Σ_k P·dP and, per learnable read that is uniform over a (batch, head), Σ_k P·∂X/∂read
 # (batch, heads, seqlen_q, spec.row_sums) fp32, zeroed: row_grads corrects those gradients by
 # Σ_rows (D − Σ_k P·dP) · Σ_k P·∂X/∂read, the error D = rowsum(dO ∘ O) carries from O's rounding.
@@ -309,6 +312,7 @@ class BackwardSpec:
     tl_file: str | None = None
     source_sha256: str | None = None
     main_threads: int = 0  # dq_dk_dv's (0: `threads`; the sm_90 producer warp group adds 128)
+    dq_scale: bool = False  # convert_dq takes softmax_scale after its parameters and scales dQ by it
 
     def kernel(self, part: str) -> str:
         return f"{self.name}_bwd_{part}"

@@ -205,6 +205,8 @@ def backward(
 
     conv = [np.uintp(dq_accum.data_ptr()), np.uintp(dq.data_ptr()), np.int32(batch), np.int32(seqlen_q)]
     conv += [np.int32(heads)] + [i64(s) for s in _strides(dq)] + [np.int32(slices)]
+    if spec.dq_scale:
+        conv.append(np.float32(scale))
     grid = (math.ceil(seqlen_q / spec.block_m), batch, heads)
     cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels["convert_dq"], *conv)
     if row_sums is not None:

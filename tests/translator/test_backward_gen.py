@@ -41,7 +41,8 @@ def test_every_catalogue_variant_has_a_backward(name):
     extra = list(spec.params[len(BACKWARD_PARAMS) : len(spec.params) - tma])
     pre = [p[0] for p in BACKWARD_PREPROCESS_PARAMS] + extra
     assert _signature(b.source, spec.kernel("dot_do_o")) == pre
-    assert _signature(b.source, spec.kernel("convert_dq")) == [p[0] for p in BACKWARD_CONVERT_PARAMS]
+    conv = [p[0] for p in BACKWARD_CONVERT_PARAMS] + (["softmax_scale"] if spec.dq_scale else [])
+    assert _signature(b.source, spec.kernel("convert_dq")) == conv
     for n in learn:
         assert f"{n}_grad" in spec.params
 
@@ -58,7 +59,8 @@ def test_the_softcap_backward_multiplies_by_one_minus_tanh_squared():
 
 def test_the_plain_backward_scales_by_the_softmax_scale_only():
     b = translate_backward(ROOT / "examples" / "mha_fwd.tl")
-    assert "const float dx_ds = softmax_scale;" in b.source
+    # dX/ds is the scale alone: dS = dX, and dK and dQ take the scale once (scale_folded_grad)
+    assert "dx_ds" not in b.source and "acc_dk(i) *= softmax_scale;" in b.source
     assert b.spec.program is None and b.spec.learnable == ()
 
 
@@ -158,3 +160,25 @@ def test_a_launch_time_block_mask_gets_its_own_classes_at_the_backward_tiles(ske
     index = "((static_cast<long long>(bidb) * 1 + 0) * m_blocks + m_block) * n_blocks + n_block"
     assert f"return block_mask_ptr[{index}];" in main
     assert "return 1;" not in main.split("auto block_class", 1)[1].split("};", 1)[0]
+
+
+@pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
+def test_the_softmax_scale_leaves_ds_and_scales_dk_and_dq_once(skeleton):
+    """dX/ds = softmax_scale · rest: dS is dX · rest (no multiply a score where rest is 1), dK takes the
+    scale before its store and the convert kernel dQ's, from its extra parameter."""
+    b = translate_backward(ROOT / "examples" / "causal_mha_fwd.tl", arch="sm_90", skeleton=skeleton)
+    main = b.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
+    conv = b.source.split("_bwd_convert_dq(")[1]
+    assert b.spec.dq_scale
+    assert "dscores(r, c) = keep ? dx : 0.f;" in main and "dx_ds" not in main
+    assert "for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= softmax_scale;" in main
+    assert "static_cast<Element>(acc * softmax_scale);" in conv
+    # softcap: the scale is one factor of its derivative, the rest stays per score
+    soft = translate_backward(VARIANTS / "softcap.tl", arch="sm_90", skeleton=skeleton)
+    main = soft.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
+    assert soft.spec.dq_scale and "dscores(r, c) = keep ? dx * dx_ds : 0.f;" in main
+    dx_ds = next(ln for ln in main.splitlines() if "const float dx_ds = " in ln)
+    assert "softmax_scale" not in dx_ds.split("//")[0].replace("softmax_scale * (1.0f / cap)", "")
+    # relu attention: its derivative is a where(), not a product with the scale: dS keeps it
+    relu = translate_backward(VARIANTS / "relu_attention.tl", arch="sm_90", skeleton=skeleton)
+    assert not relu.spec.dq_scale and "acc * softmax_scale" not in relu.source

@@ -29,10 +29,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernel_ir import grad, passes
-from kernel_ir.expr import Expr, Load, text, walk
+from kernel_ir.expr import F32, Const, Expr, Load, Op, Var, text, walk
 from kernel_ir.program import Forward
 from runner.abi import (
     BACKWARD_CONVERT_PARAMS,
+    BACKWARD_CONVERT_SCALE_PARAM,
     BACKWARD_PARAMS,
     BACKWARD_PREPROCESS_PARAMS,
     BACKWARD_ROW_SUMS_PARAM,
@@ -168,7 +169,8 @@ def assemble(
         tail.append(BACKWARD_ROW_SUMS_PARAM)
     _emit_preprocess(w, plan, sink_partials, tail)
     emit_main(w, plan, partials, tail, deterministic)
-    _emit_convert(w, plan, dq_vector, groups=dq_groups, swapped=dq_swapped)
+    dq_scale = scale_folded_grad(ir)[0]
+    _emit_convert(w, plan, dq_vector, groups=dq_groups, swapped=dq_swapped, scaled=dq_scale)
     if ir.block_mask:
         emit_block_mask_kernel(
             w, ir, name=f"{name}_bwd", block_m=block_m, block_n=block_n, tag_line=plan.line_of("mask_expr")
@@ -195,6 +197,7 @@ def assemble(
         block_n=block_n,
         threads=THREADS,
         main_threads=main_threads,
+        dq_scale=dq_scale,
         shared_bytes=shared_bytes,
         dtype=plan.dtype,
         head_dim=plan.head_dim_qk,
@@ -440,7 +443,13 @@ def _emit_preprocess(
 
 
 def _emit_convert(
-    w: CodeWriter, plan: KernelPlan, dq_vector: int = 1, *, groups: int = 1, swapped: bool = False
+    w: CodeWriter,
+    plan: KernelPlan,
+    dq_vector: int = 1,
+    *,
+    groups: int = 1,
+    swapped: bool = False,
+    scaled: bool = False,
 ) -> None:
     """dq_accum → dQ, in the order the dQ/dK/dV kernel adds its fragment in. `dq_vector` (v): that many
     consecutive fragment elements go in one vector atomic (4: sm_90's float4 reductions; 1: sm_80's
@@ -448,8 +457,11 @@ def _emit_convert(
     threads (sm_90: a warp group's own part, which it hands to a bulk copy alone; 1: one part). With
     n = size / v vectors a thread and g, u = thread t's group and rank in it, t's element i is at
     ((g · n + i / v) · (kNThreads / groups) + u) · v + i % v, which for one group is
-    (i / v · kNThreads + t) · v + i % v. `swapped`: its dQ MMA computes dQᵀ, (kHeadDim, kBlockM)."""
-    _params(w, f"{plan.kernel_name}_bwd_convert_dq", BACKWARD_CONVERT_PARAMS, [])
+    (i / v · kNThreads + t) · v + i % v. `swapped`: its dQ MMA computes dQᵀ, (kHeadDim, kBlockM).
+    `scaled`: dS left out the softmax scale (`scale_folded_grad`), dQ takes it here, from the parameter
+    `BACKWARD_CONVERT_SCALE_PARAM` after the others."""
+    params = (*BACKWARD_CONVERT_PARAMS, BACKWARD_CONVERT_SCALE_PARAM) if scaled else BACKWARD_CONVERT_PARAMS
+    _params(w, f"{plan.kernel_name}_bwd_convert_dq", params, [])
     with w.indent():
         w.line(f"using Traits = {plan.kernel_name}_bwd_traits;")
         w.line("using Element = Traits::Element;")
@@ -492,7 +504,8 @@ def _emit_convert(
             )
             w.line(f"const int row = m_block * kBlockM + get<{row}>(tdQcdQ(i));")
             w.line(
-                f"if (row < seqlen_q) dst[row * dq_row_stride + get<{col}>(tdQcdQ(i))] = static_cast<Element>(acc);"
+                f"if (row < seqlen_q) dst[row * dq_row_stride + get<{col}>(tdQcdQ(i))] = "
+                f"static_cast<Element>(acc{' * softmax_scale' if scaled else ''});"
             )
     w.line("}")
     w.line()
@@ -748,7 +761,7 @@ def _emit_key_block(
             w.line("m_block = next;")
         _emit_group_tail(w, reg, partials, summed)
     w.line()
-    _emit_store_dkv(w)
+    _emit_store_dkv(w, scaled=scale_folded_grad(reg.ir)[0])
 
 
 def _emit_gmem_copy(w: CodeWriter) -> None:
@@ -886,12 +899,16 @@ def drop_head_temps(reg: Regions) -> None:
         del reg.temps[n]
 
 
-def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False) -> None:
+def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False, scaled: bool = False) -> None:
     """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory.
     `pairs` (the wgmma accumulator): row by row through `tl::acc_rowcol`, one bounds test and one row
     pointer a row, and one 32-bit store per two adjacent columns (a row's columns 2j and 2j + 1 are
-    neighbours in that view; the launch keeps rows 16-byte aligned)."""
+    neighbours in that view; the launch keeps rows 16-byte aligned). `scaled`: dS left out the softmax
+    scale (`scale_folded_grad`), dK takes it here."""
     w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
+    if scaled:
+        w.line("CUTE_UNROLL")
+        w.line("for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= softmax_scale;  // dS left it out")
     w.line(
         "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
     )
@@ -958,6 +975,38 @@ def _score(ir: Forward) -> Expr:
     reciprocals (`kernel_ir.passes.reassociate`, as in the forward), and its derivative is taken of this
     form, so both agree to the ulp."""
     return passes.reassociate(ir.score)
+
+
+SOFTMAX_SCALE = Var("softmax_scale", F32)
+
+
+def scale_folded_grad(ir: Forward) -> tuple[bool, Expr]:
+    """(folded, rest): where the score region's derivative dX/ds is the softmax scale times `rest` (the
+    plain kernel's and every affine mask's is the scale alone, rest 1), dS is computed as dX · rest and
+    the scale is applied once at the ends instead of once a score: to dK before its store
+    (`_emit_store_dkv`) and to dQ in the convert kernel, which then takes `softmax_scale`
+    (`BackwardSpec.dq_scale`). (False, dX/ds) otherwise."""
+    deriv = grad.derivative(_score(ir))
+    factors, stack = [], [deriv]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Op) and e.op == "mul":
+            stack += reversed(e.args)
+        else:
+            factors.append(e)
+    if SOFTMAX_SCALE not in factors:
+        return False, deriv
+    factors.remove(SOFTMAX_SCALE)
+    # the per-score factors, then the uniform ones as one product (one hoisted value, one multiply a score)
+    uniform = [f for f in factors if passes.level(f) == "uniform"]
+    rest: Expr = Const(1.0, F32)
+    for group in ([f for f in factors if f not in uniform], uniform):
+        part: Expr | None = None
+        for f in group:
+            part = f if part is None else Op("mul", (part, f), F32)
+        if part is not None:
+            rest = part if rest == Const(1.0, F32) else Op("mul", (rest, part), F32)
+    return True, rest
 
 
 def _thread_summed(ir: Forward, partials: list[tuple[Load, Expr]]) -> list[int]:
@@ -1111,7 +1160,7 @@ def _emit_score_rows(
     ir = reg.ir
     q_of, k_of = ("get<1>", "get<0>") if transposed else ("get<0>", "get<1>")
     score = _score(ir)
-    deriv = grad.derivative(score)
+    _, deriv = scale_folded_grad(ir)
     roots = _roots(reg, partials)
     if phase == "p":  # what P needs: the score and the masks (no derivative, no partials)
         roots = [score, *ir.masks, *([ir.output_scale] if ir.output_scale is not None else [])]
@@ -1154,8 +1203,8 @@ def _emit_score_rows(
             keep_expr = " && ".join(reg.c(m) for m in ir.masks)
             if phase != "ds":
                 w.line(f"const float x = {reg.c(score)};")
-            if phase != "p":
-                w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative")
+            if phase != "p" and deriv != Const(1.0, F32):
+                w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)")
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             w.line(
                 f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
@@ -1212,7 +1261,8 @@ def _emit_score_grads(
         w.line(f"const float dx = keep ? dscores(r, c){scale} : 0.f;")
         if phase == "both":
             w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
-    w.line("dscores(r, c) = keep ? dx * dx_ds : 0.f;")
+    unit = scale_folded_grad(ir)[1] == Const(1.0, F32)
+    w.line(f"dscores(r, c) = keep ? dx{'' if unit else ' * dx_ds'} : 0.f;")
     for i, (ld, g) in enumerate(partials):
         if i in corrected:
             w.line(f"const float g{i} = keep ? {reg.c(g)} : 0.f;")

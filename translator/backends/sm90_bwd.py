@@ -555,7 +555,7 @@ def _emit_key_block(
     w.line("Barrier::arrive(empty_kv);  // every wgmma that read K and V is done (warpgroup_wait<0>)")
     w.line("++kv_fill;")
     w.line()
-    fa2._emit_store_dkv(w, pairs=True)
+    fa2._emit_store_dkv(w, pairs=True, scaled=fa2.scale_folded_grad(plan.ir)[0])
 
 
 def _emit_query_block(
