@@ -1024,7 +1024,7 @@ def _emit_uniforms(w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]
 def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
     ir = reg.ir
     score = _score(ir)
-    roots: list[Expr] = [score, grad.derivative(score), *ir.masks]
+    roots: list[Expr] = [score, scale_folded_grad(ir)[1], *ir.masks]
     if reg.fold is not None:
         roots.append(reg.fold)
     if ir.output_scale is not None:
@@ -1102,7 +1102,7 @@ def _emit_scores(
         w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
         if transposed:
             w.comment("this thread's query rows: the wgmma accumulator's columns 2 · (lane % 4) + (r % 2) + 8 · (r / 2)")
-            w.comment("(one N tile: static_assert), so their LSE and D are one 64-bit load a pair at offsets fixed")
+            w.comment("(one N tile: static_assert), so their LSE and D are read as float2 pairs at offsets fixed")
             w.comment("at compile time from the thread's first row")
             w.line(
                 'static_assert(decltype(size<0, 2>(scores))::value == 1, "query rows: one wgmma N tile");'
@@ -1171,15 +1171,14 @@ def _emit_score_rows(
         w.line(f"const int row = m_block * kBlockM + {q_of}(coords(r, 0));")
         w.line(f"const bool row_in = {'true' if every_score_kept else 'row < seqlen_q'};")
         if softmax and transposed:
-            w.line("const int r_at = (r & 1) + 8 * (r >> 1);  // this row's offset from the thread's first")
             for name, off, pick, default, what in (
                 ("lse_log2", "", f"{{}} * {LOG2E}", POS_INF, "p"),
                 ("d_row", "kBlockM + ", "{}", "0.f", "ds"),
             ):
                 if phase == ("ds" if what == "p" else "p"):
                     continue
-                w.line(f"const float2 {name}2 = *reinterpret_cast<const float2*>(rows_t + {off}(r_at & ~1));")
-                value = pick.format(f"(r_at & 1 ? {name}2.y : {name}2.x)")
+                w.line(f"const float2 {name}2 = *reinterpret_cast<const float2*>(rows_t + {off}8 * (r >> 1));")
+                value = pick.format(f"(r & 1 ? {name}2.y : {name}2.x)")
                 w.line(f"const float {name} = row_in ? {value} : {default};")
         elif softmax:
             w.line(f"const int r_local = {q_of}(coords(r, 0));")
@@ -1203,7 +1202,8 @@ def _emit_score_rows(
             keep_expr = " && ".join(reg.c(m) for m in ir.masks)
             if phase != "ds":
                 w.line(f"const float x = {reg.c(score)};")
-            if phase != "p" and deriv != Const(1.0, F32):
+            with_dx_ds = deriv != Const(1.0, F32)  # a factor left per score after the folded scale
+            if phase != "p" and with_dx_ds:
                 w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)")
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             w.line(
@@ -1216,7 +1216,7 @@ def _emit_score_rows(
                     scale = " * o_scale" if ir.output_scale is not None else ""
                     w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
             else:
-                _emit_score_grads(w, reg, softmax, partials, corrected, phase)
+                _emit_score_grads(w, reg, softmax, partials, corrected, phase, with_dx_ds)
         if corrected:
             emit_row_sums(w, corrected, transposed=transposed)
     for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:
@@ -1239,9 +1239,11 @@ def _emit_score_grads(
     partials: list[tuple[Load, Expr]],
     corrected: list[int],
     phase: str,
+    with_dx_ds: bool,
 ) -> None:
     """One score's dX, dS (into dscores) and its learnable reads' shares, P from `x` ("both": P is
-    computed here and written over S) or from S ("ds": pass 1 put it there)."""
+    computed here and written over S) or from S ("ds": pass 1 put it there). `with_dx_ds`: dS is dX times
+    the `dx_ds` the caller defined (else dX alone: the derivative was the folded scale)."""
     ir = reg.ir
     if softmax:
         if phase == "ds":
@@ -1261,8 +1263,7 @@ def _emit_score_grads(
         w.line(f"const float dx = keep ? dscores(r, c){scale} : 0.f;")
         if phase == "both":
             w.line(f"scores(r, c) = keep ? x{scale} : 0.f;")
-    unit = scale_folded_grad(ir)[1] == Const(1.0, F32)
-    w.line(f"dscores(r, c) = keep ? dx{'' if unit else ' * dx_ds'} : 0.f;")
+    w.line(f"dscores(r, c) = keep ? dx{' * dx_ds' if with_dx_ds else ''} : 0.f;")
     for i, (ld, g) in enumerate(partials):
         if i in corrected:
             w.line(f"const float g{i} = keep ? {reg.c(g)} : 0.f;")
