@@ -171,11 +171,12 @@ def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
     conv = sm90.split("_bwd_convert_dq(")[1]
     assert "(kBlockM * kHeadDim);" in conv and "constexpr int kGroup = Traits::kNThreads / 2;" in conv
     assert "constexpr int kVectors = decltype(size(tdQcdQ))::value / 4;" in conv
-    assert "src[s * slice + ((group * kVectors + i / 4) * kGroup + rank) * 4 + i % 4]" in conv
+    assert "float4*>(src + s * slice + ((group * kVectors + j) * kGroup + rank) * 4)" in conv
+    assert "sdQ[get<0>(tdQcdQ(j * 4 + 3))][get<1>(tdQcdQ(j * 4 + 3))] = " in conv  # float4 j is elements 4j …
     # the sm_80 skeleton's tile keeps its thread-interleaved order: one part, scalars
     mma_sync = translate_backward(MHA, arch="sm_90", skeleton="sm80").source
     assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in mma_sync
-    assert "src[s * slice + (group * kVectors + i) * kGroup + rank]" in mma_sync
+    assert "src[s * slice + (group * kVectors + j) * kGroup + rank]" in mma_sync
     # over Traits::TiledMmadQ's fragment order: here the wgmma one
     assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
     assert "using TiledMmadQ = decltype(make_tiled_mma(SM90::GMMA::" in sm90
@@ -214,8 +215,7 @@ def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
     )
     conv = src.split("_bwd_convert_dq(")[1]
     assert "make_identity_tensor(Shape<Int<kHeadDim>, Int<kBlockM>>{}));  // dQᵀ: (column, row)" in conv
-    assert "const int row = m_block * kBlockM + get<1>(tdQcdQ(i));" in conv
-    assert "dst[row * dq_row_stride + get<0>(tdQcdQ(i))]" in conv
+    assert "sdQ[get<1>(tdQcdQ(j * 4 + 0))][get<0>(tdQcdQ(j * 4 + 0))] = " in conv  # (row, column) in shared
     # the rest of the kernel follows kBlockM: the producer's boxes and rows, the stage sizes
     assert 'rows="kBlockM"' not in main and "for (int r = lane; r < kBlockM; r += Traits::kRowLanes)" in main
     # the default stays at 64 rows, byte for byte the kernel without the option
@@ -310,13 +310,14 @@ def test_the_kernel_and_the_convert_kernel_agree_on_dq_accums_order(dq_bulk):
     base = base.replace("size(acc_dq) / 4", str(n4))
     step = "dq_tile_s[i * 128]" if dq_bulk else "atomicAdd(dq_tile + i * 128,"
     assert step in main
-    at = next(ln for ln in conv.splitlines() if "acc += src[s * slice + " in ln)
-    at = at.split("acc += src[s * slice + ")[1].split("];")[0]
+    read = "float4*>(src + s * slice + "  # the float offset of the thread's float4 j: elements 4j … 4j + 3
+    at = next(ln for ln in conv.splitlines() if read in ln).split(read)[1].split(");")[0]
     seen = set()
     for t in range(threads):
         for i in range(4 * n4):
             kernel = 4 * (c_eval(base, wg=t // group, tidx=t) + i // 4 * 128) + i % 4
-            convert = c_eval(at, group=t // group, rank=t % group, kVectors=n4, kGroup=group, i=i)
+            env = {"group": t // group, "rank": t % group, "kVectors": n4, "kGroup": group, "j": i // 4}
+            convert = c_eval(at, **env) + i % 4
             assert kernel == convert, (t, i)
             seen.add(convert)
     assert seen == set(range(threads * 4 * n4))
@@ -334,7 +335,7 @@ def test_the_sm80_skeletons_convert_reads_its_thread_interleaved_scalars():
     threads, n = 256, 64 * 128 // 256
     for t in range(threads):
         for i in range(n):
-            env = {"group": 0, "rank": t, "kVectors": n, "kGroup": threads, "i": i}
+            env = {"group": 0, "rank": t, "kVectors": n, "kGroup": threads, "j": i}
             got = eval(at.replace("/", "//"), {}, env)
             assert got == i * threads + t, (t, i)
 

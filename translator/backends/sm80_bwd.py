@@ -459,7 +459,10 @@ def _emit_convert(
     ((g · n + i / v) · (kNThreads / groups) + u) · v + i % v, which for one group is
     (i / v · kNThreads + t) · v + i % v. `swapped`: its dQ MMA computes dQᵀ, (kHeadDim, kBlockM).
     `scaled`: dS left out the softmax scale (`scale_folded_grad`), dQ takes it here, from the parameter
-    `BACKWARD_CONVERT_SCALE_PARAM` after the others."""
+    `BACKWARD_CONVERT_SCALE_PARAM` after the others. A thread reads its elements v at a time (coalesced:
+    the warp's vectors are consecutive) and writes them, rounded, into a padded tile in shared memory;
+    dQ is then stored from there in 16-byte row pieces (2-byte scatters straight from the fragment took
+    the convert to five times cuDNN's time on the H200: docs/results/2026-12-04-h200-backward-kernels-d128.log)."""
     params = (*BACKWARD_CONVERT_PARAMS, BACKWARD_CONVERT_SCALE_PARAM) if scaled else BACKWARD_CONVERT_PARAMS
     _params(w, f"{plan.kernel_name}_bwd_convert_dq", params, [])
     with w.indent():
@@ -490,23 +493,60 @@ def _emit_convert(
         w.line(f"constexpr int kGroup = Traits::kNThreads / {groups};")
         w.line(f"constexpr int kVectors = decltype(size(tdQcdQ))::value / {v};")
         w.line("const int group = threadIdx.x / kGroup, rank = threadIdx.x % kGroup;")
+        w.comment(
+            "the fragment scattered over the tile: through shared memory, so that dQ is stored in whole "
+            "16-byte row pieces; a row's pad of 16 bytes"
+        )
+        w.comment(
+            "shifts the next by four banks, so a warp's fragment stores (8 rows · 4 column pairs) meet no conflict"
+        )
+        w.line("constexpr int kChunk = 16 / sizeof(Element);")
+        w.line("__shared__ alignas(16) Element sdQ[kBlockM][kHeadDim + kChunk];")
         w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < size(tdQcdQ); ++i)"):
-            w.line("float acc = 0.f;")
+        vec, zero = ("float4", "make_float4(0.f, 0.f, 0.f, 0.f)") if v == 4 else ("float", "0.f")
+        if v not in (1, 4):
+            raise ValueError(f"dq_vector {v}: the convert reads 1 or 4 floats at a time")
+        with w.block("for (int j = 0; j < kVectors; ++j)"):
+            w.line(f"{vec} acc = {zero};")
             at = (
-                f"((group * kVectors + i / {v}) * kGroup + rank) * {v} + i % {v}"
+                f"((group * kVectors + j) * kGroup + rank) * {v}"
                 if v > 1
-                else "(group * kVectors + i) * kGroup + rank"
+                else "(group * kVectors + j) * kGroup + rank"
             )
-            w.line(
-                f"for (int s = 0; s < dq_splits; ++s) acc += src[s * slice + {at}];"
-                "  // in order: the same sum every run"
-            )
-            w.line(f"const int row = m_block * kBlockM + get<{row}>(tdQcdQ(i));")
-            w.line(
-                f"if (row < seqlen_q) dst[row * dq_row_stride + get<{col}>(tdQcdQ(i))] = "
-                f"static_cast<Element>(acc{' * softmax_scale' if scaled else ''});"
-            )
+            w.comment("the splits in order: the same sum every run")
+            with w.block("for (int s = 0; s < dq_splits; ++s)"):
+                if v == 4:
+                    w.line(f"const float4 x = *reinterpret_cast<const float4*>(src + s * slice + {at});")
+                    w.line("acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;")
+                else:
+                    w.line(f"acc += src[s * slice + {at}];")
+            scale = " * softmax_scale" if scaled else ""
+            for u in range(v):
+                value = ("acc.x", "acc.y", "acc.z", "acc.w")[u] if v == 4 else "acc"
+                i = f"j * {v} + {u}" if v > 1 else "j"
+                w.line(
+                    f"sdQ[get<{row}>(tdQcdQ({i}))][get<{col}>(tdQcdQ({i}))] = static_cast<Element>({value}{scale});"
+                )
+        w.line("__syncthreads();")
+        w.line("constexpr int kRowChunks = kHeadDim / kChunk;")
+        w.line("const int rows = min(kBlockM, seqlen_q - m_block * kBlockM);")
+        w.line("Element* dst_tile = dst + static_cast<long long>(m_block) * kBlockM * dq_row_stride;")
+        w.line(
+            "const bool whole = (reinterpret_cast<uintptr_t>(dst_tile) | dq_row_stride * sizeof(Element)) % 16 == 0;"
+            "  // else (a strided dQ) element by element"
+        )
+        with w.block("if (whole)", "} else {"):
+            w.line("CUTE_UNROLL")
+            with w.block("for (int c = threadIdx.x; c < kBlockM * kRowChunks; c += Traits::kNThreads)"):
+                w.line("const int r = c / kRowChunks, k = c % kRowChunks * kChunk;")
+                w.line(
+                    "if (r < rows) *reinterpret_cast<uint4*>(dst_tile + r * dq_row_stride + k) = "
+                    "*reinterpret_cast<const uint4*>(&sdQ[r][k]);"
+                )
+        with w.indent(), w.block("for (int c = threadIdx.x; c < kBlockM * kHeadDim; c += Traits::kNThreads)"):
+            w.line("const int r = c / kHeadDim, k = c % kHeadDim;")
+            w.line("if (r < rows) dst_tile[r * dq_row_stride + k] = sdQ[r][k];")
+        w.line("}")
     w.line("}")
     w.line()
 
@@ -649,17 +689,23 @@ def _emit_block_indices(w: CodeWriter, *, key_major: bool = False, heavy_columns
         w.line("const bool first = tile < heavy * heads_all;")
         w.line("const int bh = first ? tile % heads_all : (tile - heavy * heads_all) / rest;")
         w.line("const int grid_col = first ? tile / heads_all : heavy + (tile - heavy * heads_all) % rest;")
-        w.line("const int bidh_kv = bh % gridDim.z;  // K/V head: the loop below visits each query head of its group")
+        w.line(
+            "const int bidh_kv = bh % gridDim.z;  // K/V head: the loop below visits each query head of its group"
+        )
         w.line("const int bidb = bh / gridDim.z;")
     elif key_major:
         w.comment("key block columns outermost: every head's first key blocks start first (longest first)")
         w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
-        w.line("const int bidh_kv = tile % gridDim.z;  // K/V head: the loop below visits each query head of its group")
+        w.line(
+            "const int bidh_kv = tile % gridDim.z;  // K/V head: the loop below visits each query head of its group"
+        )
         w.line("const int bidb = (tile / gridDim.z) % gridDim.y;")
         w.line("const int grid_col = tile / (gridDim.y * gridDim.z);")
     else:
         w.line("const int bidb = blockIdx.y;")
-        w.line("const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group")
+        w.line(
+            "const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group"
+        )
     w.line("const int group = heads / heads_kv;")
     w.line()
 
@@ -918,7 +964,9 @@ def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False, scaled: bool = False)
     w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
     if pairs:
         for t in ("dK", "dV"):
-            w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
+            w.line(
+                f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)"
+            )
         w.line("Tensor tdKVcdKV_rc = make_tensor(tdKVcdKV.data(), tl::acc_rowcol(tdKVcdKV.layout()));")
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(rdK_rc); ++r)"):
@@ -1101,12 +1149,14 @@ def _emit_scores(
     if softmax:
         w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
         if transposed:
-            w.comment("this thread's query rows: the wgmma accumulator's columns 2 · (lane % 4) + (r % 2) + 8 · (r / 2)")
-            w.comment("(one N tile: static_assert), so their LSE and D are read as float2 pairs at offsets fixed")
-            w.comment("at compile time from the thread's first row")
-            w.line(
-                'static_assert(decltype(size<0, 2>(scores))::value == 1, "query rows: one wgmma N tile");'
+            w.comment(
+                "this thread's query rows: the wgmma accumulator's columns 2 · (lane % 4) + (r % 2) + 8 · (r / 2)"
             )
+            w.comment(
+                "(one N tile: static_assert), so their LSE and D are read as float2 pairs at offsets fixed"
+            )
+            w.comment("at compile time from the thread's first row")
+            w.line('static_assert(decltype(size<0, 2>(scores))::value == 1, "query rows: one wgmma N tile");')
             w.line("const float* rows_t = rows_s + get<1>(coords(0, 0));")
     phases = ("both",) if wait_dp is None else ("p", "ds")
     for phase in phases:
@@ -1177,7 +1227,9 @@ def _emit_score_rows(
             ):
                 if phase == ("ds" if what == "p" else "p"):
                     continue
-                w.line(f"const float2 {name}2 = *reinterpret_cast<const float2*>(rows_t + {off}8 * (r >> 1));")
+                w.line(
+                    f"const float2 {name}2 = *reinterpret_cast<const float2*>(rows_t + {off}8 * (r >> 1));"
+                )
                 value = pick.format(f"(r & 1 ? {name}2.y : {name}2.x)")
                 w.line(f"const float {name} = row_in ? {value} : {default};")
         elif softmax:
@@ -1204,7 +1256,9 @@ def _emit_score_rows(
                 w.line(f"const float x = {reg.c(score)};")
             with_dx_ds = deriv != Const(1.0, F32)  # a factor left per score after the folded scale
             if phase != "p" and with_dx_ds:
-                w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)")
+                w.line(
+                    f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)"
+                )
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             w.line(
                 f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
@@ -1249,7 +1303,9 @@ def _emit_score_grads(
         if phase == "ds":
             w.line("const float p = scores(r, c);  // pass 1's P (0 where not kept)")
         else:
-            w.comment("exp2 of every score, then a select: a masked score's exp2 is discarded, not branched around")
+            w.comment(
+                "exp2 of every score, then a select: a masked score's exp2 is discarded, not branched around"
+            )
             w.line(f"const float p = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")
         w.line("const float dx = p * (dscores(r, c) - d_row);")
         if corrected:
