@@ -390,6 +390,14 @@ def _grad_ptr(name: str) -> str:
     return f"{name}_grad"
 
 
+def preprocess_lanes(head_dim: int) -> int:
+    """The D kernel's lanes a row: the most, up to a warp, that share a row's 16-byte pieces evenly (the
+    backward's head dims are multiples of 64, so at least 8: a warp's 32 / lanes rows a step fit the 4
+    rows a warp takes)."""
+    pieces = head_dim // 8
+    return next(n for n in (32, 16, 8) if pieces % n == 0)
+
+
 def _emit_preprocess(
     w: CodeWriter, plan: KernelPlan, sink_partials: list[tuple[Load, Expr]], tail: list[tuple[str, str, str]]
 ) -> None:
@@ -415,27 +423,50 @@ def _emit_preprocess(
             w.line(f"const float sink = {reg.c(ir.sink)};")
             for i, _ in enumerate(sink_partials):
                 w.line(f"float tl_g{i} = 0.f;  // this warp's share of the sink's gradient")
-        w.comment("one warp per row, each lane 16 bytes at a time")
+        lanes = preprocess_lanes(plan.head_dim_qk)
+        w.comment(f"{lanes} lanes a row, 16 bytes a lane at a time: {32 // lanes} rows a warp step, their loads in flight together")
+        w.comment("(element by element where O's or dO's rows are not 16-byte aligned)")
+        w.line(f"constexpr int kLanes = {lanes};")
+        w.line("constexpr int kChunk = 16 / sizeof(Element);")
+        w.line(
+            "const bool whole = (reinterpret_cast<uintptr_t>(o_ptr) | reinterpret_cast<uintptr_t>(do_ptr) | "
+            "(o_row_stride | do_row_stride) * sizeof(Element)) % 16 == 0;"
+        )
         w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < kRows / 8; ++i)"):
-            w.line("const int row = blockIdx.x * kRows + warp * (kRows / 8) + i;")
-            w.line("if (row >= seqlen_q) break;")
+        with w.block("for (int i = 0; i < kRows / 8; i += 32 / kLanes)"):
+            w.line("const int row = blockIdx.x * kRows + warp * (kRows / 8) + i + lane / kLanes;")
+            w.line("const bool row_in = row < seqlen_q;")
             w.line("float acc = 0.f;")
-            with w.block("for (int c = lane * 8; c < kHeadDim; c += 32 * 8)"):
+            with w.block("if (row_in && whole)", "} else if (row_in) {"):
                 w.line("CUTE_UNROLL")
-                with w.block("for (int e = 0; e < 8; ++e)"):
+                with w.block("for (int c = lane % kLanes * kChunk; c < kHeadDim; c += kLanes * kChunk)"):
+                    w.line("const uint4 a = *reinterpret_cast<const uint4*>(o_ptr + row * o_row_stride + c);")
+                    w.line("const uint4 b = *reinterpret_cast<const uint4*>(do_ptr + row * do_row_stride + c);")
+                    w.line("const Element* ea = reinterpret_cast<const Element*>(&a);")
+                    w.line("const Element* eb = reinterpret_cast<const Element*>(&b);")
+                    w.line("CUTE_UNROLL")
+                    w.line("for (int e = 0; e < kChunk; ++e) acc += static_cast<float>(ea[e]) * static_cast<float>(eb[e]);")
+            with w.indent(), w.block("for (int c = lane % kLanes * kChunk; c < kHeadDim; c += kLanes * kChunk)"):
+                w.line("CUTE_UNROLL")
+                with w.block("for (int e = 0; e < kChunk; ++e)"):
                     w.line(
                         "acc += static_cast<float>(o_ptr[row * o_row_stride + c + e]) * "
                         "static_cast<float>(do_ptr[row * do_row_stride + c + e]);"
                     )
-            w.line("acc = tl::warp_sum(acc);")
-            w.line("if (lane == 0) dpsum[row_base + row] = acc;")
+            w.line("}")
+            w.line("CUTE_UNROLL")
+            w.line("for (int o = kLanes / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, o);  // the row's lanes")
+            w.line("if (row_in && lane % kLanes == 0) dpsum[row_base + row] = acc;")
             if sink_partials:
                 w.comment("∂L/∂sink = −Σ_rows exp(sink − LSE) · D (the sink's weight times the row's D)")
-                w.line("const float l = lse[row_base + row];")
+                w.line(f"const float l = row_in ? lse[row_base + row] : {POS_INF};")
                 w.line(f"const float p_sink = l == {POS_INF} ? 0.f : tl::exp2_approx((sink - l) * {LOG2E});")
                 for i, (_, g) in enumerate(sink_partials):
                     w.line(f"tl_g{i} -= p_sink * acc * ({reg.c(g)});")
+        if sink_partials:
+            w.comment("the warp's rows: each row's lanes hold the same sum, so add across the row groups")
+            for i, _ in enumerate(sink_partials):
+                w.line(f"for (int o = kLanes; o < 32; o <<= 1) tl_g{i} += __shfl_xor_sync(0xffffffff, tl_g{i}, o);")
         for i, (ld, _) in enumerate(sink_partials):
             w.line(f"if (lane == 0) atomicAdd(&{_grad_ptr(ld.tensor)}[{reg._offset(ld)}], tl_g{i});")
     w.line("}")
