@@ -720,23 +720,17 @@ def _emit_block_indices(w: CodeWriter, *, key_major: bool = False, heavy_columns
         w.line("const bool first = tile < heavy * heads_all;")
         w.line("const int bh = first ? tile % heads_all : (tile - heavy * heads_all) / rest;")
         w.line("const int grid_col = first ? tile / heads_all : heavy + (tile - heavy * heads_all) % rest;")
-        w.line(
-            "const int bidh_kv = bh % gridDim.z;  // K/V head: the loop below visits each query head of its group"
-        )
+        w.line("const int bidh_kv = bh % gridDim.z;  // K/V head: the loop below visits each query head of its group")
         w.line("const int bidb = bh / gridDim.z;")
     elif key_major:
         w.comment("key block columns outermost: every head's first key blocks start first (longest first)")
         w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
-        w.line(
-            "const int bidh_kv = tile % gridDim.z;  // K/V head: the loop below visits each query head of its group"
-        )
+        w.line("const int bidh_kv = tile % gridDim.z;  // K/V head: the loop below visits each query head of its group")
         w.line("const int bidb = (tile / gridDim.z) % gridDim.y;")
         w.line("const int grid_col = tile / (gridDim.y * gridDim.z);")
     else:
         w.line("const int bidb = blockIdx.y;")
-        w.line(
-            "const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group"
-        )
+        w.line("const int bidh_kv = blockIdx.z;  // K/V head: the loop below visits each query head of its group")
     w.line("const int group = heads / heads_kv;")
     w.line()
 
@@ -995,9 +989,7 @@ def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False, scaled: bool = False)
     w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
     if pairs:
         for t in ("dK", "dV"):
-            w.line(
-                f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)"
-            )
+            w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
         w.line("Tensor tdKVcdKV_rc = make_tensor(tdKVcdKV.data(), tl::acc_rowcol(tdKVcdKV.layout()));")
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(rdK_rc); ++r)"):
@@ -1180,14 +1172,12 @@ def _emit_scores(
     if softmax:
         w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
         if transposed:
-            w.comment(
-                "this thread's query rows: the wgmma accumulator's columns 2 · (lane % 4) + (r % 2) + 8 · (r / 2)"
-            )
-            w.comment(
-                "(one N tile: static_assert), so their LSE and D are read as float2 pairs at offsets fixed"
-            )
+            w.comment("this thread's query rows: the wgmma accumulator's columns 2 · (lane % 4) + (r % 2) + 8 · (r / 2)")
+            w.comment("(one N tile: static_assert), so their LSE and D are read as float2 pairs at offsets fixed")
             w.comment("at compile time from the thread's first row")
-            w.line('static_assert(decltype(size<0, 2>(scores))::value == 1, "query rows: one wgmma N tile");')
+            w.line(
+                'static_assert(decltype(size<0, 2>(scores))::value == 1, "query rows: one wgmma N tile");'
+            )
             w.line("const float* rows_t = rows_s + get<1>(coords(0, 0));")
     phases = ("both",) if wait_dp is None else ("p", "ds")
     for phase in phases:
@@ -1258,9 +1248,7 @@ def _emit_score_rows(
             ):
                 if phase == ("ds" if what == "p" else "p"):
                     continue
-                w.line(
-                    f"const float2 {name}2 = *reinterpret_cast<const float2*>(rows_t + {off}8 * (r >> 1));"
-                )
+                w.line(f"const float2 {name}2 = *reinterpret_cast<const float2*>(rows_t + {off}8 * (r >> 1));")
                 value = pick.format(f"(r & 1 ? {name}2.y : {name}2.x)")
                 w.line(f"const float {name} = row_in ? {value} : {default};")
         elif softmax:
@@ -1287,9 +1275,7 @@ def _emit_score_rows(
                 w.line(f"const float x = {reg.c(score)};")
             with_dx_ds = deriv != Const(1.0, F32)  # a factor left per score after the folded scale
             if phase != "p" and with_dx_ds:
-                w.line(
-                    f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)"
-                )
+                w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)")
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             w.line(
                 f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
@@ -1334,9 +1320,7 @@ def _emit_score_grads(
         if phase == "ds":
             w.line("const float p = scores(r, c);  // pass 1's P (0 where not kept)")
         else:
-            w.comment(
-                "exp2 of every score, then a select: a masked score's exp2 is discarded, not branched around"
-            )
+            w.comment("exp2 of every score, then a select: a masked score's exp2 is discarded, not branched around")
             w.line(f"const float p = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")
         w.line("const float dx = p * (dscores(r, c) - d_row);")
         if corrected:
