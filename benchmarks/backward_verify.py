@@ -81,7 +81,8 @@ def _text(path: str, d: int) -> str:
 # "sm90ovl": that kernel with P computed while dP's wgmma runs, `generate_backward_sm90(overlap_p=True)`
 # through translate_backward's generator options; it refuses programs whose dS reads the raw score
 # (softcap, sigmoid, ReLU): pick the others with --only; "sm90km":
-# the default with the grid key block column first wherever, `key_major=True`; "sm90dqb": dQ through
+# the default with the grid key block column first wherever, `key_major=True`; "sm90hs": key column
+# first within sections of heads that fit in L2, `head_sections=True`; "sm90dqb": dQ through
 # shared memory and one bulk reduce-add a block, `dq_bulk=True` (d 128's default); "sm90atom": dQ by
 # float4 atomics, `dq_bulk=False` (d 64's default); "sm90ovlq": overlap_p and dq_bulk;
 # "sm90m80": 80-row query tiles with dQ computed transposed, `block_m=80` (d 128 only); "sm90m80q": that
@@ -91,6 +92,7 @@ SKELETONS = {
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
     "sm90ovl": ({"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True}}, "_sm90ovl"),
     "sm90km": ({"arch": "sm_90", "skeleton": "sm90", "options": {"key_major": True}}, "_sm90km"),
+    "sm90hs": ({"arch": "sm_90", "skeleton": "sm90", "options": {"head_sections": True}}, "_sm90hs"),
     "sm90dqb": ({"arch": "sm_90", "skeleton": "sm90", "options": {"dq_bulk": True}}, "_sm90dqb"),
     "sm90atom": ({"arch": "sm_90", "skeleton": "sm90", "options": {"dq_bulk": False}}, "_sm90atom"),
     "sm90ovlq": (

@@ -832,3 +832,35 @@ def test_heavy_columns_turn_the_automatic_key_major_off_and_refuse_an_explicit_o
     assert "const int bidb = (tile / gridDim.z) % gridDim.y;" not in main  # the key-major mapping
     with pytest.raises(Exception, match="heavy_columns or key_major, not both"):
         generate_backward_sm90(plan, heavy_columns=1, key_major=True)
+
+
+def test_head_sections_visit_every_key_column_of_every_head_once_longest_first_within_a_section():
+    """`head_sections`: the thread block's (key column, batch, K/V head), evaluated from the emitted C over
+    a whole grid (a last section shorter than the others, GQA): every tile once, and within a section the
+    key columns in order, each over the section's heads."""
+    src = _sm90(ROOT / "examples" / "causal_mha_fwd.tl", options={"head_sections": True}).source
+    main = _main(src)
+    block = "const int tile = " + main.split("const int tile = ", 1)[1].split("const int group = ", 1)[0]
+    stmts = [re.match(r"const (?:long long|int) (\w+) = (.*?);", ln.strip()) for ln in block.splitlines()]
+    py = [
+        (m[1], m[2].replace("static_cast<long long>", "").replace("static_cast<int>", "").replace("LL", ""))
+        for m in stmts
+        if m
+    ]
+    # 8k rows of two query heads: 16 MiB a K/V head, sections of two, the last of one
+    cols, batch, heads_kv, group = 6, 1, 5, 2
+    dims = {"gridDim_x": cols, "gridDim_y": batch, "gridDim_z": heads_kv, "heads_kv": heads_kv}
+    env0 = {**dims, "seqlen_q": 8192, "kHeadDim": 128, "heads": heads_kv * group, "max": max, "min": min}
+    seen, order = set(), []
+    for t in range(cols * batch * heads_kv):
+        env = {**env0, "blockIdx_x": t % cols, "blockIdx_y": t // cols % batch}
+        env["blockIdx_z"] = t // cols // batch
+        for name, expr in py:
+            expr = expr.replace("gridDim.", "gridDim_").replace("blockIdx.", "blockIdx_").replace("/", "//")
+            env[name] = eval(expr, {}, env)
+        seen.add((env["grid_col"], env["bidb"], env["bidh_kv"]))
+        order.append((env["section"], env["first"], env["grid_col"]))
+    assert len(seen) == cols * batch * heads_kv
+    assert all(0 <= c < cols for c, _, _ in seen)
+    assert order == sorted(order, key=lambda o: (o[1], o[2]))  # sections in turn, key columns in order
+    assert order[0][0] == 2 and order[-1][1] == 4  # sections of two, the last of one

@@ -65,6 +65,9 @@ from translator.writer import CodeWriter
 # elements of one dq_accum slice: (batch, heads, m_blocks · kBlockM, kHeadDim), each query tile in the dQ
 # MMA's fragment order
 DQ_SLICE = "static_cast<long long>(batch) * heads * m_blocks * (kBlockM * kHeadDim)"
+# a section of heads the key-major grid takes at once (`_emit_block_indices`): well inside the H100's and
+# H200's 50 MB of L2
+L2_SECTION_BYTES = 32 << 20
 PREPROCESS_ROWS = 32  # query rows per block of the D kernel: 8 warps, 4 rows each
 THREADS = 256
 
@@ -701,14 +704,18 @@ def _emit_main_aliases(w: CodeWriter, traits: str) -> None:
     w.line("constexpr int kHeadDim = Traits::kHeadDim;")
 
 
-def _emit_block_indices(w: CodeWriter, *, key_major: bool = False, heavy_columns: int = 0) -> None:
+def _emit_block_indices(
+    w: CodeWriter, *, key_major: bool = False, heavy_columns: int = 0, head_sections: bool = False
+) -> None:
     """The thread block's coordinates: (key block column, batch, K/V head) and the GQA group size.
     `key_major`: the grid's blocks taken key column first (`grid_col`): the thread blocks of every (batch,
     head) for one key block column are launched together, so where masks give the first key blocks the
     most query rows (sink tokens, a prefix, causal) those start first instead of one head's at a time.
     `heavy_columns` (without `key_major`): only the first that many key columns of every (batch, head) go
     first, key column first among them; the rest keep the head-major order (one head's Q, dO and dQ in L2
-    at a time)."""
+    at a time). `head_sections` (with `key_major`): key column first within sections of (batch, K/V head)s
+    whose Q, dO and dq_accum fit in `L2_SECTION_BYTES`, one section after another: the longest columns of
+    a section start first, and the section's rows stay in L2 (FA3's longest-processing-time order)."""
     w.line("const int tidx = threadIdx.x;")
     w.line("const int n_blocks = cute::ceil_div(seqlen_k, kBlockN);")
     if heavy_columns and not key_major:
@@ -720,6 +727,22 @@ def _emit_block_indices(w: CodeWriter, *, key_major: bool = False, heavy_columns
         w.line("const bool first = tile < heavy * heads_all;")
         w.line("const int bh = first ? tile % heads_all : (tile - heavy * heads_all) / rest;")
         w.line("const int grid_col = first ? tile / heads_all : heavy + (tile - heavy * heads_all) % rest;")
+        w.line("const int bidh_kv = bh % gridDim.z;  // K/V head: the loop below visits each query head of its group")
+        w.line("const int bidb = bh / gridDim.z;")
+    elif key_major and head_sections:
+        w.comment("sections of heads that fit in L2 (Q and dO in 2 bytes, dq_accum in 4, a row of each of the group's")
+        w.comment("query heads), one after another; key block column first within a section (longest first)")
+        w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
+        w.line("const int heads_all = gridDim.y * gridDim.z;")
+        w.line("const long long head_bytes = static_cast<long long>(seqlen_q) * kHeadDim * 8 * (heads / heads_kv);")
+        w.line(
+            f"const int section = static_cast<int>(max(1LL, min(static_cast<long long>(heads_all), "
+            f"{L2_SECTION_BYTES}LL / max(1LL, head_bytes))));"
+        )
+        w.line("const int first = tile / (section * gridDim.x) * section;  // the section's first (batch, head)")
+        w.line("const int in_section = min(section, heads_all - first);")
+        w.line("const int grid_col = (tile - first * gridDim.x) / in_section;")
+        w.line("const int bh = first + (tile - first * gridDim.x) % in_section;")
         w.line("const int bidh_kv = bh % gridDim.z;  // K/V head: the loop below visits each query head of its group")
         w.line("const int bidb = bh / gridDim.z;")
     elif key_major:

@@ -165,6 +165,7 @@ def generate_backward_sm90(
     dq_bulk: bool | None = None,
     heavy_columns: int = 0,
     block_m: int | None = None,
+    head_sections: bool = False,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source (dQ/dK/dV on wgmma, the other kernels sm80_bwd's) and its launch spec
     (arch sm_90a). Raises TranslateError for what it cannot derive or this skeleton does not cover. The
@@ -179,7 +180,8 @@ def generate_backward_sm90(
     timing cannot compare the default with itself. `key_major`: the grid taken key block column first
     (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so, off with `heavy_columns`.
     `heavy_columns` (not with `key_major`; not yet run on a GPU): only the first that many key columns
-    of every head first. `dq_bulk`: FA3's dQ path, each consumer warp group stores its part of dQ's tile
+    of every head first. `head_sections` (implies `key_major`): key column first within sections of heads
+    that fit in L2 (`sm80_bwd.L2_SECTION_BYTES`). `dq_bulk`: FA3's dQ path, each consumer warp group stores its part of dQ's tile
     in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
     (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; None: `default_dq_bulk`. `block_m`: the
     query tile, one of BLOCK_MS (None: BLOCK_M); 80 rows compute dQ transposed (`swapped_dq`)
@@ -196,7 +198,7 @@ def generate_backward_sm90(
             [unsupported(plan.range_of("kernel"), "the sm_90 backward: heavy_columns or key_major, not both")]
         )
     if key_major is None:
-        key_major = not heavy_columns and uneven_key_blocks(plan, block_m)
+        key_major = head_sections or (not heavy_columns and uneven_key_blocks(plan, block_m))
     if overlap_p:
         _check_overlap(plan, learnable)
     d = plan.head_dim_qk
@@ -227,6 +229,7 @@ def generate_backward_sm90(
             key_major=key_major,
             dq_bulk=dq_bulk,
             heavy_columns=heavy_columns,
+            head_sections=head_sections,
             swap_dq=swap_dq,
         ),
         line_directives=True,
@@ -425,6 +428,7 @@ def _emit_main(
     key_major: bool = False,
     dq_bulk: bool = False,
     heavy_columns: int = 0,
+    head_sections: bool = False,
     swap_dq: bool = False,
 ) -> None:
     reg = Regions(plan.ir)
@@ -443,7 +447,7 @@ def _emit_main(
         w.line(
             "char* smem = smem_raw + ((1024 - (cute::cast_smem_ptr_to_uint(smem_raw) & 1023)) & 1023);"
         )
-        fa2._emit_block_indices(w, key_major=key_major, heavy_columns=heavy_columns)
+        fa2._emit_block_indices(w, key_major=key_major, heavy_columns=heavy_columns, head_sections=head_sections)
         with w.tl(
             plan.line_of("alloc_k"), "K, V (this key block), dSᵀ, two stages of (Q, dO) in shared memory"
         ):
