@@ -864,3 +864,24 @@ def test_head_sections_visit_every_key_column_of_every_head_once_longest_first_w
     assert all(0 <= c < cols for c, _, _ in seen)
     assert order == sorted(order, key=lambda o: (o[1], o[2]))  # sections in turn, key columns in order
     assert order[0][0] == 2 and order[-1][1] == 4  # sections of two, the last of one
+
+
+@pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
+def test_the_backward_tests_divisibility_by_hoisted_remainders_and_keeps_per_key_values_in_arrays(skeleton):
+    """The forward's `congruences` form of `|q − k| % dil == 0` (q % dil == k % dil) in the backward too,
+    the key's remainder computed once per column before the row loop (`emit_key_arrays`), the query's once
+    per row: no remainder left per score."""
+    b = translate_backward(VARIANTS / "dilated_window.tl", arch="sm_90", skeleton=skeleton)
+    main = b.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
+    key = "get<0>" if skeleton == "sm90" else "get<1>"  # the sm_90 tile is Sᵀ: a key is its first coordinate
+    _in_order(
+        main,
+        "constexpr int kCols = decltype(size<1>(scores))::value;",
+        f"const int col = n_block * kBlockN + {key}(coords(0, c));",
+        "tl_c0[c] = (col % scalar_dil);  // (kv_idx % dil)",
+        "for (int r = 0; r < size<0>(scores); ++r) {",
+        "= (row % scalar_dil);  // (q_idx % dil)",
+        "== tl_c0[c]);  // ((q_idx % dil) == (kv_idx % dil))",
+    )
+    per_score = main.split("for (int c = 0; c < size<1>(scores); ++c) {")[1:]
+    assert per_score and not any("% scalar_dil" in loop.split("dscores(r, c) = ")[0] for loop in per_score)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kernel_ir import passes
@@ -402,6 +402,35 @@ def emit_score_lambda(
         w.line("}")
 
 
+def emit_key_arrays(
+    w: CodeWriter,
+    reg: Regions,
+    arrays: list[tuple[str, Expr]],
+    col_of: str,
+    *,
+    decls: list[str] | None = None,
+    more: Callable[[], None] | None = None,
+) -> None:
+    """`Regions.col_arrays`' per-key values as arrays over the thread's columns c (kCols of them), computed
+    once per block before the row loop, which then reads `name[c]`; `col_of`: the coordinate of a score's
+    key (`get<1>`, or `get<0>` where the tile is transposed); `decls`, `more`: further declarations and
+    lines of the same loop."""
+    w.comment("per-key values, once per block for all of this thread's rows")
+    for name, n in arrays:
+        ty = {F32: "float", I32: "int", BOOL: "bool"}[n.type]
+        w.line(f"{ty} {name}[kCols];")
+    for line in decls or []:
+        w.line(line)
+    w.line("CUTE_UNROLL")
+    with w.block("for (int c = 0; c < kCols; ++c)"):
+        w.line(f"const int col = n_block * kBlockN + {col_of}(coords(0, c));")
+        for name, n in arrays:
+            w.line(f"{name}[c] = {reg.c(n)};  // {_note(n)}")
+            reg.temps[n] = f"{name}[c]"
+        if more is not None:
+            more()
+
+
 def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, block: bool = False) -> None:
     """The column arrays and the row and column loops of `apply_score` for one form of the score region;
     `block`: the form's uniform values not hoisted per tile are read once here (a saturated clamp's)."""
@@ -420,20 +449,14 @@ def _score_loops(w: CodeWriter, reg: Regions, value: Expr | None, row: str, *, b
     conds = [k.cond for s in sets for k in _col_sets(s) if k.cond is not None]
     col_sets = {cond: f"tl_kb{i}" for i, cond in enumerate(conds)}
     if arrays or col_sets:
-        w.comment("per-key values, once per block for all of this thread's rows")
-        for name, n in arrays:
-            ty = {F32: "float", I32: "int", BOOL: "bool"}[n.type]
-            w.line(f"{ty} {name}[kCols];")
-        for name in col_sets.values():
-            w.line(f"uint32_t {name}[(kCols + 31) / 32] = {{}};  // a per-key condition as bits of c")
-        w.line("CUTE_UNROLL")
-        with w.block("for (int c = 0; c < kCols; ++c)"):
-            w.line("const int col = n_block * kBlockN + get<1>(coords(0, c));")
-            for name, n in arrays:
-                w.line(f"{name}[c] = {reg.c(n)};  // {_note(n)}")
-                reg.temps[n] = f"{name}[c]"
+
+        def set_bits() -> None:
             for cond, name in col_sets.items():
                 w.line(f"{name}[c / 32] |= static_cast<uint32_t>({reg.c(cond)}) << (c % 32);")
+
+        bits = "= {};  // a per-key condition as bits of c"
+        decls = [f"uint32_t {name}[(kCols + 31) / 32] {bits}" for name in col_sets.values()]
+        emit_key_arrays(w, reg, arrays, "get<1>", decls=decls, more=set_bits)
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
         w.line(f"const int row = {row};")

@@ -46,6 +46,7 @@ from translator.backends.regions import (
     block_mask_read,
     emit_block_mask_kernel,
     emit_block_rectangle,
+    emit_key_arrays,
     emit_region_helpers,
     emit_trim_by_probes,
 )
@@ -1118,7 +1119,7 @@ def _emit_uniforms(w: CodeWriter, reg: Regions, partials: list[tuple[Load, Expr]
 def _roots(reg: Regions, partials: list[tuple[Load, Expr]]) -> list[Expr]:
     ir = reg.ir
     score = _score(ir)
-    roots: list[Expr] = [score, scale_folded_grad(ir)[1], *ir.masks]
+    roots: list[Expr] = [score, scale_folded_grad(ir)[1], *reg.masks]
     if reg.fold is not None:
         roots.append(reg.fold)
     if ir.output_scale is not None:
@@ -1257,9 +1258,13 @@ def _emit_score_rows(
     _, deriv = scale_folded_grad(ir)
     roots = _roots(reg, partials)
     if phase == "p":  # what P needs: the score and the masks (no derivative, no partials)
-        roots = [score, *ir.masks, *([ir.output_scale] if ir.output_scale is not None else [])]
+        roots = [score, *reg.masks, *([ir.output_scale] if ir.output_scale is not None else [])]
     elif phase == "ds":  # no score: it is gone (P overwrote it), and `overlap_blockers` says none reads it
         roots = [r for r in roots if r is not score]
+    arrays = reg.col_arrays(roots)
+    if arrays:
+        w.line("constexpr int kCols = decltype(size<1>(scores))::value;")
+        emit_key_arrays(w, reg, arrays, k_of)
     w.line("CUTE_UNROLL")
     with w.block("for (int r = 0; r < size<0>(scores); ++r)"):
         w.line(f"const int row = m_block * kBlockM + {q_of}(coords(r, 0));")
@@ -1293,7 +1298,7 @@ def _emit_score_rows(
         with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
             w.line(f"const int col = n_block * kBlockN + {k_of}(coords(r, c));")
             reg.hoist(w, roots, "elem", prefix="tl_e")
-            keep_expr = " && ".join(reg.c(m) for m in ir.masks)
+            keep_expr = " && ".join(reg.c(m) for m in reg.masks)
             if phase != "ds":
                 w.line(f"const float x = {reg.c(score)};")
             with_dx_ds = deriv != Const(1.0, F32)  # a factor left per score after the folded scale
@@ -1313,7 +1318,7 @@ def _emit_score_rows(
                 _emit_score_grads(w, reg, softmax, partials, corrected, phase, with_dx_ds)
         if corrected:
             emit_row_sums(w, corrected, transposed=transposed)
-    for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e"))]:
+    for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e", "tl_c"))]:
         del reg.temps[n]
 
 
