@@ -265,6 +265,14 @@ BACKWARD_CONVERT_PARAMS: tuple[tuple[str, str, str], ...] = (
     *stride_params("dq"),
     ("dq_splits", "int", "int32"),  # dq_accum's slices, summed in order (1 unless deterministic)
 )
+# After the D kernel's parameters (BACKWARD_PREPROCESS_PARAMS and the program's) where
+# `BackwardSpec.dq_zeroed`: the D kernel clears dq_accum (dq_slices slices of (batch, heads, dq_rows, d)
+# fp32, rows [kRows · x, kRows · x + kRows) of each in thread block x), so dq_accum needs no fill of its own.
+BACKWARD_PREPROCESS_ZERO_PARAMS: tuple[tuple[str, str, str], ...] = (
+    ("dq_accum", "float*", "uintp"),
+    ("dq_rows", "int", "int32"),
+    ("dq_slices", "int", "int32"),
+)
 # After BACKWARD_CONVERT_PARAMS where `BackwardSpec.dq_scale`: dS was computed without the softmax scale
 # (the score's derivative is the scale times the rest), so the convert kernel applies it to dQ.
 BACKWARD_CONVERT_SCALE_PARAM: tuple[str, str, str] = ("softmax_scale", "float", "float32")
@@ -313,6 +321,7 @@ class BackwardSpec:
     source_sha256: str | None = None
     main_threads: int = 0  # dq_dk_dv's (0: `threads`; the sm_90 producer warp group adds 128)
     dq_scale: bool = False  # convert_dq takes softmax_scale after its parameters and scales dQ by it
+    dq_zeroed: bool = False  # dot_do_o clears dq_accum (BACKWARD_PREPROCESS_ZERO_PARAMS), over dq_rows
 
     def kernel(self, part: str) -> str:
         return f"{self.name}_bwd_{part}"

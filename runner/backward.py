@@ -154,7 +154,9 @@ def backward(
     splits = dq_splits(spec, seqlen_k, batch, heads_kv, sms)
     slices = splits if spec.deterministic else 1
     m_rows = math.ceil(seqlen_q / spec.block_m) * spec.block_m  # whole query tiles, in fragment order
-    dq_accum = torch.zeros(slices, batch, heads, m_rows, d, dtype=torch.float32, device=q.device)
+    # the D kernel clears dq_accum itself where the spec says so (a build of an earlier translator does not)
+    alloc = torch.empty if spec.dq_zeroed else torch.zeros
+    dq_accum = alloc(slices, batch, heads, m_rows, d, dtype=torch.float32, device=q.device)
     row_sums = (
         torch.zeros(batch, heads, seqlen_q, spec.row_sums, dtype=torch.float32, device=q.device)
         if spec.row_sums
@@ -190,7 +192,11 @@ def backward(
         np.uintp(dpsum.data_ptr()),
     ]
     pre += sizes + [i64(s) for s in _strides(o) + _strides(do)] + common + program
-    grid = (math.ceil(seqlen_q / spec.preprocess_rows), batch, heads)
+    pre_rows = seqlen_q
+    if spec.dq_zeroed:  # BACKWARD_PREPROCESS_ZERO_PARAMS; the grid then covers dq_accum's whole tiles
+        pre += [np.uintp(dq_accum.data_ptr()), np.int32(m_rows), np.int32(slices)]
+        pre_rows = m_rows
+    grid = (math.ceil(pre_rows / spec.preprocess_rows), batch, heads)
     cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels["dot_do_o"], *pre)
 
     ptrs = [q, k, v, do, lse_arg, dpsum, dq_accum, dk, dv]

@@ -5,6 +5,7 @@ gradients, and clear errors for what it cannot derive. One NVRTC compile (marked
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from runner.abi import (
     BACKWARD_CONVERT_PARAMS,
     BACKWARD_PARAMS,
     BACKWARD_PREPROCESS_PARAMS,
+    BACKWARD_PREPROCESS_ZERO_PARAMS,
     BACKWARD_TMA_PARAMS,
     BackwardSpec,
 )
@@ -39,7 +41,8 @@ def test_every_catalogue_variant_has_a_backward(name):
     assert _signature(b.source, spec.kernel("dq_dk_dv")) == list(spec.params)
     tma = len(BACKWARD_TMA_PARAMS) if spec.uses_tma else 0  # dq_dk_dv's alone (the sm_90 producer's)
     extra = list(spec.params[len(BACKWARD_PARAMS) : len(spec.params) - tma])
-    pre = [p[0] for p in BACKWARD_PREPROCESS_PARAMS] + extra
+    zero = [p[0] for p in BACKWARD_PREPROCESS_ZERO_PARAMS] if spec.dq_zeroed else []
+    pre = [p[0] for p in BACKWARD_PREPROCESS_PARAMS] + extra + zero
     assert _signature(b.source, spec.kernel("dot_do_o")) == pre
     conv = [p[0] for p in BACKWARD_CONVERT_PARAMS] + (["softmax_scale"] if spec.dq_scale else [])
     assert _signature(b.source, spec.kernel("convert_dq")) == conv
@@ -182,3 +185,19 @@ def test_the_softmax_scale_leaves_ds_and_scales_dk_and_dq_once(skeleton):
     # relu attention: its derivative is a where(), not a product with the scale: dS keeps it
     relu = translate_backward(VARIANTS / "relu_attention.tl", arch="sm_90", skeleton=skeleton)
     assert not relu.spec.dq_scale and "acc * softmax_scale" not in relu.source
+
+
+@pytest.mark.parametrize("skeleton", ["sm80", "sm90"])
+def test_the_d_kernel_clears_dq_accum_so_it_needs_no_fill(skeleton):
+    """dot_do_o clears its block's rows of dq_accum in every slice (the spec's `dq_zeroed`: the runner then
+    allocates dq_accum without zeros and launches the D kernel over its whole query tiles)."""
+    mha = ROOT / "examples" / "mha_fwd.tl"
+    b = translate_backward(mha, arch="sm_90", skeleton=skeleton, deterministic=True)
+    pre = b.source.split("_bwd_dot_do_o(")[1].split("_bwd_dq_dk_dv(")[0]
+    assert b.spec.dq_zeroed and b.spec.deterministic
+    assert "for (int s = 0; s < dq_slices; ++s) {" in pre
+    assert "* heads + bidh) * dq_rows * kHeadDim) + blockIdx.x * kRows * (kHeadDim / 4);" in pre
+    assert "const int n = min(kRows, dq_rows - static_cast<int>(blockIdx.x) * kRows) * (kHeadDim / 4);" in pre
+    # a build of an earlier translator (its spec lacks the field) gets a zeroed dq_accum from the runner
+    old = {k: v for k, v in json.loads(b.spec.to_json()).items() if k != "dq_zeroed"}
+    assert not BackwardSpec.from_json(json.dumps(old)).dq_zeroed

@@ -36,6 +36,7 @@ from runner.abi import (
     BACKWARD_CONVERT_SCALE_PARAM,
     BACKWARD_PARAMS,
     BACKWARD_PREPROCESS_PARAMS,
+    BACKWARD_PREPROCESS_ZERO_PARAMS,
     BACKWARD_ROW_SUMS_PARAM,
     BackwardSpec,
     backward_program_params,
@@ -202,6 +203,7 @@ def assemble(
         threads=THREADS,
         main_threads=main_threads,
         dq_scale=dq_scale,
+        dq_zeroed=True,
         shared_bytes=shared_bytes,
         dtype=plan.dtype,
         head_dim=plan.head_dim_qk,
@@ -406,7 +408,7 @@ def _emit_preprocess(
     w: CodeWriter, plan: KernelPlan, sink_partials: list[tuple[Load, Expr]], tail: list[tuple[str, str, str]]
 ) -> None:
     ir = plan.ir
-    _params(w, f"{plan.kernel_name}_bwd_dot_do_o", BACKWARD_PREPROCESS_PARAMS, tail)
+    _params(w, f"{plan.kernel_name}_bwd_dot_do_o", BACKWARD_PREPROCESS_PARAMS, [*tail, *BACKWARD_PREPROCESS_ZERO_PARAMS])
     with w.indent():
         w.line(f"using Element = {ELEMENT[plan.dtype]};")
         w.line(f"constexpr int kHeadDim = {plan.head_dim_qk};")
@@ -421,6 +423,15 @@ def _emit_preprocess(
         )
         w.line("const long long row_base = (static_cast<long long>(bidb) * heads + bidh) * seqlen_q;")
         w.line("const int bidh_kv = bidh / (heads / heads_kv);")
+        w.comment("dq_accum's rows of this block cleared for the dQ/dK/dV kernel's additions (every slice; the")
+        w.comment("grid covers its dq_rows, the query tiles' whole rows, past seqlen_q)")
+        with w.block("for (int s = 0; s < dq_slices; ++s)"):
+            w.line(
+                "float4* zero = reinterpret_cast<float4*>(dq_accum + ((static_cast<long long>(s) * batch + bidb) * heads "
+                "+ bidh) * dq_rows * kHeadDim) + blockIdx.x * kRows * (kHeadDim / 4);"
+            )
+            w.line("const int n = min(kRows, dq_rows - static_cast<int>(blockIdx.x) * kRows) * (kHeadDim / 4);")
+            w.line("for (int i = threadIdx.x; i < n; i += blockDim.x) zero[i] = make_float4(0.f, 0.f, 0.f, 0.f);")
         reg = Regions(ir)
         if sink_partials:
             assert ir.sink is not None
