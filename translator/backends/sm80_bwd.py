@@ -549,9 +549,9 @@ def _emit_convert(
         w.line("constexpr int kChunk = 16 / sizeof(Element);")
         w.line("__shared__ alignas(16) Element sdQ[kBlockM][kHeadDim + kChunk];")
         w.line("CUTE_UNROLL")
-        vec, zero = ("float4", "make_float4(0.f, 0.f, 0.f, 0.f)") if v == 4 else ("float", "0.f")
         if v not in (1, 4):
             raise ValueError(f"dq_vector {v}: the convert reads 1 or 4 floats at a time")
+        vec, zero = ("float4", "make_float4(0.f, 0.f, 0.f, 0.f)") if v == 4 else ("float", "0.f")
         with w.block("for (int j = 0; j < kVectors; ++j)"):
             w.line(f"{vec} acc = {zero};")
             at = (
