@@ -885,3 +885,10 @@ def test_the_backward_tests_divisibility_by_hoisted_remainders_and_keeps_per_key
     )
     per_score = main.split("for (int c = 0; c < size<1>(scores); ++c) {")[1:]
     assert per_score and not any("% scalar_dil" in loop.split("dscores(r, c) = ")[0] for loop in per_score)
+
+
+def test_head_sections_is_refused_beside_a_head_major_or_heavy_columns_order():
+    """An A/B option that cannot take effect is an error, never a silent head-major build."""
+    for options in ({"head_sections": True, "key_major": False}, {"head_sections": True, "heavy_columns": 2}):
+        with pytest.raises(BackwardBuildError):
+            _sm90(ROOT / "examples" / "causal_mha_fwd.tl", options=options)

@@ -180,9 +180,10 @@ def generate_backward_sm90(
     timing cannot compare the default with itself. `key_major`: the grid taken key block column first
     (`sm80_bwd._emit_block_indices`); None: where `uneven_key_blocks` says so, off with `heavy_columns`.
     `heavy_columns` (not with `key_major`; not yet run on a GPU): only the first that many key columns
-    of every head first. `head_sections` (implies `key_major`): key column first within sections of heads
-    that fit in L2 (`sm80_bwd.L2_SECTION_BYTES`). `dq_bulk`: FA3's dQ path, each consumer warp group stores its part of dQ's tile
-    in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
+    of every head first. `head_sections` (implies `key_major`; refused with `key_major=False` or
+    `heavy_columns`): key column first within sections of heads that fit in L2
+    (`sm80_bwd.L2_SECTION_BYTES`). `dq_bulk`: FA3's dQ path, each consumer warp group stores its part of
+    dQ's tile in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
     (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; None: `default_dq_bulk`. `block_m`: the
     query tile, one of BLOCK_MS (None: BLOCK_M); 80 rows compute dQ transposed (`swapped_dq`)
     and need d = 128; 128 rows split dQ's rows between the warp groups (`split_dq_rows`) and need
@@ -193,9 +194,13 @@ def generate_backward_sm90(
     if dq_bulk is None:
         dq_bulk = default_dq_bulk(plan)
     _check(plan, block_m)
-    if heavy_columns and key_major:
+    if heavy_columns and (key_major or head_sections):
         raise TranslateError(
             [unsupported(plan.range_of("kernel"), "the sm_90 backward: heavy_columns or key_major, not both")]
+        )
+    if head_sections and key_major is False:
+        raise TranslateError(
+            [unsupported(plan.range_of("kernel"), "the sm_90 backward: head_sections is a key-major order")]
         )
     if key_major is None:
         key_major = head_sections or (not heavy_columns and uneven_key_blocks(plan, block_m))
@@ -580,7 +585,6 @@ def _emit_query_block(
     w.comment("dS of this block: the other buffer's readers (the previous block's dQ) may still run")
     w.line("Element* smem_ds_stage = smem_ds + stage * (kBlockM * kBlockN);")
     w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
-    w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});")
     w.line(f"Tensor tdQrdS = wg_mma_dq.partition_fragment_{'B' if swap_dq else 'A'}(sdS);")
     fa2._emit_qdo_views(w, "smem_qdo + stage * kQdOElems", gmma=True)
     w.line("Tensor tSrQ = wg_mma_sdp.partition_fragment_B(sQ);")
