@@ -7,6 +7,7 @@ for sm_90a."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -151,9 +152,9 @@ def test_the_five_gemms_in_fa3_order_with_dq_out_under_dk(dq_bulk, dq_out):
     # dSᵀ reaches shared memory by stmatrix (the generic proxy): fenced before the barrier dQ's wgmma
     # waits on
     # at stage 0's addresses, computed once, plus the stage's offset (whole 1 KB swizzle atoms)
-    assert "ds_addr[i] = cast_smem_ptr_to_uint(raw_pointer_cast(&tdSsdS0(0, i)));" in main
+    assert "for (int i = 0; i < kBlockM / 16; ++i) ds_addr[i] = base + i * 2048;" in main
     assert "kBlockM * kBlockN * sizeof(Element) % 1024 == 0" in main
-    store = main.index("tl::stsm_x4_t(ds_addr[i] + ds_stage, v(0), v(1), v(2), v(3));")
+    store = main.index("tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i), tdSrdS(4 * i + 1)")
     fence = main.index("tl::fence_async_shared();", store)
     assert fence < main.index("tl::consumer_sync(1, Traits::kNThreads);", store) < at[3]
 
@@ -411,8 +412,9 @@ def test_shared_memory_keeps_its_address_space_and_ds_goes_through_stmatrix():
     assert "uintptr_t" not in main
     assert "char* smem = smem_raw + ((1024 - (cute::cast_smem_ptr_to_uint(smem_raw) & 1023)) & 1023);" in main
     src = _sm90(MHA).source
-    assert "using SmemCopyAtomdS = Copy_Atom<SM90_U16x8_STSM_T, Element>;" in src
-    assert "#include <cute/arch/copy_sm90.hpp>" in src
+    assert "stmatrix.sync.aligned.x4.trans.m8n8.shared.b16" in src
+    assert "tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i), tdSrdS(4 * i + 1)" in main
+    assert "make_tiled_copy_C(" not in main  # the addresses in closed form (the test below)
 
 
 @pytest.mark.nvrtc
@@ -892,3 +894,72 @@ def test_head_sections_is_refused_beside_a_head_major_or_heavy_columns_order():
     for options in ({"head_sections": True, "key_major": False}, {"head_sections": True, "heavy_columns": 2}):
         with pytest.raises(BackwardBuildError):
             _sm90(ROOT / "examples" / "causal_mha_fwd.tl", options=options)
+
+
+NVCC = "/usr/local/cuda/bin/nvcc"
+_DS_HOST = r"""
+#include <cstdio>
+int main() {
+  using Traits = TRAITS;
+  using Element = Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  int bad = 0;
+  for (int tidx = 0; tidx < 256; ++tidx) {
+    typename Traits::TiledMmaSdP tiled_mma_sdp;
+    auto tiled_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, tiled_mma_sdp);
+    auto copy = tiled_copy.get_thread_slice(tidx);
+    Element* smem_ds = reinterpret_cast<Element*>(0x10000);
+    Tensor sdSt = make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutdSt{});
+    Tensor dst = zipped_divide(copy.partition_D(sdSt), Shape<_8>{});
+    auto acc = tiled_mma_sdp.get_thread_slice(tidx).partition_fragment_C(
+        make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    Tensor idx = make_tensor<int>(acc.layout());
+    for (int v = 0; v < size(idx); ++v) {  // compact: a value's index is its offset
+      idx(v) = v;
+      bad += acc.layout()(v) != v;
+    }
+    Tensor src = zipped_divide(copy.retile_S(idx), Shape<_8>{});
+    bad += size<1>(dst) != kBlockM / 16;
+    uint32_t ds_addr[kBlockM / 16];
+    EMITTED
+    for (int i = 0; i < size<1>(dst); ++i) {
+      char* at = reinterpret_cast<char*>(raw_pointer_cast(&dst(0, i)));
+      const long want = at - reinterpret_cast<char*>(smem_ds);
+      bad += long(ds_addr[i]) != want;
+      for (int e = 0; e < 8; ++e) bad += src(e, i) != 8 * i + e;  // atom i: the values 8i ... 8i + 7
+    }
+  }
+  printf("mismatches %d\\n", bad);
+  return bad != 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
+@pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128)])
+def test_ds_stmatrix_addresses_in_closed_form_are_cutes_for_every_thread(tmp_path, d, block_m):
+    """The emitted closed-form dSᵀ stmatrix addresses and register pairs, run on the host beside CuTe's
+    make_tiled_copy_C / partition_D / retile_S over the same traits: equal for all 256 consumer threads,
+    every atom, each query tile."""
+    import subprocess
+
+    import cutlass_library
+
+    text = MHA.read_text().replace("Param d = 128", f"Param d = {d}")
+    src = _sm90(text, options={"block_m": block_m}).source
+    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
+    assert traits
+    head = src[: src.index("\n};\n", traits.start()) + 4]
+    body = src.split("uint32_t ds_addr[kBlockM / 16];", 1)[1]
+    emitted = body[: body.index("\n  }\n") + 4].replace("cast_smem_ptr_to_uint(smem_ds)", "0u")
+    assert "ds_addr[i] = base + i * 2048;" in emitted and emitted.lstrip().startswith("{")
+    cu = tmp_path / "ds.cu"
+    cu.write_text(head + _DS_HOST.replace("TRAITS", traits.group(1)).replace("EMITTED", emitted))
+    nvcc = shutil.which("nvcc") or NVCC
+    include = Path(cutlass_library.__file__).parent / "source" / "include"
+    cmd = [nvcc, "-std=c++17", "-arch=sm_90a", f"-I{include}", "-o", str(tmp_path / "ds"), str(cu)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    ran = subprocess.run([str(tmp_path / "ds")], capture_output=True, text=True)
+    assert ran.returncode == 0 and "mismatches 0" in ran.stdout, ran.stdout

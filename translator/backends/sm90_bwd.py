@@ -351,8 +351,6 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
             w.comment("dQ = dS·K, (kBlockM, kHeadDim): warp group g owns columns kHeadDim / 2 · g …")
             layout = "_1, _2, _1"
         w.line(f"using TiledMmadQ = decltype(make_tiled_mma({a['dQ'].type()}{{}}, Layout<Shape<{layout}>>{{}}));")
-        w.comment("dSᵀ's accumulator rows → dS in shared memory: stmatrix, transposed (8 × 8 tiles of 16 bits)")
-        w.line("using SmemCopyAtomdS = Copy_Atom<SM90_U16x8_STSM_T, Element>;")
         w.line()
         w.comment("Shared memory, K-major swizzled atoms; the transposed operands are views (no data moves).")
         w.comment("K's atom divides kHeadDim / 2 (each warp group's MN-major slice of Kᵀ in dQ's GEMM).")
@@ -505,24 +503,26 @@ def _emit_main(
         w.line("Tensor tSrK = wg_mma_sdp.partition_fragment_A(sK);  // GMMA descriptors")
         w.line("Tensor tdPrV = wg_mma_sdp.partition_fragment_A(sV);")
         w.line(f"Tensor tdQrKt = wg_mma_dq.partition_fragment_{'A' if swap_dq else 'B'}(sKt);")
-        w.line(
-            "auto smem_tiled_copy_dS = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, tiled_mma_sdp);"
-        )
-        w.line("auto smem_thr_copy_dS = smem_tiled_copy_dS.get_thread_slice(tidx);")
-        w.comment("dSᵀ's stmatrix addresses (shared window) for stage 0, once: the swizzle is applied to the")
-        w.comment("address bits (CuTe does it again for every store otherwise, in 64-bit generic arithmetic), and a")
-        w.comment("stage is a whole number of the swizzle's 1 KB atoms, so another stage's are these plus its offset")
+        w.comment("dSᵀ's stmatrix addresses (shared window) for stage 0, once, in closed form: lane l of warp w in")
+        w.comment("warp group wg writes row l % 8 of matrix m = l / 8 of atom i (the fragment's values 8i … 8i + 7),")
+        w.comment("query 8·(2i + m/2) + l % 8 and keys 64·wg + 16·w + 8·(m % 2) …, in dS's K-major atoms of 8 queries")
+        w.comment("× 64 keys (1 KB, query blocks fastest) whose 128-byte swizzle puts 16-byte chunk c of row r at c ^ r.")
+        w.comment("What CuTe's make_tiled_copy_C / partition_D give for every thread and tile")
+        w.comment("(tests/translator/test_sm90_bwd.py), without instantiating them (about 3 s of nvcc). A stage is")
+        w.comment("a whole number of the atoms, so another stage's addresses are these plus its offset.")
         w.line(
             'static_assert(kBlockM * kBlockN * sizeof(Element) % 1024 == 0, "a dS stage: whole 1 KB swizzle atoms");'
         )
-        w.comment("(the atom's 8 values, atoms): the copy's partition split as CuTe's copy splits it, per atom")
-        w.line(
-            "Tensor tdSsdS0 = zipped_divide(smem_thr_copy_dS.partition_D("
-            "make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutdSt{})), Shape<_8>{});"
-        )
-        w.line("uint32_t ds_addr[decltype(size<1>(tdSsdS0))::value];")
-        w.line("CUTE_UNROLL")
-        w.line("for (int i = 0; i < size<1>(tdSsdS0); ++i) ds_addr[i] = cast_smem_ptr_to_uint(raw_pointer_cast(&tdSsdS0(0, i)));")
+        w.line('static_assert(kBlockN == 128 && kBlockM % 16 == 0, "dS: two warp groups\' 64 keys, query pairs of 8");')
+        w.line("uint32_t ds_addr[kBlockM / 16];")
+        w.line("{")
+        with w.indent():
+            w.line("const int warp = tidx % 128 / 32, lane = tidx % 32, m = lane / 8, r = lane % 8;")
+            w.line("const uint32_t base = cast_smem_ptr_to_uint(smem_ds) + (tidx / 128 * (kBlockM / 8) + m / 2) * 1024")
+            w.line("    + r * 128 + ((2 * warp + m % 2) ^ r) * 16;")
+            w.line("CUTE_UNROLL")
+            w.line("for (int i = 0; i < kBlockM / 16; ++i) ds_addr[i] = base + i * 2048;  // atom i: queries 16i …")
+        w.line("}")
         w.line(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
         )
@@ -625,12 +625,14 @@ def _emit_query_block(
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, RS wgmma (Pᵀ: the accumulator re-viewed as A)"):
         w.line("Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));")
         w.comment("dSᵀ for dQ's GEMM: accumulator elements → shared, one stmatrix (8 × 8, transposed, ×4) a step")
-        w.line("Tensor tdSrdS = zipped_divide(smem_thr_copy_dS.retile_S(rdS), Shape<_8>{});  // as tdSsdS0")
+        w.line("Tensor tdSrdS = recast<uint32_t>(rdS);  // atom i: its 32-bit pairs 4i … 4i + 3 (ds_addr)")
         w.line("const uint32_t ds_stage = stage * (kBlockM * kBlockN * sizeof(Element));")
         w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < size<1>(tdSrdS); ++i)"):
-            w.line("Tensor v = recast<uint32_t>(tdSrdS(_, i));")
-            w.line("tl::stsm_x4_t(ds_addr[i] + ds_stage, v(0), v(1), v(2), v(3));")
+        with w.block("for (int i = 0; i < kBlockM / 16; ++i)"):
+            w.line(
+                "tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i), tdSrdS(4 * i + 1), tdSrdS(4 * i + 2), "
+                "tdSrdS(4 * i + 3));"
+            )
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
