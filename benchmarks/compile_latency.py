@@ -21,10 +21,11 @@ compiles as for an H200 (sm_80-class kernels as compute_80 PTX, then ptxas for s
 path does there.
 
 Run: `python benchmarks/compile_latency.py [--examples mha_fwd,hopper_mha_fwd] [--targets sm_80,sm_90]
-[--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N] [--repeat N]
-[--prelude] [--nvrtc-option KEY=VALUE ...] [--compare KEY=VALUE] [--json OUT]`. `--prelude`: the headers
-of first/warm also hold the kernel's template instantiations, as in the language server's worker
-(`runner.compile_prelude`).
+[--backward] [--modes headers,cold,first,warm] [--device-arch sm_90] [--build] [--jobs N] [--parallel N]
+[--repeat N] [--prelude] [--nvrtc-option KEY=VALUE ...] [--compare KEY=VALUE] [--json OUT]`.
+`--prelude`: the headers of first/warm also hold the kernel's template instantiations, as in the language
+server's worker (`runner.compile_prelude`). `--backward`: the examples' backward translation units (the
+D, dQ/dK/dV and convert kernels in one) instead of their forwards.
 
 NVRTC options are `cuda.core.ProgramOptions` fields (VALUE read as JSON, else as a string):
 `--nvrtc-option` adds one to every compile; `--compare` measures every kernel and mode both without
@@ -107,14 +108,21 @@ def examples(names: list[str] | None) -> list[Path]:
     return paths
 
 
-def translate(path: Path, target: str | None) -> Kernel:
-    """The example's kernel, translated in memory (nothing is written beside the example)."""
+def translate(path: Path, target: str | None, backward: bool = False) -> Kernel:
+    """The example's kernel, translated in memory (nothing is written beside the example); `backward`:
+    its backward's translation unit instead (`pipeline.backward.translate_backward`, the default
+    skeleton for the Target: the sm_90 wgmma one where it covers the program), named `<example>.bwd`."""
     from pipeline.build import translate_text
     from pipeline.variants import variant
 
     text = path.read_text()
     if target is not None:
         text = variant(text, target=target)
+    if backward:
+        from pipeline.backward import translate_backward
+
+        b = translate_backward(text)
+        return Kernel(f"{path.stem}.bwd", target or b.spec.arch, b.spec.arch, f"{path.stem}.bwd.cu", b.source)
     t = translate_text(text, Path(path.name))  # a bare name: `#line` directives do not name a temp dir
     own = target or t.spec.arch
     return Kernel(path.stem, own, t.spec.arch, t.cu_path.name, t.source)
@@ -469,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="also measure each kernel with this option (repeatable: one variant of them all), A B B A",
     )
+    ap.add_argument("--backward", action="store_true", help="the examples' backward kernels instead")
     ap.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -486,14 +495,17 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[str | None] = args.targets.split(",") if args.targets else [None]
     kernels: list[Kernel] = []
     skipped: list[str] = []
+    from pipeline.backward import BackwardBuildError
     from pipeline.build import BuildError
 
     for path in examples(args.examples.split(",") if args.examples else None):
         for target in targets:
             try:
-                kernels.append(translate(path, target))
+                kernels.append(translate(path, target, args.backward))
             except BuildError as err:
                 skipped.append(f"{path.stem} for {target or 'its own Target'}: {err.message}")
+            except BackwardBuildError as err:
+                skipped.append(f"{path.stem}'s backward for {target or 'its own Target'}: {err}")
     info = machine()
     print(
         f"# {info['cores']} cores, {info['cpu']}, NVRTC {info['nvrtc']}, CUTLASS {info['cutlass']}",

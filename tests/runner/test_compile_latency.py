@@ -55,6 +55,18 @@ def test_translate_keeps_examples_untouched_and_retargets() -> None:
     assert sorted(p.name for p in (ROOT / "examples").iterdir()) == before
 
 
+def test_translate_backward_gives_the_backward_translation_unit() -> None:
+    """--backward measures the backward's source (its dQ/dK/dV kernel beside the D and convert kernels),
+    on the wgmma skeleton at sm_90 and the mma.sync one at sm_80, nothing written beside the example."""
+    before = sorted(p.name for p in (ROOT / "examples").iterdir())
+    k90 = cl.translate(ROOT / "examples" / "mha_fwd.tl", "sm_90", backward=True)
+    assert (k90.example, k90.arch, k90.name) == ("mha_fwd.bwd", "sm_90a", "mha_fwd.bwd.cu")
+    assert "mha_fwd_bwd_dq_dk_dv(" in k90.source and "warpgroup_reg_alloc" in k90.source
+    k80 = cl.translate(ROOT / "examples" / "mha_fwd.tl", None, backward=True)
+    assert k80.arch == "sm_80" and "mha_fwd_bwd_convert_dq(" in k80.source and "wgmma" not in k80.source
+    assert sorted(p.name for p in (ROOT / "examples").iterdir()) == before
+
+
 def test_examples_are_the_plain_ones_or_named_from_anywhere_under_examples() -> None:
     plain = cl.examples(None)
     assert {p.parent for p in plain} == {ROOT / "examples"} and "sketch_fwd" not in {p.stem for p in plain}
