@@ -909,7 +909,10 @@ int main() {
     auto tiled_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, tiled_mma_sdp);
     auto copy = tiled_copy.get_thread_slice(tidx);
     Element* smem_ds = reinterpret_cast<Element*>(0x10000);
-    Tensor sdSt = make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutdSt{});
+    // dSᵀ as CuTe sees it: dS's swizzled layout read (key, query)
+    using SmemLayoutdSt = decltype(composition(typename Traits::SmemLayoutdS{},
+        make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, Stride<Int<kBlockM>, _1>{})));
+    Tensor sdSt = make_tensor(make_smem_ptr(smem_ds), SmemLayoutdSt{});
     Tensor dst = zipped_divide(copy.partition_D(sdSt), Shape<_8>{});
     auto acc = tiled_mma_sdp.get_thread_slice(tidx).partition_fragment_C(
         make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));

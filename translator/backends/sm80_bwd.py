@@ -354,10 +354,12 @@ def emit_row_copy_helpers(w: CodeWriter) -> None:
             '"l"(src));'
         )
     w.line()
-    w.comment("A warp's sum, for the gradients of side tensors read once per (batch, head).")
+    w.comment("A warp's sum (kLanes: of each group of that many adjacent lanes), for the gradients of side")
+    w.comment("tensors read once per (batch, head) and the D kernel's rows.")
+    w.line("template <int kLanes = 32>")
     with w.block("CUTE_DEVICE float warp_sum(float x)"):
         w.line("CUTE_UNROLL")
-        w.line("for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);")
+        w.line("for (int o = kLanes / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);")
         w.line("return x;")
     w.line()
     w.comment("keep ? x : 0 as one select, so x (a masked score's exp2) is computed for every score and")
@@ -469,8 +471,7 @@ def _emit_preprocess(
                         "static_cast<float>(do_ptr[row * do_row_stride + c + e]);"
                     )
             w.line("}")
-            w.line("CUTE_UNROLL")
-            w.line("for (int o = kLanes / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, o);  // the row's lanes")
+            w.line("acc = tl::warp_sum<kLanes>(acc);  // the row's lanes")
             w.line("if (row_in && lane % kLanes == 0) dpsum[row_base + row] = acc;")
             if sink_partials:
                 w.comment("∂L/∂sink = −Σ_rows exp(sink − LSE) · D (the sink's weight times the row's D)")

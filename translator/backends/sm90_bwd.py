@@ -369,7 +369,6 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
         for t, base, rows, cols in (
             ("QdOt", "SmemLayoutQdO", "kHeadDim", "kBlockM"),
             ("Kt", "SmemLayoutK", "kHeadDim", "kBlockN"),
-            ("dSt", "SmemLayoutdS", "kBlockN", "kBlockM"),
         ):
             w.line(
                 f"using SmemLayout{t} = decltype(composition({base}{{}}, "
