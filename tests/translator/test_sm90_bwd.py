@@ -654,6 +654,7 @@ def test_producer_stages_go_through_full_and_empty_mbarriers(tl):
     assert at == sorted(at) and "return;" in producer
     assert "cp_async_wait" not in producer and "load_QdO" not in producer
     loop = consumer.split("for (int m_block = m_block_min; m_block < m_block_max; ) {")[1]
+    loop = loop.split("// dK and dV of this key block")[0]
     order = [
         "Barrier::wait(&full_qdo[stage], (fill >> 1) & 1);",
         S_GEMM,
@@ -689,8 +690,9 @@ def test_producer_derives_every_catalogue_variant(name):
 def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones(deterministic):
     """Per key block (several a thread block when deterministic): the producer waits for the consumers'
     release of the previous K and V (not before the first), lane 0 counts their bytes on full_kv and
-    issues the TMA loads; the consumers wait on full_kv, and release K and V after the head loop, whose
-    last query block ends with warpgroup_wait<0>, before storing dK and dV."""
+    issues the TMA loads; the consumers wait on full_kv, and after the head loop (whose last query block
+    ends with warpgroup_wait<0>) meet the other warp group, write dK and dV into K's and V's tiles, meet
+    again, store each row in 16-byte pieces, and only then release K and V."""
     main = _main(_producer(MHA, deterministic=deterministic)[0])
     producer, consumer = main.split("if (tidx >= Traits::kNThreads) {")[1].split("warpgroup_reg_alloc")
     walk = producer.split("for (int n_block")[1]
@@ -708,9 +710,15 @@ def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones
         "Barrier::wait(full_kv, kv_fill & 1);",
         "for (int g = 0; g < group; ++g)",
         "warpgroup_wait<0>();",
+        "tl::consumer_sync(1, Traits::kNThreads);  // the other warp group's last dQ wgmma has read K",
+        "const int at = row * kHeadDim + ((col / 8) ^ (row % 8)) * 8 + col % 8;",
+        "*reinterpret_cast<uint32_t*>(smem_k + at) = tl::pack2(rdK_rc(r, c), rdK_rc(r, c + 1));",
+        "tl::consumer_sync(1, Traits::kNThreads);  // both warp groups' rows are in the tiles",
+        "const int at = r * kHeadDim + (c ^ (r % 8)) * 8;",
+        "*reinterpret_cast<uint4*>(dk_ptr + row * dk_row_stride + c * 8) = *reinterpret_cast<const uint4*>(smem_k + at);",
+        "tl::fence_async_shared();  // the reads of K's and V's tiles before the next key block's TMA",
         "Barrier::arrive(empty_kv);",
         "++kv_fill;",
-        "*reinterpret_cast<uint32_t*>(dk_row + col) = tl::pack2(rdK_rc(r, c), rdK_rc(r, c + 1));",
     ]
     at = [block.rindex(x) if x == "warpgroup_wait<0>();" else block.index(x) for x in order]
     assert at == sorted(at)

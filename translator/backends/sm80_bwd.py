@@ -1006,12 +1006,10 @@ def drop_head_temps(reg: Regions) -> None:
         del reg.temps[n]
 
 
-def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False, scaled: bool = False) -> None:
-    """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory.
-    `pairs` (the wgmma accumulator): row by row through `tl::acc_rowcol`, one bounds test and one row
-    pointer a row, and one 32-bit store per two adjacent columns (a row's columns 2j and 2j + 1 are
-    neighbours in that view; the launch keeps rows 16-byte aligned). `scaled`: dS left out the softmax
-    scale (`scale_folded_grad`), dK takes it here."""
+def _emit_store_dkv(w: CodeWriter, *, scaled: bool = False) -> None:
+    """dK and dV of the key block from `acc_dk` / `acc_dv` (partitioned by `thr_mma_dkv`) to global memory
+    (the sm_90 backward's go through shared memory: `sm90_bwd._emit_store_dkv_shared`). `scaled`: dS
+    left out the softmax scale (`scale_folded_grad`), dK takes it here."""
     w.comment("dK and dV of this key block (rows past seqlen_k are not stored)")
     if scaled:
         w.line("CUTE_UNROLL")
@@ -1023,25 +1021,6 @@ def _emit_store_dkv(w: CodeWriter, *, pairs: bool = False, scaled: bool = False)
     w.line("Tensor rdV = tl::convert_fragment<Element>(acc_dv);")
     w.line("Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;")
     w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
-    if pairs:
-        for t in ("dK", "dV"):
-            w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
-        w.line("Tensor tdKVcdKV_rc = make_tensor(tdKVcdKV.data(), tl::acc_rowcol(tdKVcdKV.layout()));")
-        w.line("CUTE_UNROLL")
-        with w.block("for (int r = 0; r < size<0>(rdK_rc); ++r)"):
-            w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV_rc(r, 0));")
-            w.line("if (row >= seqlen_k) continue;")
-            w.line("Element* dk_row = dk_ptr + row * dk_row_stride;")
-            w.line("Element* dv_row = dv_ptr + row * dv_row_stride;")
-            w.line("CUTE_UNROLL")
-            with w.block("for (int c = 0; c < size<1>(rdK_rc); c += 2)"):
-                w.line("const int col = get<1>(tdKVcdKV_rc(r, c));")
-                for t in ("k", "v"):
-                    w.line(
-                        f"*reinterpret_cast<uint32_t*>(d{t}_row + col) = "
-                        f"tl::pack2(rd{t.upper()}_rc(r, c), rd{t.upper()}_rc(r, c + 1));"
-                    )
-        return
     w.line("CUTE_UNROLL")
     with w.block("for (int i = 0; i < size(rdK); ++i)"):
         w.line("const int row = n_block * kBlockN + get<0>(tdKVcdKV(i));")

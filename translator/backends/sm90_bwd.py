@@ -560,10 +560,58 @@ def _emit_key_block(
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
             _emit_query_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk, swap_dq)
         fa2._emit_group_tail(w, reg, partials, summed)
-    w.line("Barrier::arrive(empty_kv);  // every wgmma that read K and V is done (warpgroup_wait<0>)")
+    _emit_store_dkv_shared(w, scaled=fa2.scale_folded_grad(plan.ir)[0])
+    w.line("tl::fence_async_shared();  // the reads of K's and V's tiles before the next key block's TMA")
+    w.line("Barrier::arrive(empty_kv);  // K's and V's tiles are free again")
     w.line("++kv_fill;")
-    w.line()
-    fa2._emit_store_dkv(w, pairs=True, scaled=fa2.scale_folded_grad(plan.ir)[0])
+
+
+def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
+    """dK and dV of the key block through K's and V's shared tiles (FlashAttention-3's epilogue): the
+    accumulators' 32-bit pairs into a row-major tile whose 16-byte pieces are swizzled (piece c of row r
+    at c ^ (r % 8): a warp's pair stores, 8 rows of one piece, meet no bank conflict), then each row
+    leaves in 16-byte stores, a warp two whole rows a step. The wgmma accumulator's own order wrote
+    4-byte pieces of 8 rows a store, half of each 32-byte sector. K and V are released after the
+    reads (`empty_kv`), so a grid column's next key block (deterministic) cannot overwrite them."""
+    w.comment("dK and dV of this key block through K's and V's tiles (rows past seqlen_k are not stored)")
+    if scaled:
+        w.line("CUTE_UNROLL")
+        w.line("for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= softmax_scale;  // dS left it out")
+    w.line(
+        "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+    )
+    for t in ("dK", "dV"):
+        w.line(f"Tensor r{t} = tl::convert_fragment<Element>(acc_{t.lower()});")
+        w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
+    w.line("Tensor tdKVcdKV_rc = make_tensor(tdKVcdKV.data(), tl::acc_rowcol(tdKVcdKV.layout()));")
+    w.line(f"{CONSUMER_SYNC}  // the other warp group's last dQ wgmma has read K")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int r = 0; r < size<0>(rdK_rc); ++r)"):
+        w.line("const int row = get<0>(tdKVcdKV_rc(r, 0));")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int c = 0; c < size<1>(rdK_rc); c += 2)"):
+            w.line("const int col = get<1>(tdKVcdKV_rc(r, c));")
+            w.line("const int at = row * kHeadDim + ((col / 8) ^ (row % 8)) * 8 + col % 8;")
+            for t in ("k", "v"):
+                w.line(
+                    f"*reinterpret_cast<uint32_t*>(smem_{t} + at) = "
+                    f"tl::pack2(rd{t.upper()}_rc(r, c), rd{t.upper()}_rc(r, c + 1));"
+                )
+    w.line(f"{CONSUMER_SYNC}  // both warp groups' rows are in the tiles")
+    w.line("Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;")
+    w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
+    w.line("constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces a row")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int i = tidx; i < kBlockN * kPieces; i += Traits::kNThreads)"):
+        w.line("const int r = i / kPieces, c = i % kPieces;")
+        w.line("const int row = n_block * kBlockN + r;")
+        w.line("if (row >= seqlen_k) break;  // i grows with the row")
+        w.line("const int at = r * kHeadDim + (c ^ (r % 8)) * 8;")
+        for t in ("k", "v"):
+            w.line(
+                f"*reinterpret_cast<uint4*>(d{t}_ptr + row * d{t}_row_stride + c * 8) = "
+                f"*reinterpret_cast<const uint4*>(smem_{t} + at);"
+            )
 
 
 def _emit_query_block(
