@@ -379,6 +379,13 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
 
 def _emit_bwd_helpers(w: CodeWriter, *, dq_bulk: bool = False) -> None:
     with w.block("namespace tl", "}  // namespace tl"):
+        w.comment("threadIdx.x read again where it is called (volatile: not merged with an earlier read, so")
+        w.comment("what is computed from it is computed there)")
+        with w.block("CUTE_DEVICE int thread_index()"):
+            w.line("int t;")
+            w.line('asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));')
+            w.line("return t;")
+        w.line()
         w.comment("SM90_U16x8_STSM_T's store at a shared-window address the caller computed")
         with w.block("CUTE_DEVICE void stsm_x4_t(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d)"):
             w.line(
@@ -577,8 +584,12 @@ def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
     if scaled:
         w.line("CUTE_UNROLL")
         w.line("for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= softmax_scale;  // dS left it out")
+    w.comment("the coordinates from a thread index read here: derived from the one before the loop, ptxas")
+    w.comment("computed them there and kept them across it (spilled: stack 8 → 48 bytes)")
+    w.line("const int tidx_e = tl::thread_index();")
     w.line(
-        "Tensor tdKVcdKV = thr_mma_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
+        "Tensor tdKVcdKV = tiled_mma_dkv.get_thread_slice(tidx_e).partition_C("
+        "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
     )
     for t in ("dK", "dV"):
         w.line(f"Tensor r{t} = tl::convert_fragment<Element>(acc_{t.lower()});")
@@ -602,7 +613,7 @@ def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
     w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
     w.line("constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces a row")
     w.line("CUTE_UNROLL")
-    with w.block("for (int i = tidx; i < kBlockN * kPieces; i += Traits::kNThreads)"):
+    with w.block("for (int i = tidx_e; i < kBlockN * kPieces; i += Traits::kNThreads)"):
         w.line("const int r = i / kPieces, c = i % kPieces;")
         w.line("const int row = n_block * kBlockN + r;")
         w.line("if (row >= seqlen_k) break;  // i grows with the row")
