@@ -480,6 +480,36 @@ def column_bounds(masks: list[Expr]) -> ColumnBounds:
     return ColumnBounds(tuple(bounds), tuple(rest))
 
 
+@dataclass(frozen=True, slots=True)
+class Diagonal:
+    """`kv_idx − q_idx ≤ offset` (upper) or `≥ offset` (lower), `offset` uniform, dropped where one of
+    `unless` (uniform) holds: one side of a band of diagonals (causal masks, sliding windows)."""
+
+    upper: bool
+    offset: Linear
+    unless: tuple[Expr, ...] = ()
+
+
+def diagonal_bounds(cb: ColumnBounds) -> tuple[Diagonal, ...] | None:
+    """`cb` as bounds on kv_idx − q_idx, when that is all it is: no other conjunct, and every bound one
+    alternative, dropped by uniform conditions only, in which q_idx enters once with coefficient +1
+    beside uniform terms.
+    A tile then tests each score's kv_idx − q_idx, its thread's first score's plus an offset fixed at
+    compile time, against a limit computed once a block. None otherwise."""
+    if cb.rest or not cb.bounds:
+        return None
+    out: list[Diagonal] = []
+    for b in cb.bounds:
+        if len(b.alts) != 1 or any(level(u) != "uniform" for u in b.unless):
+            return None
+        a = b.alts[0]
+        rest = tuple((sg, t) for sg, t in a.terms if t != Q_IDX)
+        if [sg for sg, t in a.terms if t == Q_IDX] != [1] or any(level(t) != "uniform" for _, t in rest):
+            return None
+        out.append(Diagonal(b.upper, Linear(rest, a.offset), b.unless))
+    return tuple(out)
+
+
 def rendered_score(score: Expr, *, softmax: bool, fast_tanh: bool = False) -> Expr | None:
     """The per-score value the backends render, reassociated and separated: in log2 units under a softmax,
     or None when the score is `s · m` with m uniform and the softmax folds m · log2(e) into its FFMA on raw

@@ -144,7 +144,11 @@ def test_blocks_with_every_score_kept_take_the_loop_without_mask_selects():
     main = b.source.split("_bwd_dq_dk_dv(")[1].split("_bwd_convert_dq(")[0]
     fast, slow = main.split("if (!masked && (m_block + 1) * kBlockM <= seqlen_q) {")[1].split("else {")[:2]
     assert "const bool keep = true;" in fast and "const bool row_in = true;" in fast
-    assert "const bool keep = row_in && (!masked ||" in slow and "const bool row_in = row < seqlen_q;" in slow
+    assert "const bool row_in = row < seqlen_q;" in slow
+    # the window's bounds on kv_idx − q_idx as limits on the score's offsets (test_column_bounds.py)
+    assert "const bool keep = tl_qo < tl_q_end && tl_ko < tl_k_end && tl_ko - tl_qo >= tl_kq_lo" in slow
+    relative = translate_backward(VARIANTS / "document_mask.tl").source
+    assert "const bool keep = row_in && (!masked ||" in relative  # a mask that is no such bound: per score
 
 
 @pytest.mark.parametrize("skeleton", ["sm80", "sm90"])

@@ -548,3 +548,65 @@ def test_a_rows_column_bits_are_its_kept_columns(path: str, target: str, tmp_pat
     subprocess.run(cmd, check=True, capture_output=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[-1] == "0", out
+
+
+def _diagonal_keep(diag: tuple[passes.Diagonal, ...], env: dict[str, int], q: int, kv: int, q0: int, k0: int,
+                   masked: bool, span: int) -> bool:  # fmt: skip
+    """A score's keep as the backward's masked score loop computes it (`sm80_bwd._emit_diagonal_limits`):
+    limits relative to the thread's first score (q0, k0), clamped to ± span, and its offsets from it."""
+    lo, hi = -span, span
+    for d in diag:
+        if any(_eval(u, env, {}) for u in d.unless):
+            continue
+        limit = max(min(_linear(d.offset, env, {}) - (k0 - q0), span), -span)
+        if masked:
+            lo, hi = (lo, min(hi, limit)) if d.upper else (max(lo, limit), hi)
+    qo, ko = q - q0, kv - k0
+    return qo < env["seqlen_q"] - q0 and ko < env["seqlen_k"] - k0 and lo <= ko - qo <= hi
+
+
+@pytest.mark.parametrize("name", list(MASKS))
+def test_diagonal_limits_keep_every_verdict(name: str):
+    """Where the masks are bounds on kv_idx − q_idx alone (causal, windows, bounds on the right), the
+    backward's score loop tests a score's offsets from its thread's first score against limits computed
+    once a block; every (q_idx, kv_idx) of a block, for thread origins inside it, keeps the masks' verdict
+    and the lengths'. The others are not rewritten."""
+    masks = MASKS[name]
+    diag = passes.diagonal_bounds(passes.column_bounds(masks))
+    if name not in ("causal", "window header", "sliding window", "bound on the right"):
+        assert diag is None
+        return
+    assert diag is not None
+    bm, bn = 8, 16
+    rng = random.Random(name)
+    for _ in range(30):
+        sq, sk = rng.randint(1, 40), rng.randint(1, 40)
+        env = {"seqlen_q": sq, "seqlen_k": sk, "W": rng.choice([rng.randint(-3, 20), 2**31 - 1]),
+               "window_left": rng.randint(-1, 8), "window_right": rng.randint(-1, 8)}  # fmt: skip
+        for m in range((sq + bm - 1) // bm):
+            for n in range((sk + bn - 1) // bn):
+                q0, k0 = m * bm + rng.randrange(bm // 2), n * bn + rng.randrange(bn // 2)
+                for q in range(q0, (m + 1) * bm):
+                    for kv in range(k0, (n + 1) * bn):
+                        env_qk = {**env, "q_idx": q, "kv_idx": kv}
+                        want = q < sq and kv < sk and all(_eval(x, env_qk, {}) for x in masks)
+                        got = _diagonal_keep(diag, env_qk, q, kv, q0, k0, True, bm + bn)
+                        assert got == want, (name, env_qk, q0, k0)
+                        # a block the masks keep whole: the lengths alone
+                        whole = _diagonal_keep(diag, env_qk, q, kv, q0, k0, False, bm + bn)
+                        assert whole == (q < sq and kv < sk)
+
+
+def test_the_backward_compares_offsets_with_the_diagonal_limits():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.variant_cases import for_shape
+    from pipeline.backward import build_backward
+
+    text_ = for_shape((ROOT / "examples" / "variants" / "sliding_window.tl").read_text(), "bf16", 128)
+    src = build_backward(text_, dtype="bf16", arch="sm_90").source
+    masked = src[src.index("const int tl_kq_lo") :]
+    masked = masked[: masked.index("Tensor rP")]
+    assert "scalar_window_size" in masked.split("CUTE_UNROLL")[0]  # the window enters the block's limits
+    loop = masked[masked.index("for (int c = 0;") :]
+    assert "const bool keep = tl_qo < tl_q_end && tl_ko < tl_k_end && tl_ko - tl_qo >= tl_kq_lo" in loop
+    assert "scalar_window_size" not in loop and "seqlen_k" not in loop  # nothing else per score

@@ -346,8 +346,12 @@ def test_masks_classify_query_blocks_and_score_rows_read_the_transposed_accumula
     assert "auto block_class = [&](int m_block) -> int" in main
     assert "while (m_block_min < m_block_max && block_class(m_block_min) == 0) ++m_block_min;" in main
     fast, slow = main.split("if (!masked && (m_block + 1) * kBlockM <= seqlen_q) {")[1].split("else {")[:2]
-    assert "const bool keep = true;" in fast and "const bool keep = row_in && (!masked ||" in slow
-    # Sᵀ holds key rows: the score rows are its columns, a query is get<1> of (key, query)
+    assert "const bool keep = true;" in fast
+    assert "const bool keep = tl_qo < tl_q_end && tl_ko < tl_k_end" in slow
+    # Sᵀ holds key rows: the score rows are its columns, a query is get<1> of (key, query); the masked
+    # loop's offsets from thread 0's coordinates of the same (key, query) tile
+    assert "const int tl_qo = get<1>(coords0(r, c)) - get<1>(coords0(0, 0));" in slow
+    assert "make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));" in main.split("Tensor coords0")[0]
     assert "Tensor scores = make_tensor(acc_s.data(), tl::acc_colrow(acc_s.layout()));" in main
     assert "const int row = m_block * kBlockM + get<1>(coords(r, 0));" in main
     assert "const int col = n_block * kBlockN + get<0>(coords(r, c));" in main
@@ -536,7 +540,12 @@ def test_overlap_p_waits_for_s_computes_p_then_waits_for_dp(tl):
     pass2 = main[wait0 : main.index("Tensor rP = tl::convert_fragment<Element>(acc_s);")]
     assert pass2.count("const float p = scores(r, c);") == 2 and pass2.count(DS) == 2
     assert "tl::exp2_approx" not in pass2 and "const float x =" not in pass2
-    assert "const bool keep = true;" in pass2 and "const bool keep = row_in && (!masked ||" in pass2
+    assert "const bool keep = true;" in pass2
+    masked = (
+        "const bool keep = row_in && (!masked ||",
+        "const bool keep = tl_qo < tl_q_end && tl_ko < tl_k_end",
+    )
+    assert any(m in pass2 for m in masked)  # the masks per score, or the diagonal limits (causal, window)
     # the rest of the block is the default's: dV, dQ and dK after dS
     _after(
         main[ds:], ["tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);", "acc_dq);", "acc_dk);"]

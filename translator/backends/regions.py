@@ -504,7 +504,7 @@ def _key_compares(masks: tuple[Expr, ...]) -> int:
     return sum(1 for n in nodes if isinstance(n, Op) and n.op in COMPARISONS and lv[n] in ("col", "elem"))
 
 
-def _linear_c(reg: Regions, a: passes.Linear) -> str:
+def linear_c(reg: Regions, a: passes.Linear) -> str:
     """A bound's sum in 64 bits (its terms as the masks evaluate them)."""
     out = ""
     for sign, t in a.terms:
@@ -517,9 +517,9 @@ def _linear_c(reg: Regions, a: passes.Linear) -> str:
 
 def _bound_c(reg: Regions, alts: tuple[passes.Linear, ...], *, upper: bool) -> str:
     """A bound's value, the max (an upper bound) or min (a lower one) of its alternatives, in 64 bits."""
-    out = _linear_c(reg, alts[0])
+    out = linear_c(reg, alts[0])
     for a in alts[1:]:
-        out = f"cute::{'max' if upper else 'min'}({out}, {_linear_c(reg, a)})"
+        out = f"cute::{'max' if upper else 'min'}({out}, {linear_c(reg, a)})"
     return out
 
 

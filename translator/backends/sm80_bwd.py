@@ -50,6 +50,7 @@ from translator.backends.regions import (
     emit_key_arrays,
     emit_region_helpers,
     emit_trim_by_probes,
+    linear_c,
 )
 from translator.backends.row_helpers import emit_row_helpers
 from translator.backends.sm80_bwd_rows import (
@@ -1184,6 +1185,10 @@ def _emit_scores(
     w.line(f"Tensor scores = make_tensor(acc_s.data(), {view}(acc_s.layout()));")
     w.line(f"Tensor dscores = make_tensor(acc_dp.data(), {view}(acc_dp.layout()));")
     w.line(f"Tensor coords = make_tensor(tScS.data(), {view}(tScS.layout()));")
+    if passes.diagonal_bounds(reg.column_bounds) is not None:
+        shape = "Shape<Int<kBlockN>, Int<kBlockM>>" if transposed else "Shape<Int<kBlockM>, Int<kBlockN>>"
+        w.line(f"Tensor tScS0 = tiled_mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor({shape}{{}}));")
+        w.line(f"Tensor coords0 = make_tensor(tScS0.data(), {view}(tScS0.layout()));  // thread 0's: constants")
     if softmax:
         w.line("const float* rows_s = smem_rows + stage * 2 * kBlockM;  // this block's LSE, then D")
         if transposed:
@@ -1252,6 +1257,10 @@ def _emit_score_rows(
         roots = [score, *reg.masks, *([ir.output_scale] if ir.output_scale is not None else [])]
     elif phase == "ds":  # no score: it is gone (P overwrote it), and `overlap_blockers` says none reads it
         roots = [r for r in roots if r is not score]
+    diagonal = None if every_score_kept else passes.diagonal_bounds(reg.column_bounds)
+    if diagonal is not None:
+        roots = [r for r in roots if r not in reg.masks]
+        _emit_diagonal_limits(w, reg, diagonal, q_of, k_of)
     arrays = reg.col_arrays(roots)
     if arrays:
         w.line("constexpr int kCols = decltype(size<1>(scores))::value;")
@@ -1290,15 +1299,25 @@ def _emit_score_rows(
             w.line(f"const int col = n_block * kBlockN + {k_of}(coords(r, c));")
             reg.hoist(w, roots, "elem", prefix="tl_e")
             keep_expr = " && ".join(reg.c(m) for m in reg.masks)
+            if diagonal is not None:
+                w.line(f"const int tl_qo = {q_of}(coords0(r, c)) - {q_of}(coords0(0, 0));  // constants: the")
+                w.line(f"const int tl_ko = {k_of}(coords0(r, c)) - {k_of}(coords0(0, 0));  // score's offsets")
             if phase != "ds":
                 w.line(f"const float x = {reg.c(score)};")
             with_dx_ds = deriv != Const(1.0, F32)  # a factor left per score after the folded scale
             if phase != "p" and with_dx_ds:
                 w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)")
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
-            w.line(
-                f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
-            )
+            if diagonal is not None:
+                sides = "".join(
+                    f" && tl_ko - tl_qo {'<=' if d.upper else '>='} tl_kq_{'hi' if d.upper else 'lo'}"
+                    for d in _diagonal_sides(diagonal)
+                )
+                w.line(f"const bool keep = tl_qo < tl_q_end && tl_ko < tl_k_end{sides};")
+            else:
+                w.line(
+                    f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
+                )
             if phase == "p":
                 if softmax:
                     w.line(f"scores(r, c) = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")
@@ -1311,6 +1330,40 @@ def _emit_score_rows(
             emit_row_sums(w, corrected, transposed=transposed)
     for n in [n for n, t in reg.temps.items() if t.startswith(("tl_r", "tl_e", "tl_c"))]:
         del reg.temps[n]
+
+
+def _diagonal_sides(diagonal: tuple[passes.Diagonal, ...]) -> list[passes.Diagonal]:
+    """One bound of each direction `diagonal` has (the first; `_emit_diagonal_limits` combines them)."""
+    return [next(d for d in diagonal if d.upper is up) for up in (False, True) if any(d.upper is up for d in diagonal)]
+
+
+def _emit_diagonal_limits(
+    w: CodeWriter, reg: Regions, diagonal: tuple[passes.Diagonal, ...], q_of: str, k_of: str
+) -> None:
+    """The masks as limits on kv_idx − q_idx (`kernel_ir.passes.diagonal_bounds`) and the lengths as limits
+    on the rows and keys, once a block, relative to this thread's first score (`tl_q0`, `tl_k0`): a
+    score's offsets from it are thread 0's for the same element, constants once the loops unroll, so
+    a score's keep is four compares with immediates (FlashAttention 4's per-column row limits), not the
+    masks' index arithmetic. A block the masks keep whole (`masked` false: only its rows run past
+    seqlen_q) takes limits no offset reaches."""
+    w.comment("the masks bound kv_idx − q_idx: the limits on a score's offsets from this thread's first score,")
+    w.comment("once a block (64-bit: exact; clamped to ± kBlockM + kBlockN, beyond every offset, they fit an int)")
+    w.line(f"const int tl_q0 = m_block * kBlockM + {q_of}(coords(0, 0));")
+    w.line(f"const int tl_k0 = n_block * kBlockN + {k_of}(coords(0, 0));")
+    w.line("const int tl_q_end = seqlen_q - tl_q0, tl_k_end = seqlen_k - tl_k0;  // rows and keys inside")
+    w.line("const long long tl_kq0 = static_cast<long long>(tl_k0) - tl_q0;")
+    w.line("constexpr long long tl_span = kBlockM + kBlockN;")
+    for d in _diagonal_sides(diagonal):
+        pick = "cute::min" if d.upper else "cute::max"
+        name, free = ("tl_kq_hi", "tl_span") if d.upper else ("tl_kq_lo", "-tl_span")
+        value = ""
+        for o in (o for o in diagonal if o.upper is d.upper):
+            one = linear_c(reg, o.offset)
+            if o.unless:  # a side the launch turns off (a negative window)
+                one = f"({' || '.join(reg.c(u) for u in o.unless)} ? {free} + tl_kq0 : {one})"
+            value = f"{pick}({value}, {one})" if value else one
+        limit = f"cute::max(cute::min({value} - tl_kq0, tl_span), -tl_span)"
+        w.line(f"const int {name} = static_cast<int>(masked ? {limit} : {free});")
 
 
 def _exp2_arg(reg: Regions) -> str:
