@@ -82,14 +82,35 @@ def summary(path: Path, iterations: int, top: int) -> list[str]:
     return out
 
 
+def by_count(path: Path, top: int) -> list[str]:
+    """The instructions grouped by how often they ran: each group is code that runs together (a loop
+    body, a branch's side), with its warp instructions, stall samples and commonest opcodes."""
+    groups: dict[int, tuple[int, int, Counter[str]]] = {}
+    for sass, samples, execs in read(path):
+        if execs:
+            n, s, ops = groups.get(execs, (0, 0, Counter()))
+            ops[opcode(sass).split(".")[0]] += 1
+            groups[execs] = (n + 1, s + samples, ops)
+    total = sum(e * n for e, (n, _, _) in groups.items())
+    out = [f"== {path.name}: {total / 1e6:.1f} M warp instructions, by execution count"]
+    for e, (n, s, ops) in sorted(groups.items(), key=lambda kv: -kv[0] * kv[1][0])[:top]:
+        common = ", ".join(f"{op} {k}" for op, k in ops.most_common(8))
+        share = f"{e * n / 1e6:6.1f} M ({100 * e * n / total:4.1f} %)"
+        out.append(f"  {e:9d} × {n:4d} = {share}, {s:6d} samples: {common}")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", type=Path, nargs="+")
     ap.add_argument("--iterations", type=int, required=True)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--groups", type=int, default=0, help="also the N largest groups by execution count")
     args = ap.parse_args()
     for path in args.csv:
         print("\n".join(summary(path, args.iterations, args.top)))
+        if args.groups:
+            print("\n".join(by_count(path, args.groups)))
     return 0
 
 
