@@ -700,8 +700,8 @@ def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones
     """Per key block (several a thread block when deterministic): the producer waits for the consumers'
     release of the previous K and V (not before the first), lane 0 counts their bytes on full_kv and
     issues the TMA loads; the consumers wait on full_kv, and after the head loop (whose last query block
-    ends with warpgroup_wait<0>) meet the other warp group, write dK and dV into K's and V's tiles, meet
-    again, store each row in 16-byte pieces, and only then release K and V."""
+    ends with warpgroup_wait<0>) meet the other warp group, write dK and dV into K's and V's tiles by
+    stmatrix, meet again, store each row in 16-byte pieces, and only then release K and V."""
     main = _main(_producer(MHA, deterministic=deterministic)[0])
     producer, consumer = main.split("if (tidx >= Traits::kNThreads) {")[1].split("warpgroup_reg_alloc")
     walk = producer.split("for (int n_block")[1]
@@ -720,13 +720,13 @@ def test_producer_loads_k_and_v_by_tma_once_the_consumers_released_the_last_ones
         "for (int g = 0; g < group; ++g)",
         "warpgroup_wait<0>();",
         "const int tidx_e = tl::thread_index();",
+        "dkv_addr[i] = row * (kHeadDim * 2) + ((2 * i + m / 2) ^ q) * 16;",
         "tl::consumer_sync(1, Traits::kNThreads);  // the other warp group's last dQ wgmma has read K",
-        "const int at = row * kHeadDim + ((col / 8) ^ (row % 8)) * 8 + col % 8;",
-        "*reinterpret_cast<uint32_t*>(smem_k + at) = tl::pack2(rdK_rc(r, c), rdK_rc(r, c + 1));",
+        "tl::stsm_x4(smem_k_u + dkv_addr[i], tl::pack2(rdK_rc(0, 4 * i + 0), rdK_rc(0, 4 * i + 1)),",
         "tl::consumer_sync(1, Traits::kNThreads);  // both warp groups' rows are in the tiles",
-        "const int at = r * kHeadDim + (c ^ (r % 8)) * 8;",
-        "*reinterpret_cast<uint4*>(dk_ptr + row * dk_row_stride + c * 8) = "
-        "*reinterpret_cast<const uint4*>(smem_k + at);",
+        "const int at0 = r0 * kHeadDim + (piece ^ (r0 % 8)) * 8;",
+        "*reinterpret_cast<uint4*>(dk_row + k * kRowsAStep * dk_row_stride) = "
+        "*reinterpret_cast<const uint4*>(smem_k + at0 + k * kRowsAStep * kHeadDim);",
         "tl::fence_async_shared();  // the reads of K's and V's tiles before the next key block's TMA",
         "Barrier::arrive(empty_kv);",
         "++kv_fill;",
@@ -984,4 +984,79 @@ def test_ds_stmatrix_addresses_in_closed_form_are_cutes_for_every_thread(tmp_pat
     built = subprocess.run(cmd, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
     ran = subprocess.run([str(tmp_path / "ds")], capture_output=True, text=True)
+    assert ran.returncode == 0 and "mismatches 0" in ran.stdout, ran.stdout
+
+
+_DKV_HOST = r"""
+#include <cstdio>
+namespace tl {
+ACC_ROWCOL
+}  // namespace tl
+int main() {
+  using Traits = TRAITS;
+  constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  int bad = 0;
+  for (int warp = 0; warp < 8; ++warp) {
+    uint32_t addr[32][kHeadDim / 16];
+    for (int lane = 0; lane < 32; ++lane) {
+      const int tidx_e = warp * 32 + lane;
+      uint32_t dkv_addr[kHeadDim / 16];
+      EMITTED
+      for (int i = 0; i < kHeadDim / 16; ++i) addr[lane][i] = dkv_addr[i];
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      typename Traits::TiledMmadKV tiled_mma_dkv;
+      Tensor acc = tiled_mma_dkv.get_thread_slice(warp * 32 + lane).partition_C(
+          make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+      Tensor rc = make_tensor(acc.data(), tl::acc_rowcol(acc.layout()));
+      for (int i = 0; i < kHeadDim / 16; ++i)
+        for (int k = 0; k < 4; ++k)
+          for (int e = 0; e < 2; ++e) {  // register k's halves: matrix k, its row lane / 4, at the
+            // address lane 8k + lane / 4 gave, bytes 4 · (lane % 4) + 2e
+            const int row = get<0>(rc(k % 2, 4 * i + 2 * (k / 2) + e));
+            const int col = get<1>(rc(k % 2, 4 * i + 2 * (k / 2) + e));
+            const long want = 2L * (row * kHeadDim + ((col / 8) ^ (row % 8)) * 8 + col % 8);
+            bad += long(addr[8 * k + lane / 4][i]) + 4 * (lane % 4) + 2 * e != want;
+          }
+    }
+  }
+  printf("mismatches %d\n", bad);
+  return bad != 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
+@pytest.mark.parametrize("d", [128, 64])
+def test_dkv_stmatrix_addresses_put_every_accumulator_where_the_row_stores_read_it(tmp_path, d):
+    """The epilogue's closed-form stmatrix addresses (`dkv_addr`) and register choice, run on the host
+    beside CuTe's coordinates of the dK / dV accumulators: every element of all 256 consumer threads
+    lands at its (row, col) of the tile whose 16-byte pieces the row stores read swizzled (piece c of row
+    r at c ^ (r % 8))."""
+    import subprocess
+
+    import cutlass_library
+
+    text = MHA.read_text().replace("Param d = 128", f"Param d = {d}")
+    src = _sm90(text).source
+    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
+    assert traits
+    head = src[: src.index("\n};\n", traits.start()) + 4]
+    rowcol = src[src.index("  template <class Layout>\n  CUTE_DEVICE constexpr auto acc_rowcol(") :]
+    rowcol = rowcol[: rowcol.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
+    body = src.split("uint32_t dkv_addr[kHeadDim / 16];  // step i, relative to the tile", 1)[1]
+    emitted = body[: body.index("\n    }\n") + 6]
+    assert "dkv_addr[i] = row * (kHeadDim * 2)" in emitted and emitted.lstrip().startswith("{")
+    # the stores pair register k with (row 8·(k % 2), piece 2i + k / 2), as the host check reads them
+    assert "tl::pack2(rdK_rc(1, 4 * i + 2), rdK_rc(1, 4 * i + 3)));" in src
+    host = _DKV_HOST.replace("ACC_ROWCOL", rowcol).replace("TRAITS", traits.group(1))
+    cu = tmp_path / "dkv.cu"
+    cu.write_text(head + host.replace("EMITTED", emitted))
+    nvcc = shutil.which("nvcc") or NVCC
+    include = Path(cutlass_library.__file__).parent / "source" / "include"
+    cmd = [nvcc, "-std=c++17", "-arch=sm_90a", f"-I{include}", "-o", str(tmp_path / "dkv"), str(cu)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    ran = subprocess.run([str(tmp_path / "dkv")], capture_output=True, text=True)
     assert ran.returncode == 0 and "mismatches 0" in ran.stdout, ran.stdout

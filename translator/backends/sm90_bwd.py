@@ -386,6 +386,13 @@ def _emit_bwd_helpers(w: CodeWriter, *, dq_bulk: bool = False) -> None:
             w.line('asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));')
             w.line("return t;")
         w.line()
+        w.comment("SM90_U32x4_STSM_N's store at a shared-window address the caller computed")
+        with w.block("CUTE_DEVICE void stsm_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d)"):
+            w.line(
+                'asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\\n" '
+                ':: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d));'
+            )
+        w.line()
         w.comment("SM90_U16x8_STSM_T's store at a shared-window address the caller computed")
         with w.block("CUTE_DEVICE void stsm_x4_t(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d)"):
             w.line(
@@ -575,53 +582,62 @@ def _emit_key_block(
 
 def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
     """dK and dV of the key block through K's and V's shared tiles (FlashAttention-3's epilogue): the
-    accumulators' 32-bit pairs into a row-major tile whose 16-byte pieces are swizzled (piece c of row r
-    at c ^ (r % 8): a warp's pair stores, 8 rows of one piece, meet no bank conflict), then each row
-    leaves in 16-byte stores, a warp two whole rows a step. The wgmma accumulator's own order wrote
-    4-byte pieces of 8 rows a store, half of each 32-byte sector. K and V are released after the
-    reads (`empty_kv`), so a grid column's next key block (deterministic) cannot overwrite them."""
+    accumulators into a row-major tile whose 16-byte pieces are swizzled (piece c of row r at c ^ (r % 8))
+    by stmatrix, four 8 × 8 pieces a store at addresses in closed form (`dkv_addr`), then each row
+    leaves in 16-byte stores, a warp two whole rows a step. K and V are released after the reads
+    (`empty_kv`), so a grid column's next key block (deterministic) cannot overwrite them."""
     w.comment("dK and dV of this key block through K's and V's tiles (rows past seqlen_k are not stored)")
     if scaled:
         w.line("CUTE_UNROLL")
         w.line("for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= softmax_scale;  // dS left it out")
-    w.comment("the coordinates from a thread index read here: derived from the one before the loop, ptxas")
-    w.comment("computed them there and kept them across it (spilled: stack 8 → 48 bytes)")
+    w.comment("the addresses from a thread index read here: derived from the one before the loop, ptxas")
+    w.comment("computed them there and kept them across it (spilled)")
     w.line("const int tidx_e = tl::thread_index();")
-    w.line(
-        "Tensor tdKVcdKV = tiled_mma_dkv.get_thread_slice(tidx_e).partition_C("
-        "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));"
-    )
     for t in ("dK", "dV"):
         w.line(f"Tensor r{t} = tl::convert_fragment<Element>(acc_{t.lower()});")
         w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
-    w.line("Tensor tdKVcdKV_rc = make_tensor(tdKVcdKV.data(), tl::acc_rowcol(tdKVcdKV.layout()));")
-    w.line(f"{CONSUMER_SYNC}  // the other warp group's last dQ wgmma has read K")
-    w.line("CUTE_UNROLL")
-    with w.block("for (int r = 0; r < size<0>(rdK_rc); ++r)"):
-        w.line("const int row = get<0>(tdKVcdKV_rc(r, 0));")
+    w.comment("stmatrix (8 × 8, ×4) a step: lane l of warp w in warp group wg gives row 64·wg + 16·w + 8·(m % 2)")
+    w.comment("+ l % 8 (m = l / 8) of the step's pieces 2i + m / 2 (its 16-byte piece of that row, swizzled);")
+    w.comment("its registers are its accumulator pairs (row 8·(k % 2), pieces 2i + k / 2), k = 0 … 3")
+    w.line('static_assert(kBlockN == 128 && kHeadDim % 16 == 0, "dK, dV: two warp groups\' 64 rows, pieces in pairs");')
+    w.line("uint32_t dkv_addr[kHeadDim / 16];  // step i, relative to the tile")
+    w.line("{")
+    with w.indent():
+        w.line("const int lane = tidx_e % 32, m = lane / 8, q = lane % 8;")
+        w.line("const int row = tidx_e / 128 * 64 + tidx_e % 128 / 32 * 16 + (m % 2) * 8 + q;")
         w.line("CUTE_UNROLL")
-        with w.block("for (int c = 0; c < size<1>(rdK_rc); c += 2)"):
-            w.line("const int col = get<1>(tdKVcdKV_rc(r, c));")
-            w.line("const int at = row * kHeadDim + ((col / 8) ^ (row % 8)) * 8 + col % 8;")
-            for t in ("k", "v"):
-                w.line(
-                    f"*reinterpret_cast<uint32_t*>(smem_{t} + at) = "
-                    f"tl::pack2(rd{t.upper()}_rc(r, c), rd{t.upper()}_rc(r, c + 1));"
-                )
-    w.line(f"{CONSUMER_SYNC}  // both warp groups' rows are in the tiles")
-    w.line("Element* dk_ptr = static_cast<Element*>(dk) + bidb * dk_batch_stride + bidh_kv * dk_head_stride;")
-    w.line("Element* dv_ptr = static_cast<Element*>(dv) + bidb * dv_batch_stride + bidh_kv * dv_head_stride;")
-    w.line("constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces a row")
+        w.line("for (int i = 0; i < kHeadDim / 16; ++i) dkv_addr[i] = row * (kHeadDim * 2) + ((2 * i + m / 2) ^ q) * 16;")
+    w.line("}")
+    w.line(f"{CONSUMER_SYNC}  // the other warp group's last dQ wgmma has read K")
+    w.line("const uint32_t smem_k_u = cast_smem_ptr_to_uint(smem_k), smem_v_u = cast_smem_ptr_to_uint(smem_v);")
     w.line("CUTE_UNROLL")
-    with w.block("for (int i = tidx_e; i < kBlockN * kPieces; i += Traits::kNThreads)"):
-        w.line("const int r = i / kPieces, c = i % kPieces;")
-        w.line("const int row = n_block * kBlockN + r;")
-        w.line("if (row >= seqlen_k) break;  // i grows with the row")
-        w.line("const int at = r * kHeadDim + (c ^ (r % 8)) * 8;")
+    with w.block("for (int i = 0; i < kHeadDim / 16; ++i)"):
+        for t, base in (("dK", "smem_k_u"), ("dV", "smem_v_u")):
+            regs = ", ".join(
+                f"tl::pack2(r{t}_rc({k % 2}, 4 * i + {2 * (k // 2)}), r{t}_rc({k % 2}, 4 * i + {2 * (k // 2) + 1}))"
+                for k in range(4)
+            )
+            w.line(f"tl::stsm_x4({base} + dkv_addr[i], {regs});")
+    w.line(f"{CONSUMER_SYNC}  // both warp groups' rows are in the tiles")
+    w.comment("16-byte row stores: thread t copies piece t % kPieces of rows t / kPieces + kRowsAStep·k (the")
+    w.comment("same piece, so the same swizzle, in each of its rows)")
+    w.line("constexpr int kPieces = kHeadDim / 8, kRowsAStep = Traits::kNThreads / kPieces;")
+    w.line('static_assert(Traits::kNThreads % kPieces == 0 && kRowsAStep % 8 == 0 && kBlockN % kRowsAStep == 0, "");')
+    w.line("const int piece = tidx_e % kPieces, r0 = tidx_e / kPieces;")
+    w.line("const int at0 = r0 * kHeadDim + (piece ^ (r0 % 8)) * 8;")
+    w.line("const int row0 = n_block * kBlockN + r0;")
+    for t in ("k", "v"):
+        w.line(
+            f"Element* d{t}_row = static_cast<Element*>(d{t}) + bidb * d{t}_batch_stride + bidh_kv * d{t}_head_stride"
+            f" + row0 * d{t}_row_stride + piece * 8;"
+        )
+    w.line("CUTE_UNROLL")
+    with w.block("for (int k = 0; k < kBlockN / kRowsAStep; ++k)"):
+        w.line("if (row0 + k * kRowsAStep >= seqlen_k) break;")
         for t in ("k", "v"):
             w.line(
-                f"*reinterpret_cast<uint4*>(d{t}_ptr + row * d{t}_row_stride + c * 8) = "
-                f"*reinterpret_cast<const uint4*>(smem_{t} + at);"
+                f"*reinterpret_cast<uint4*>(d{t}_row + k * kRowsAStep * d{t}_row_stride) = "
+                f"*reinterpret_cast<const uint4*>(smem_{t} + at0 + k * kRowsAStep * kHeadDim);"
             )
 
 
