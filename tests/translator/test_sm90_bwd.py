@@ -964,9 +964,7 @@ def test_ds_stmatrix_addresses_in_closed_form_are_cutes_for_every_thread(tmp_pat
     """The emitted closed-form dSᵀ stmatrix addresses and register pairs, run on the host beside CuTe's
     make_tiled_copy_C / partition_D / retile_S over the same traits: equal for all 256 consumer threads,
     every atom, each query tile."""
-    import subprocess
 
-    import cutlass_library
 
     text = MHA.read_text().replace("Param d = 128", f"Param d = {d}")
     src = _sm90(text, options={"block_m": block_m}).source
@@ -976,14 +974,25 @@ def test_ds_stmatrix_addresses_in_closed_form_are_cutes_for_every_thread(tmp_pat
     body = src.split("uint32_t ds_addr[kBlockM / 16];", 1)[1]
     emitted = body[: body.index("\n  }\n") + 4].replace("cast_smem_ptr_to_uint(smem_ds)", "0u")
     assert "ds_addr[i] = base + i * 2048;" in emitted and emitted.lstrip().startswith("{")
-    cu = tmp_path / "ds.cu"
-    cu.write_text(head + _DS_HOST.replace("TRAITS", traits.group(1)).replace("EMITTED", emitted))
+    host = _DS_HOST.replace("TRAITS", traits.group(1)).replace("EMITTED", emitted)
+    _host_check(tmp_path / "ds", head + host)
+
+
+def _host_check(exe: Path, source: str) -> None:
+    """Build `source` (the generated traits and an emitted block inside a host program that counts its
+    mismatches against CuTe) with nvcc against CUTLASS's headers, run it, expect none."""
+    import subprocess
+
+    import cutlass_library
+
+    cu = exe.with_suffix(".cu")
+    cu.write_text(source)
     nvcc = shutil.which("nvcc") or NVCC
     include = Path(cutlass_library.__file__).parent / "source" / "include"
-    cmd = [nvcc, "-std=c++17", "-arch=sm_90a", f"-I{include}", "-o", str(tmp_path / "ds"), str(cu)]
+    cmd = [nvcc, "-std=c++17", "-arch=sm_90a", f"-I{include}", "-o", str(exe), str(cu)]
     built = subprocess.run(cmd, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
-    ran = subprocess.run([str(tmp_path / "ds")], capture_output=True, text=True)
+    ran = subprocess.run([str(exe)], capture_output=True, text=True)
     assert ran.returncode == 0 and "mismatches 0" in ran.stdout, ran.stdout
 
 
@@ -1034,9 +1043,7 @@ def test_dkv_stmatrix_addresses_put_every_accumulator_where_the_row_stores_read_
     beside CuTe's coordinates of the dK / dV accumulators: every element of all 256 consumer threads
     lands at its (row, col) of the tile whose 16-byte pieces the row stores read swizzled (piece c of row
     r at c ^ (r % 8))."""
-    import subprocess
 
-    import cutlass_library
 
     text = MHA.read_text().replace("Param d = 128", f"Param d = {d}")
     src = _sm90(text).source
@@ -1051,12 +1058,4 @@ def test_dkv_stmatrix_addresses_put_every_accumulator_where_the_row_stores_read_
     # the stores pair register k with (row 8·(k % 2), piece 2i + k / 2), as the host check reads them
     assert "tl::pack2(rdK_rc(1, 4 * i + 2), rdK_rc(1, 4 * i + 3)));" in src
     host = _DKV_HOST.replace("ACC_ROWCOL", rowcol).replace("TRAITS", traits.group(1))
-    cu = tmp_path / "dkv.cu"
-    cu.write_text(head + host.replace("EMITTED", emitted))
-    nvcc = shutil.which("nvcc") or NVCC
-    include = Path(cutlass_library.__file__).parent / "source" / "include"
-    cmd = [nvcc, "-std=c++17", "-arch=sm_90a", f"-I{include}", "-o", str(tmp_path / "dkv"), str(cu)]
-    built = subprocess.run(cmd, capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr[-2000:]
-    ran = subprocess.run([str(tmp_path / "dkv")], capture_output=True, text=True)
-    assert ran.returncode == 0 and "mismatches 0" in ran.stdout, ran.stdout
+    _host_check(tmp_path / "dkv", head + host.replace("EMITTED", emitted))
