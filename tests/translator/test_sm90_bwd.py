@@ -108,8 +108,9 @@ def test_every_catalogue_variant_keeps_the_backward_abi(name):
     ],
 )
 def test_the_wgmma_atoms_follow_the_tiles(d, sdp, dkv, dq):
+    """The 64-row query tile's atoms (d = 64 takes 128 rows unless told: `default_block_m`)."""
     text = MHA.read_text().replace("Param d = 128", f"Param d = {d}")
-    src = _sm90(text).source
+    src = _sm90(text, options={"block_m": 64}).source
     k, mn = "GMMA::Major::K", "GMMA::Major::MN"
     assert f"MMA_{sdp}_F32BF16BF16_SS<{k}, {k}>{{}}, Layout<Shape<_2, _1, _1>>" in src
     assert f"MMA_{dkv}_F32BF16BF16_RS<{k}, {mn}>{{}}, Layout<Shape<_2, _1, _1>>" in src
@@ -1059,3 +1060,24 @@ def test_dkv_stmatrix_addresses_put_every_accumulator_where_the_row_stores_read_
     assert "tl::pack2(rdK_rc(1, 4 * i + 2), rdK_rc(1, 4 * i + 3)));" in src
     host = _DKV_HOST.replace("ACC_ROWCOL", rowcol).replace("TRAITS", traits.group(1))
     _host_check(tmp_path / "dkv", head + host.replace("EMITTED", emitted))
+
+
+@pytest.mark.parametrize(
+    ("tl", "d", "rows"),
+    [
+        (MHA, 64, 128),
+        (ROOT / "examples" / "causal_mha_fwd.tl", 64, 128),
+        (MHA, 128, 64),
+        (VARIANTS / "softcap.tl", 64, 64),  # a score region beside the doubled accumulators: not measured
+        (VARIANTS / "document_mask.tl", 64, 64),  # a mask that is no diagonal bound
+    ],
+)
+def test_d64_takes_the_128_row_tile_where_it_was_measured(tl, d, rows):
+    """`default_block_m`: FA3's 128-row query tile at d = 64 for the plain and causal programs (measured
+    faster on the H200), 64 rows elsewhere; an explicit `block_m` still wins."""
+    text = Path(tl).read_text()
+    text = re.sub(r"Param d = \d+", f"Param d = {d}", text)
+    src = _sm90(text).source
+    assert f"static constexpr int kBlockM = {rows};" in src
+    if rows == 128:
+        assert "static constexpr int kBlockM = 64;" in _sm90(text, options={"block_m": 64}).source

@@ -42,7 +42,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 
-from kernel_ir import grad
+from kernel_ir import grad, passes
 from kernel_ir.expr import Expr, Load
 from runner.abi import (
     BACKWARD_PARAMS,
@@ -68,7 +68,7 @@ BLOCK_M = 64  # query rows per step unless told: FA3's d ≤ 128 tile, every pro
 # (80 rows) is no whole number of warp groups, so dQ is computed transposed, dQᵀ = Kᵀ·dSᵀ, warp group g
 # owning head-dim rows 64g … (`swapped_dq`)
 BLOCK_M_WIDE = 80
-# FA3's d = 64 tile (opt-in): two warp groups' 64 query rows each in dQ's GEMM (`split_dq_rows`); the
+# FA3's d = 64 tile (`default_block_m`): two warp groups' 64 query rows each in dQ's GEMM (`split_dq_rows`); the
 # accumulators of Sᵀ and dPᵀ double, which only d = 64's smaller dK and dV leave registers for
 BLOCK_M_TALL = 128
 BLOCK_MS = (BLOCK_M, BLOCK_M_WIDE, BLOCK_M_TALL)
@@ -145,6 +145,22 @@ def default_dq_bulk(plan: KernelPlan) -> bool:
     return plan.head_dim_qk == 128
 
 
+def default_block_m(plan: KernelPlan, learnable: tuple[str, ...] = ()) -> int:
+    """The query tile unless told (`block_m`): FA3's 128 rows at d = 64 where the score is the scaled dot
+    product under a softmax, unmasked or masked by bounds on kv_idx − q_idx (plain, causal, windows), where
+    the H200 measured it 1.05-1.06x non-causal and 1.02-1.04x causal against 64 rows
+    (docs/results/2026-12-04-h200-backward-tiles-*); 64 rows elsewhere (a score region's temporaries
+    beside Sᵀ's and dPᵀ's doubled accumulators: not measured)."""
+    ir = plan.ir
+    plain = (
+        not learnable
+        and ir.normalizer == "softmax"
+        and passes.scale_of(passes.reassociate(ir.score)) is not None
+        and (not ir.masks or passes.diagonal_bounds(passes.column_bounds(list(ir.masks))) is not None)
+    )
+    return BLOCK_M_TALL if plan.head_dim_qk == 64 and plain else BLOCK_M
+
+
 def smem_atom(extent: int) -> str:
     """The widest K-major GMMA swizzle atom whose row (64, 32 or 16 elements) divides `extent`: a warp
     group's MN-major slice of the same buffer must be whole atoms."""
@@ -185,12 +201,12 @@ def generate_backward_sm90(
     (`sm80_bwd.L2_SECTION_BYTES`). `dq_bulk`: FA3's dQ path, each consumer warp group stores its part of
     dQ's tile in shared memory and the producer's last warp adds it to dq_accum with one bulk reduction
     (`cp.reduce.async.bulk`) instead of each thread's float4 atomics; None: `default_dq_bulk`. `block_m`: the
-    query tile, one of BLOCK_MS (None: BLOCK_M); 80 rows compute dQ transposed (`swapped_dq`)
+    query tile, one of BLOCK_MS (None: `default_block_m`); 80 rows compute dQ transposed (`swapped_dq`)
     and need d = 128; 128 rows split dQ's rows between the warp groups (`split_dq_rows`) and need
     d = 64."""
     fa2._check(plan, learnable)
     if block_m is None:
-        block_m = BLOCK_M
+        block_m = default_block_m(plan, learnable)
     if dq_bulk is None:
         dq_bulk = default_dq_bulk(plan)
     _check(plan, block_m)
