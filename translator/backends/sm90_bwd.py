@@ -148,7 +148,7 @@ def default_dq_bulk(plan: KernelPlan) -> bool:
 def default_block_m(plan: KernelPlan, learnable: tuple[str, ...] = ()) -> int:
     """The query tile unless told (`block_m`): FA3's 128 rows at d = 64 where the score is the scaled dot
     product under a softmax, unmasked or masked by bounds on kv_idx − q_idx (plain, causal, windows), where
-    the H200 measured it 1.05-1.06x non-causal and 1.02-1.04x causal against 64 rows
+    the H200 measured it 1.04-1.06x non-causal and 1.02-1.04x causal against 64 rows
     (docs/results/2026-12-04-h200-backward-tiles-*); 64 rows elsewhere (a score region's temporaries
     beside Sᵀ's and dPᵀ's doubled accumulators: not measured)."""
     ir = plan.ir
