@@ -86,7 +86,8 @@ def _text(path: str, d: int) -> str:
 # shared memory and one bulk reduce-add a block, `dq_bulk=True` (d 128's default); "sm90atom": dQ by
 # float4 atomics, `dq_bulk=False` (d 64's default); "sm90ovlq": overlap_p and dq_bulk;
 # "sm90m80": 80-row query tiles with dQ computed transposed, `block_m=80` (d 128 only); "sm90m80q": that
-# and dq_bulk; "sm90m128": 128-row query tiles, `block_m=128` (d 64 only, FA3's d 64 tile))
+# and dq_bulk; "sm90m128": 128-row query tiles, `block_m=128` (d 64 only, FA3's d 64 tile; the default
+# there for plain and causal programs); "sm90m64": 64-row query tiles, `block_m=64` (d 64's other tile))
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
@@ -101,6 +102,7 @@ SKELETONS = {
     ),
     "sm90m80": ({"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 80}}, "_sm90m80"),
     "sm90m128": ({"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 128}}, "_sm90m128"),
+    "sm90m64": ({"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 64}}, "_sm90m64"),
     "sm90m80q": (
         {"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 80, "dq_bulk": True}},
         "_sm90m80q",
@@ -252,7 +254,8 @@ def main() -> int:
         "wgmma (overlap_p), tags _sm90ovl; sm90km = it key-major, tags _sm90km; sm90dqb = it with dQ's "
         "bulk add (dq_bulk), tags _sm90dqb; sm90ovlq = both, tags _sm90ovlq; sm90m80 = 80-row query tiles "
         "(d 128), tags _sm90m80; sm90m80q = that and dq_bulk, tags _sm90m80q; sm90atom = dQ by atomics, "
-        "tags _sm90atom; sm90m128 = 128-row query tiles (d 64), tags _sm90m128",
+        "tags _sm90atom; sm90m128 = 128-row query tiles (d 64), tags _sm90m128; sm90m64 = 64-row query "
+        "tiles, tags _sm90m64",
     )
     args = ap.parse_args()
     if args.build:
