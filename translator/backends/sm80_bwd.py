@@ -1300,8 +1300,9 @@ def _emit_score_rows(
             reg.hoist(w, roots, "elem", prefix="tl_e")
             keep_expr = " && ".join(reg.c(m) for m in reg.masks)
             if diagonal is not None:
-                w.line(f"const int tl_qo = {q_of}(coords0(r, c)) - {q_of}(coords0(0, 0));  // constants: the")
-                w.line(f"const int tl_ko = {k_of}(coords0(r, c)) - {k_of}(coords0(0, 0));  // score's offsets")
+                w.comment("the score's offsets from this thread's first score: thread 0's, constants")
+                w.line(f"const int tl_qo = {q_of}(coords0(r, c)) - {q_of}(coords0(0, 0));")
+                w.line(f"const int tl_ko = {k_of}(coords0(r, c)) - {k_of}(coords0(0, 0));")
             if phase != "ds":
                 w.line(f"const float x = {reg.c(score)};")
             with_dx_ds = deriv != Const(1.0, F32)  # a factor left per score after the folded scale
@@ -1310,8 +1311,8 @@ def _emit_score_rows(
             mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             if diagonal is not None:
                 sides = "".join(
-                    f" && tl_ko - tl_qo {'<=' if d.upper else '>='} tl_kq_{'hi' if d.upper else 'lo'}"
-                    for d in _diagonal_sides(diagonal)
+                    f" && tl_ko - tl_qo {'<=' if upper else '>='} tl_kq_{'hi' if upper else 'lo'}"
+                    for upper in _directions(diagonal)
                 )
                 w.line(f"const bool keep = tl_qo < tl_q_end && tl_ko < tl_k_end{sides};")
             else:
@@ -1332,9 +1333,9 @@ def _emit_score_rows(
         del reg.temps[n]
 
 
-def _diagonal_sides(diagonal: tuple[passes.Diagonal, ...]) -> list[passes.Diagonal]:
-    """One bound of each direction `diagonal` has (the first; `_emit_diagonal_limits` combines them)."""
-    return [next(d for d in diagonal if d.upper is up) for up in (False, True) if any(d.upper is up for d in diagonal)]
+def _directions(diagonal: tuple[passes.Diagonal, ...]) -> list[bool]:
+    """The sides `diagonal` bounds (`upper`), lower first: each one limit, the tightest of its bounds."""
+    return [up for up in (False, True) if any(d.upper is up for d in diagonal)]
 
 
 def _emit_diagonal_limits(
@@ -1353,11 +1354,11 @@ def _emit_diagonal_limits(
     w.line("const int tl_q_end = seqlen_q - tl_q0, tl_k_end = seqlen_k - tl_k0;  // rows and keys inside")
     w.line("const long long tl_kq0 = static_cast<long long>(tl_k0) - tl_q0;")
     w.line("constexpr long long tl_span = kBlockM + kBlockN;")
-    for d in _diagonal_sides(diagonal):
-        pick = "cute::min" if d.upper else "cute::max"
-        name, free = ("tl_kq_hi", "tl_span") if d.upper else ("tl_kq_lo", "-tl_span")
+    for upper in _directions(diagonal):
+        pick = "cute::min" if upper else "cute::max"
+        name, free = ("tl_kq_hi", "tl_span") if upper else ("tl_kq_lo", "-tl_span")
         value = ""
-        for o in (o for o in diagonal if o.upper is d.upper):
+        for o in (o for o in diagonal if o.upper is upper):
             one = linear_c(reg, o.offset)
             if o.unless:  # a side the launch turns off (a negative window)
                 one = f"({' || '.join(reg.c(u) for u in o.unless)} ? {free} + tl_kq0 : {one})"
