@@ -600,7 +600,7 @@ def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
     """dK and dV of the key block through K's and V's shared tiles (FlashAttention-3's epilogue): the
     accumulators into a row-major tile whose 16-byte pieces are swizzled (piece c of row r at c ^ (r % 8))
     by stmatrix, four 8 × 8 pieces a store at addresses in closed form (`dkv_addr`), then each row
-    leaves in 16-byte stores, a warp two whole rows a step. K and V are released after the reads
+    leaves in 16-byte stores, a warp whole rows a step (two at d = 128). K and V are released after the reads
     (`empty_kv`), so a grid column's next key block (deterministic) cannot overwrite them."""
     w.comment("dK and dV of this key block through K's and V's tiles (rows past seqlen_k are not stored)")
     if scaled:
@@ -638,7 +638,10 @@ def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
     w.comment("16-byte row stores: thread t copies piece t % kPieces of rows t / kPieces + kRowsAStep·k (the")
     w.comment("same piece, so the same swizzle, in each of its rows)")
     w.line("constexpr int kPieces = kHeadDim / 8, kRowsAStep = Traits::kNThreads / kPieces;")
-    w.line('static_assert(Traits::kNThreads % kPieces == 0 && kRowsAStep % 8 == 0 && kBlockN % kRowsAStep == 0, "");')
+    w.line(
+        "static_assert(Traits::kNThreads % kPieces == 0 && kRowsAStep % 8 == 0 && kBlockN % kRowsAStep == 0, "
+        '"a thread: one piece, rows a whole number of swizzle periods apart");'
+    )
     w.line("const int piece = tidx_e % kPieces, r0 = tidx_e / kPieces;")
     w.line("const int at0 = r0 * kHeadDim + (piece ^ (r0 % 8)) * 8;")
     w.line("const int row0 = n_block * kBlockN + r0;")
