@@ -599,11 +599,9 @@ def test_diagonal_limits_keep_every_verdict(name: str):
 
 def test_the_backward_compares_offsets_with_the_diagonal_limits():
     sys.path.insert(0, str(ROOT))
-    from benchmarks.variant_cases import for_shape
-    from pipeline.backward import build_backward
+    from pipeline.backward import translate_backward
 
-    text_ = for_shape((ROOT / "examples" / "variants" / "sliding_window.tl").read_text(), "bf16", 128)
-    src = build_backward(text_, dtype="bf16", arch="sm_90").source
+    src = translate_backward(ROOT / "examples" / "variants" / "sliding_window.tl", arch="sm_90").source
     masked = src[src.index("const int tl_kq_lo") :]
     masked = masked[: masked.index("Tensor rP")]
     assert "scalar_window_size" in masked.split("CUTE_UNROLL")[0]  # the window enters the block's limits
