@@ -98,6 +98,12 @@ class Regions:
         return passes.column_bounds(self.masks)
 
     @functools.cached_property
+    def diagonal(self) -> tuple[passes.Diagonal, ...] | None:
+        """`column_bounds` as bounds on kv_idx − q_idx (`kernel_ir.passes.diagonal_bounds`), or None: the
+        backward's masked score loops compare a score's offsets against limits computed once a block."""
+        return passes.diagonal_bounds(self.column_bounds)
+
+    @functools.cached_property
     def key_sets(self) -> tuple[tuple[passes.KeyBits, ...], tuple[Expr, ...]]:
         """`column_bounds`' other conjuncts split into those the score loops render as bit sets
         (`kernel_ir.passes.key_bits`) and those they evaluate per score."""

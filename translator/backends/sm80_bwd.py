@@ -1185,7 +1185,7 @@ def _emit_scores(
     w.line(f"Tensor scores = make_tensor(acc_s.data(), {view}(acc_s.layout()));")
     w.line(f"Tensor dscores = make_tensor(acc_dp.data(), {view}(acc_dp.layout()));")
     w.line(f"Tensor coords = make_tensor(tScS.data(), {view}(tScS.layout()));")
-    if passes.diagonal_bounds(reg.column_bounds) is not None:
+    if reg.diagonal is not None:
         shape = "Shape<Int<kBlockN>, Int<kBlockM>>" if transposed else "Shape<Int<kBlockM>, Int<kBlockN>>"
         w.line(f"Tensor tScS0 = tiled_mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor({shape}{{}}));")
         w.line(f"Tensor coords0 = make_tensor(tScS0.data(), {view}(tScS0.layout()));  // thread 0's: constants")
@@ -1257,7 +1257,7 @@ def _emit_score_rows(
         roots = [score, *reg.masks, *([ir.output_scale] if ir.output_scale is not None else [])]
     elif phase == "ds":  # no score: it is gone (P overwrote it), and `overlap_blockers` says none reads it
         roots = [r for r in roots if r is not score]
-    diagonal = None if every_score_kept else passes.diagonal_bounds(reg.column_bounds)
+    diagonal = None if every_score_kept else reg.diagonal
     if diagonal is not None:
         roots = [r for r in roots if r not in reg.masks]
         _emit_diagonal_limits(w, reg, diagonal, q_of, k_of)
@@ -1298,7 +1298,6 @@ def _emit_score_rows(
         with w.block("for (int c = 0; c < size<1>(scores); ++c)"):
             w.line(f"const int col = n_block * kBlockN + {k_of}(coords(r, c));")
             reg.hoist(w, roots, "elem", prefix="tl_e")
-            keep_expr = " && ".join(reg.c(m) for m in reg.masks)
             if diagonal is not None:
                 w.comment("the score's offsets from this thread's first score: thread 0's, constants")
                 w.line(f"const int tl_qo = {q_of}(coords0(r, c)) - {q_of}(coords0(0, 0));")
@@ -1308,17 +1307,18 @@ def _emit_score_rows(
             with_dx_ds = deriv != Const(1.0, F32)  # a factor left per score after the folded scale
             if phase != "p" and with_dx_ds:
                 w.line(f"const float dx_ds = {reg.c(deriv)};  // the score region's derivative (scale_folded_grad)")
-            mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
             if diagonal is not None:
                 sides = "".join(
                     f" && tl_ko - tl_qo {'<=' if upper else '>='} tl_kq_{'hi' if upper else 'lo'}"
                     for upper in _directions(diagonal)
                 )
                 w.line(f"const bool keep = tl_qo < tl_q_end && tl_ko < tl_k_end{sides};")
+            elif every_score_kept:
+                w.line("const bool keep = true;")
             else:
-                w.line(
-                    f"const bool keep = {'true' if every_score_kept else f'row_in && (!masked || (true{mask}))'};"
-                )
+                keep_expr = " && ".join(reg.c(m) for m in reg.masks)
+                mask = f" && col < seqlen_k && ({keep_expr})" if keep_expr else " && col < seqlen_k"
+                w.line(f"const bool keep = row_in && (!masked || (true{mask}));")
             if phase == "p":
                 if softmax:
                     w.line(f"scores(r, c) = tl::select_kept(keep, tl::exp2_approx({_exp2_arg(reg)}));")

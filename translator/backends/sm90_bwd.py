@@ -42,7 +42,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 
-from kernel_ir import grad, passes
+from kernel_ir import grad
 from kernel_ir.expr import Expr, Load
 from runner.abi import (
     BACKWARD_PARAMS,
@@ -151,13 +151,8 @@ def default_block_m(plan: KernelPlan, learnable: tuple[str, ...] = ()) -> int:
     the H200 measured it 1.04-1.06x non-causal and 1.02-1.04x causal against 64 rows
     (docs/results/2026-12-04-h200-backward-tiles-*); 64 rows elsewhere (a score region's temporaries
     beside Sᵀ's and dPᵀ's doubled accumulators: not measured)."""
-    ir = plan.ir
-    plain = (
-        not learnable
-        and ir.normalizer == "softmax"
-        and passes.scale_of(passes.reassociate(ir.score)) is not None
-        and (not ir.masks or passes.diagonal_bounds(passes.column_bounds(list(ir.masks))) is not None)
-    )
+    reg = Regions(plan.ir)
+    plain = not learnable and reg.fold is not None and (not reg.has_masks or reg.diagonal is not None)
     return BLOCK_M_TALL if plan.head_dim_qk == 64 and plain else BLOCK_M
 
 
