@@ -35,11 +35,21 @@ def with_param(text: str, param: str, value: str) -> str:
     return re.sub(r"(?m)^(Dtype .*)$", lambda m: f"{m.group(1)}\n{line}", text, count=1)
 
 
-def plain_texts() -> dict[str, str]:
-    """The plain kernels each variant is compared with: `plain_none` and `plain_causal` (BN 128)."""
+def plain_texts(hdim: int = 128) -> dict[str, str]:
+    """The plain kernels each variant is compared with, `plain_none` and `plain_causal`, at the measured
+    default tile for head dim `hdim` (`hopper_tile`: what `benchmarks/attention.py` times, e.g. 192 × 128
+    rows on three consumer warp groups at d 64)."""
+    from tl_language.resources import hopper_tile
+
     base = (ROOT / "examples" / "hopper_mha_fwd.tl").read_text()
-    causal = re.sub(r"(?m)^Mask .*$", "Mask causal", re.sub(r"(?m)^Param BN = .*$", "Param BN = 128", base))
-    return {"plain_none": base, "plain_causal": causal}
+    out = {}
+    for name, mask in (("plain_none", "none"), ("plain_causal", "causal")):
+        text = re.sub(r"(?m)^Mask .*$", f"Mask {mask}", base) if mask != "none" else base
+        tile = hopper_tile(hdim, mask)
+        for param in ("BM", "BN", "consumers", "pingpong"):
+            text = with_param(text, param, str(tile[param]))
+        out[name] = text
+    return out
 
 
 def for_shape(text: str, dtype: str, hdim: int) -> str:

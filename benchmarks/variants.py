@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
     names = catalogue() if args.only == "all" else [n for n in args.only.split(",") if n]
     texts = {n: (ROOT / "examples" / "variants" / f"{n}.tl").read_text() for n in names}
-    texts.update(plain_texts())
+    texts.update(plain_texts(args.hdim))
     for n in names:
         for only, param, value in ab:
             if only in ("", n):

@@ -277,3 +277,15 @@ def test_a_sample_of_the_clean_family_compiles_through_nvrtc() -> None:
     results = compile_many(jobs, max_workers=os.cpu_count() or 2)
     failed = [r for r in results if isinstance(r, Exception)]
     assert not failed, failed
+
+
+def test_sm90_ignores_warps_for_its_query_rows() -> None:
+    """`Param warps` is the mma.sync kernels' knob: a catalogue file that sets it (for its sm_80 build) takes
+    sm_90's 192-row tile on three consumer warp groups, which 8 warps × 16 rows does not divide."""
+    text = (ROOT / "examples" / "variants" / "sliding_window.tl").read_text(encoding="utf-8")
+    text = variant(text, params={"d": 64, "BM": 192, "consumers": 3})
+    analysis = analyze(text)
+    assert "Param warps = 8" in text and not analysis.has_errors, [d.message for d in analysis.diagnostics]
+    assert build_refusal(analysis) == []
+    bad = analyze(variant(text, params={"consumers": 2}))
+    assert [d.code for d in bad.diagnostics if d.severity == Severity.ERROR] == ["TL301"]

@@ -1,6 +1,8 @@
 """TL301/TL306: tiles fit the target's MMA shape and its 16-byte copies.
 
-Each warp owns BM / warps query rows in slices of the MMA's M (16), so BM is a multiple of 16 × warps.
+Each warp owns BM / warps query rows in slices of the MMA's M (16), so BM is a multiple of 16 × warps
+(the mma.sync kernels; sm_90's wgmma kernel ignores `warps`: its rows per consumer warp group are
+`resources.kernel_limits`' rule).
 BN is the N of Q·Kᵀ and the K of P·V, and the head dims are the K of Q·Kᵀ and the N of P·V: they are
 multiples of the MMA's K (16 for 16-bit inputs from sm_80, 8 on sm_75, 32 for fp8). A tile row copied
 from or to global memory is a whole number of 16-byte vectors (cp.async / 128-bit loads).
@@ -14,7 +16,7 @@ from tl_language import gpu
 from tl_language import syntax as ast
 from tl_language.diagnostics import Diagnostic, make
 from tl_language.model import Model
-from tl_language.resources import warps
+from tl_language.resources import warps, wgmma_kernel
 from tl_language.source import Range
 
 
@@ -34,7 +36,8 @@ def check(document: ast.Document, model: Model) -> Iterator[Diagnostic]:
     arch = model.target.arch
     if mma is not None:
         w = warps(model)
-        if (bm := _param(model, "BM")) is not None and bm[0] % (mma.m * w):
+        bm = None if wgmma_kernel(model) else _param(model, "BM")
+        if bm is not None and bm[0] % (mma.m * w):
             yield make("TL301", _at(bm[1]),
                        f"BM = {bm[0]} is not a multiple of {mma.m * w}: each of the {w} warps owns "
                        f"BM / warps rows in slices of the MMA's M ({mma}, {arch})")
