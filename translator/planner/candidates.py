@@ -20,7 +20,8 @@ from tl_language import resources as core_resources
 from tl_language.model import Model
 from translator.plan import copy_threads_per_row
 from translator.planner.cost import DEFAULT_SHAPE, Shape, estimate
-from translator.planner.masks import masks_of
+from translator.planner.masks import Masks, masks_of
+from translator.planner.query_rows import hopper_rows
 from translator.planner.resources import Resources, Tiling, register_budget, resources
 from translator.planner.roles import Roles, find_roles
 
@@ -202,8 +203,8 @@ def plan(
             values = _values(roles, t)
             holes = {n: v for n, v in values.items() if model.params[n].hole}
             out.append(Candidate(0, values, holes, t, res, cost.score, cost.breakdown))
-    if target.wgmma and masks is None:  # the measured defaults are the plain kernels'
-        _mark_measured(out, model.mask)
+    if target.wgmma:
+        _mark_measured(out, model, masks, shape)
     out.sort(
         key=lambda c: (
             not c.measured,
@@ -231,12 +232,22 @@ def plan(
     return Plan(out, roles, problems, rejected)
 
 
-def _mark_measured(out: list[Candidate], mask: str) -> None:
-    """Flag the candidates whose tile is `hopper_tile`'s for their head dim and mask (measurement beats the
-    model where both exist)."""
+def _mark_measured(out: list[Candidate], model: Model, masks: Masks | None, shape: Shape) -> None:
+    """Flag the candidates whose tile is the measured one for their head dim (measurement beats the model
+    where both exist): `hopper_tile`'s for the plain kernels, and at head dim ≤ 64 also for programs with a
+    score or mask region, whose query rows `hopper_rows` decides. Above 64 such programs are the model's."""
+    rows: dict[int, int] = {}
+    key_tiles = {c.tiling.block_n for c in out}  # one: the file fixes BN, and the rows decide alone
     for c in out:
         t = c.tiling
-        best = core_resources.hopper_tile(max(t.d_qk, t.d_v), mask)
+        d = max(t.d_qk, t.d_v)
+        best = core_resources.hopper_tile(d, model.mask)
+        if d <= 64:
+            if d not in rows:
+                rows[d] = hopper_rows(model, d, masks, shape)
+            best = {**best, "BM": rows[d], "BN": best["BN"] if len(key_tiles) > 1 else t.block_n}
+        elif masks is not None:
+            continue
         c.measured = (t.block_m, t.block_n, t.stages) == (best["BM"], best["BN"], best["stages"])
 
 
