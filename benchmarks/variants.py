@@ -227,18 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     names = catalogue() if args.only == "all" else [n for n in args.only.split(",") if n]
     texts = {n: (ROOT / "examples" / "variants" / f"{n}.tl").read_text() for n in names}
     texts.update(plain_texts(args.hdim))
-    for n in names:
+    texts = {n: for_shape(t, args.dtype, args.hdim) for n, t in texts.items()}
+    for n in names:  # the A/B values replace the shaped file's (for_shape's own picks included)
         for only, param, value in ab:
             if only in ("", n):
                 text = with_param(texts[n], param, value)
                 if param == "BM":  # sm_90: one consumer warp group per 64 query rows, as the files set it
                     text = with_param(text, "consumers", str(int(value) // 64))
                 texts[f"{n} {param}={value}"] = text
-    built = {}
-    for n, t in texts.items():
-        built[n] = translate_text(
-            for_shape(t, args.dtype, args.hdim), Path(f"{n.replace(' ', '_')}_bench.tl")
-        )
+    built = {n: translate_text(t, Path(f"{n.replace(' ', '_')}_bench.tl")) for n, t in texts.items()}
     device = cuda_device_arch()
     results = compile_many(
         [
