@@ -57,9 +57,10 @@ def for_shape(text: str, dtype: str, hdim: int) -> str:
     target keeps its tiles except the key tile, which its Target chose for mma.sync (BN 64): the planner
     picks it for sm_90 (`translator.planner.fill` on `Param BN = ?`; its picks, ALiBi 128 and relative
     bias 160, are the measured winners of the A/B against 64, 516 → 582 and 539 → 620 TFLOPS at 16k on the
-    H200, docs/results/2026-12-01-h200-variants-fa4-16k.json). A file moved to another head dim gets its
-    query tile from the planner too (at d ≤ 64 the measured rows, `translator.planner.query_rows`) and one
-    consumer warp group per 64 of those rows."""
+    H200, docs/results/2026-12-01-h200-variants-fa4-16k.json). A file moved to another head dim gets both
+    tiles from the planner (at d ≤ 64 the measured ones: BN 128, and the rows of
+    `translator.planner.query_rows`; docs/results/2026-12-04-h200-variants-d64-*.json) and one consumer
+    warp group per 64 of those rows."""
     retile = re.search(r"(?m)^Target sm_90", text) is None
     written = re.search(r"(?m)^Param d = (\d+)", text)
     redim = written is not None and int(written.group(1)) != hdim
@@ -69,8 +70,7 @@ def for_shape(text: str, dtype: str, hdim: int) -> str:
     if retile or redim:
         from translator.planner.fill import fill
 
-        if retile:
-            text = with_param(text, "BN", "?")
+        text = with_param(text, "BN", "?")
         if redim:
             text = with_param(with_param(text, "BM", "?"), "consumers", "?")
         text = fill(text).text
