@@ -87,7 +87,9 @@ def _text(path: str, d: int) -> str:
 # float4 atomics, `dq_bulk=False` (d 64's default); "sm90ovlq": overlap_p and dq_bulk;
 # "sm90m80": 80-row query tiles with dQ computed transposed, `block_m=80` (d 128 only); "sm90m80q": that
 # and dq_bulk; "sm90m128": 128-row query tiles, `block_m=128` (d 64 only, FA3's d 64 tile; the default
-# there for plain and causal programs); "sm90m64": 64-row query tiles, `block_m=64` (d 64's other tile))
+# there for plain and causal programs); "sm90m64": 64-row query tiles, `block_m=64` (d 64's other tile);
+# "sm80m128": the mma.sync skeleton on FA2's 128 × 128 d 64 tile, `block_m=128` (d 64 only; the default
+# there on sm_80 and sm_90); "sm80m64": its 64 × 128 tile, `block_m=64` (d 64's other tile))
 SKELETONS = {
     "sm80": ({"arch": "sm_80", "skeleton": "sm80"}, ""),
     "sm90": ({"arch": "sm_90", "skeleton": "sm90"}, "_sm90"),
@@ -100,6 +102,8 @@ SKELETONS = {
         {"arch": "sm_90", "skeleton": "sm90", "options": {"overlap_p": True, "dq_bulk": True}},
         "_sm90ovlq",
     ),
+    "sm80m128": ({"arch": "sm_80", "skeleton": "sm80", "options": {"block_m": 128}}, "_sm80m128"),
+    "sm80m64": ({"arch": "sm_80", "skeleton": "sm80", "options": {"block_m": 64}}, "_sm80m64"),
     "sm90m80": ({"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 80}}, "_sm90m80"),
     "sm90m128": ({"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 128}}, "_sm90m128"),
     "sm90m64": ({"arch": "sm_90", "skeleton": "sm90", "options": {"block_m": 64}}, "_sm90m64"),
@@ -255,7 +259,8 @@ def main() -> int:
         "bulk add (dq_bulk), tags _sm90dqb; sm90ovlq = both, tags _sm90ovlq; sm90m80 = 80-row query tiles "
         "(d 128), tags _sm90m80; sm90m80q = that and dq_bulk, tags _sm90m80q; sm90atom = dQ by atomics, "
         "tags _sm90atom; sm90m128 = 128-row query tiles (d 64), tags _sm90m128; sm90m64 = 64-row query "
-        "tiles, tags _sm90m64",
+        "tiles, tags _sm90m64; sm80m128 / sm80m64 = the sm_80 skeleton's 128- / 64-row query tiles "
+        "(d 64), tags _sm80m128 / _sm80m64",
     )
     args = ap.parse_args()
     if args.build:

@@ -205,3 +205,21 @@ def test_the_d_kernel_clears_dq_accum_so_it_needs_no_fill(skeleton):
     # a build of an earlier translator (its spec lacks the field) gets a zeroed dq_accum from the runner
     old = {k: v for k, v in json.loads(b.spec.to_json()).items() if k != "dq_zeroed"}
     assert not BackwardSpec.from_json(json.dumps(old)).dq_zeroed
+
+
+def test_d64_takes_fa2s_128_row_tile_where_its_shared_memory_fits():
+    """At head dim 64 the sm_80 skeleton runs FA2's 128 × 128 tile (dQ on 4 × 2 warps) where a block may
+    take its 162 KB of shared memory (sm_80's opt-in 163 KB, sm_90's 227 KB), 64 × 128 on sm_86 / sm_89."""
+    from tl_language import gpu
+    from translator.backends.sm80_bwd import STATIC_SHARED, shared_bytes, tiles
+
+    text = (ROOT / "examples" / "mha_fwd.tl").read_text().replace("Param d = 128", "Param d = 64")
+    assert shared_bytes(128, 128, 64) + STATIC_SHARED <= gpu.TARGETS["sm_80"].smem_per_block
+    for arch, rows in (("sm_80", 128), ("sm_90", 128), ("sm_86", 64), ("sm_89", 64)):
+        b = translate_backward(text, arch=arch, skeleton="sm80")
+        assert (b.spec.block_m, b.spec.block_n) == (rows, 128) == tiles(64, gpu.TARGETS[arch].smem_per_block)
+        dq = "Layout<Shape<_4, _2, _1>>, Tile<_64, _32, _16>" if rows == 128 else "Layout<Shape<_2, _4, _1>>"
+        assert f"using TiledMmadQ = TiledMMA<MmaAtom, {dq}" in b.source
+    assert tiles(128, 10**6) == (64, 128) and tiles(256, 10**6) == (64, 64)
+    with pytest.raises(BackwardBuildError, match="128 at head dim 64"):
+        translate_backward(ROOT / "examples" / "mha_fwd.tl", skeleton="sm80", options={"block_m": 128})

@@ -41,6 +41,7 @@ from runner.abi import (
     BackwardSpec,
     backward_program_params,
 )
+from tl_language import gpu
 from translator.backends.arch import ELEMENT, arch_facts
 from translator.backends.regions import (
     Regions,
@@ -75,9 +76,22 @@ PREPROCESS_ROWS = 32  # query rows per block of the D kernel: 8 warps, 4 rows ea
 THREADS = 256
 
 
-def tiles(head_dim: int) -> tuple[int, int]:
-    """(kBlockM, kBlockN): FA2's 64 × 128 for d ≤ 128 (K, V, Q, dO, P and dS in 80 / 128 KB of shared
-    memory), 64 × 64 above."""
+def shared_bytes(block_m: int, block_n: int, head_dim: int) -> int:
+    """K, V, P, dS, and two stages of Q, dO (16-bit) and of the rows' LSE and D (fp32)."""
+    return 2 * (2 * 2 * block_m * head_dim + 2 * block_n * head_dim + 2 * block_m * block_n) + 2 * 2 * block_m * 4
+
+
+# The dQ/dK/dV kernel's static shared memory besides the dynamic buffer (its block-class flags).
+STATIC_SHARED = 1024
+
+
+def tiles(head_dim: int, smem_per_block: int = 0) -> tuple[int, int]:
+    """(kBlockM, kBlockN): FA2's 128 × 128 at d 64 where it fits the block's shared memory (162 KB: sm_80 and
+    sm_90, not sm_86 / sm_89; H200: +8–9 % non-causal, +12–15 % causal over 64 × 128,
+    docs/results/2026-12-04-h200-backward-sm80-d64-tile.json), else 64 × 128 for d ≤ 128 (80 / 128 KB),
+    64 × 64 above."""
+    if head_dim == 64 and shared_bytes(128, 128, head_dim) + STATIC_SHARED <= smem_per_block:
+        return 128, 128
     return (64, 128) if head_dim <= 128 else (64, 64)
 
 
@@ -87,16 +101,19 @@ def generate_backward(
     learnable: tuple[str, ...] = (),
     tl_file: str | None = None,
     deterministic: bool = False,
+    block_m: int | None = None,
 ) -> tuple[str, BackwardSpec]:
     """The backward's .cu source and its launch spec. Raises TranslateError for what it cannot derive.
     `deterministic`: dQ bit-identical from run to run (each grid column adds into its own dq_accum
     slice in program order, the convert kernel sums the slices in order) instead of atomics from every
-    key block; side-tensor gradients still add through atomics."""
-    _check(plan, learnable)
-    block_m, block_n = tiles(plan.head_dim_qk)
+    key block; side-tensor gradients still add through atomics. `block_m`: the query tile (64, or 128 at
+    head dim 64: FA2's 128 × 128 tile there, dQ on 4 × 2 warps)."""
+    _check(plan, learnable, block_m)
     d = plan.head_dim_qk
-    # K, V, P, dS, and two stages of Q, dO (16-bit) and of the rows' LSE and D (fp32)
-    smem = 2 * (2 * 2 * block_m * d + 2 * block_n * d + 2 * block_m * block_n) + 2 * 2 * block_m * 4
+    target = gpu.target(plan.arch)
+    limit = target.smem_per_block if target else 0
+    block_m, block_n = tiles(d, limit) if block_m is None else (block_m, tiles(d)[1])
+    smem = shared_bytes(block_m, block_n, d)
 
     def defs(w: CodeWriter) -> None:
         _emit_traits(w, plan, block_m, block_n)
@@ -222,10 +239,13 @@ def assemble(
     return source, spec
 
 
-def _check(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
+def _check(plan: KernelPlan, learnable: tuple[str, ...], block_m: int | None = None) -> None:
     def fail(why: str, *keys: str) -> TranslateError:
         """Reported on the first TL line of `keys` the plan knows, else on the Kernel line."""
         return TranslateError([unsupported(plan.range_of(*keys, "kernel"), f"the backward: {why}")])
+
+    if block_m not in (None, 64) and (block_m, plan.head_dim_qk) != (128, 64):
+        raise fail(f"a query tile of {block_m} rows: this skeleton has 64, and 128 at head dim 64")
 
     if plan.head_dim_qk != plan.head_dim_v:
         raise fail(
@@ -266,8 +286,12 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int, block_n: int) ->
         w.line("using TiledMmaSdP = TiledMMA<MmaAtom, Layout<Shape<_2, _4, _1>>, Tile<_32, _64, _16>>;")
         w.comment("dV = Pᵀ·dO and dK = dSᵀ·Q, (kBlockN, kHeadDim): 4 × 2 warps")
         w.line("using TiledMmadKV = TiledMMA<MmaAtom, Layout<Shape<_4, _2, _1>>, Tile<_64, _32, _16>>;")
-        w.comment("dQ = dS·K, (kBlockM, kHeadDim): 2 × 4 warps")
-        w.line("using TiledMmadQ = TiledMMA<MmaAtom, Layout<Shape<_2, _4, _1>>, Tile<_32, _64, _16>>;")
+        if block_m == 128:  # FA2's AtomLayoutMdQ = 4 for its 128-row tile
+            w.comment("dQ = dS·K, (kBlockM, kHeadDim): 4 × 2 warps")
+            w.line("using TiledMmadQ = TiledMMA<MmaAtom, Layout<Shape<_4, _2, _1>>, Tile<_64, _32, _16>>;")
+        else:
+            w.comment("dQ = dS·K, (kBlockM, kHeadDim): 2 × 4 warps")
+            w.line("using TiledMmadQ = TiledMMA<MmaAtom, Layout<Shape<_2, _4, _1>>, Tile<_32, _64, _16>>;")
         w.line()
         w.comment("Shared memory: 8 × 64 swizzled atoms; the transposed operands are views (no data moves).")
         w.line(
