@@ -5,8 +5,9 @@
     python benchmarks/profile_ncu.py --out DIR --cases v:sliding_window,v:document_mask --seqlen 16384
     python benchmarks/profile_ncu.py --out DIR --cases b:sliding_window --seqlen 16384      (backward)
 
-A case `v:NAME` is the catalogue variant `examples/variants/NAME.tl` (sm_90, bf16, d 128, its side tensors
-as `benchmarks/variants.py` makes them); FA4 runs it natively where it can (softcap, window, sink) and
+A case `v:NAME` is the catalogue variant `examples/variants/NAME.tl` (sm_90, bf16, d 128, or `v:NAME@64` at
+the head dim after the @ on `benchmarks/variants.py --hdim`'s tiles; its side tensors as
+`benchmarks/variants.py` makes them); FA4 runs it natively where it can (softcap, window, sink) and
 otherwise through FlexAttention's FLASH backend, which lowers the same score_mod / mask_mod to FA4's CuTe
 DSL kernel (`benchmarks/variant_cases.py`). A case `b:NAME` is that variant's derived backward (the
 dQ/dK/dV kernel, on `benchmarks/variants_backward.py`'s inputs; NAME may also be a plain kernel of
@@ -64,7 +65,14 @@ ROWS = (
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
 
 
-def _variant_child(kind: str, name: str, seqlen: int) -> int:
+def _variant_case(case: str) -> tuple[str, int]:
+    """`v:NAME` → (NAME, 128); `v:NAME@64` → (NAME, 64): the catalogue file moved to that head dim as
+    `benchmarks/variants.py --hdim` moves it (`for_shape`)."""
+    name, _, hdim = case[2:].partition("@")
+    return name, int(hdim or 128)
+
+
+def _variant_child(kind: str, case: str, seqlen: int) -> int:
     """One variant's kernel (ours or FA4's) launched WARMUP + 1 times on the benchmark's shape."""
     import math
 
@@ -74,23 +82,24 @@ def _variant_child(kind: str, name: str, seqlen: int) -> int:
     from kernel_ir.program import Forward
     from pipeline.benchmark import sweep_shape
 
-    shape = sweep_shape(seqlen, 128)
+    name, hdim = _variant_case(case)
+    shape = sweep_shape(seqlen, hdim)
     B, H, S = shape.batch, shape.heads, shape.seqlen_q
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(B, S, H, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(B, S, H, hdim, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
     if kind == "tl":
         from runner.launch import launch
 
-        lk = _load_variant(name)
+        lk = _load_variant(name, hdim)
         program = Forward.from_dict(lk.spec.program)
         side = side_tensors(program, B, H, H, S, g)
         o, lse = torch.empty_like(q), torch.empty(B, H, S, device="cuda")
         run = lambda i: launch(lk, q, k, v, o, lse, extras=side)  # noqa: E731
     else:
-        program = Forward.from_dict(_variant_spec(name).spec.program)
+        program = Forward.from_dict(_variant_spec(name, hdim).spec.program)
         side = side_tensors(program, B, H, H, S, g)
         scalars = {s.name: s.default for s in program.scalars}
-        scale = 1 / math.sqrt(128)
+        scale = 1 / math.sqrt(hdim)
         native = fa4_native(name, scalars, side)
         if native is not None:
             from flash_attn.cute import flash_attn_func
@@ -173,23 +182,23 @@ def _name_filter(kind: str, case: str) -> str:
     if case.startswith("b:"):
         return "regex:_bwd_dq_dk_dv$" if kind == "tl" else "regex:FlashAttentionBackwardSm90"
     if kind == "tl" and case.startswith("v:"):
-        return f"regex:^{_variant_spec(case[2:]).spec.kernel_name}$"
+        return f"regex:^{_variant_spec(*_variant_case(case)).spec.kernel_name}$"
     return NAME_FILTER[kind]
 
 
-def _variant_spec(name: str):  # -> Translation
+def _variant_spec(name: str, hdim: int = 128):  # -> Translation
     from benchmarks.variant_cases import VARIANTS_DIR, for_shape
     from pipeline.build import translate_text
 
-    text = for_shape((VARIANTS_DIR / f"{name}.tl").read_text(), "bf16", 128)
+    text = for_shape((VARIANTS_DIR / f"{name}.tl").read_text(), "bf16", hdim)
     return translate_text(text, Path(f"{name}_ncu.tl"))
 
 
-def _load_variant(name: str):  # -> LoadedKernel
+def _load_variant(name: str, hdim: int = 128):  # -> LoadedKernel
     from pipeline.build import compile_all
     from runner.launch import load, require_device
 
-    t = _variant_spec(name)
+    t = _variant_spec(name, hdim)
     built = compile_all([t], device_arch=require_device())[0]
     return load(built.compiled, t.spec)
 
@@ -198,7 +207,7 @@ def _child(kind: str, case: str, seqlen: int, params: dict[str, int]) -> int:
     if case.startswith("b:"):
         return _backward_child(kind, case[2:], seqlen)
     if case.startswith("v:"):
-        return _variant_child(kind, case[2:], seqlen)
+        return _variant_child(kind, case, seqlen)
     import torch
 
     from pipeline.benchmark import sweep_shape
@@ -253,7 +262,7 @@ def _precompile(cases: list[str], params: dict[int, dict[str, int]]) -> None:
         if case.startswith("b:"):
             continue
         if case.startswith("v:"):
-            items.append(_variant_spec(case[2:]))
+            items.append(_variant_spec(*_variant_case(case)))
             continue
         d, mask = CASES[case]
         items.append(_config(d, mask, params.get(d, {})).translate())
