@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         for kind in kinds:
             label = f"{kind}:{case}"
-            slug = case.replace(":", "-")
+            slug = case.replace(":", "-").replace("@", "-d")  # names the device returns
             report = args.out / f"{kind}_{slug}"
             cmd = [
                 "ncu", "--set", "full", "--clock-control", "none", "--target-processes", "all",
