@@ -1,7 +1,8 @@
-"""The sm_90 forward's wgmma operands written out (`translator/backends/sm90/emit.py`, `_desc_layouts`):
-the GMMA descriptors of Q, K and Vᵀ and the accumulator shapes the kernel builds without CuTe's
-`partition_fragment_A / _B / _C`, checked on the host against what those partitions give for every
-consumer warp group, at tile shapes that reach each mode of the layouts."""
+"""The sm_90 forward's wgmma operands and O's stmatrix written out (`translator/backends/sm90/emit.py`,
+`_desc_layouts`, `_stsm_o`): the GMMA descriptors of Q, K and Vᵀ, the accumulator shapes and O's
+stmatrix partitions the kernel builds without CuTe's `partition_fragment_A / _B / _C` and
+`make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against what those give for every
+consumer warp group and thread, at tile shapes that reach each mode of the layouts."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def test_the_forward_builds_its_operand_descriptors_without_partitions():
     source = _source({})
     code = re.sub(r"//.*", "", source)
     assert "partition_fragment_" not in code and "get_thread_slice(consumer_wg" not in code
+    assert "make_tiled_copy_C" not in code and "partition_D" not in code  # O's stmatrix written out
     desc = _descriptors(source)
     assert desc["tSrQ"][0] == "smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols"
     assert desc["tOrV"][1:3] == ("1280", "64")  # Vᵀ: from one 64-column block of V to the next, 160 rows on
@@ -110,6 +112,27 @@ int check(char const* name) {
          raw_pointer_cast(wg_mma_pv.partition_B(sVt).data()), PTR_V,
          tl::gmma_desc_sw128(PTR_V, ARGS_V).desc_);
   }
+  // STSM: O's stmatrix, every consumer thread's partition_D of sO and retile_S of its registers
+  auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);
+  Tensor sO = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutO{});
+  Tensor rO = make_tensor<Element>(typename Traits::AccShapeO{});
+  for (int ctid = 0; ctid < Traits::kConsumerThreads; ++ctid) {
+    auto thr = stsm.get_thread_slice(ctid);
+    Tensor cute_d = thr.partition_D(sO);
+    Tensor cute_s = thr.retile_S(rO);
+    O_OFFSET
+    Tensor tOsO = make_tensor(sO.data() + o_offset, typename Traits::StsmLayoutO{});
+    Tensor tOrO = make_tensor(rO.data(), typename Traits::StsmLayoutR{});
+    bool ok = cute_d.data() == tOsO.data() && cute_s.data() == tOrO.data()
+        && std::is_same_v<remove_cvref_t<decltype(cute_d.layout())>, typename Traits::StsmLayoutO>
+        && std::is_same_v<remove_cvref_t<decltype(cute_s.layout())>, typename Traits::StsmLayoutR>;
+    if (!ok && bad < 8) {
+      printf("%s stmatrix of thread %d: CuTe ", name, ctid); print(cute_d); print(cute_s.layout());
+      printf(", ours "); print(tOsO); print(tOrO.layout()); printf("\n");
+    }
+    bad += !ok;
+  }
+  // END STSM
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDimV = Traits::kHeadDimV;
   using S = decltype(partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{}));
   using O = decltype(partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
@@ -149,6 +172,12 @@ def test_operand_descriptors_and_accumulators_match_cute_partitions(tmp_path):
             ptr, lbo, sbo, layout = _descriptors(source)[tensor]
             host = host.replace(f"PTR_{key}", f"({ptr})").replace(f"ARGS_{key}", f"{lbo}, {sbo}")
             host = host.replace(f"LAYOUT_{key}", layout)
+        offset = re.search(r"const int o_offset = [^;]*;", source)
+        if offset:
+            host = host.replace("O_OFFSET", offset.group(0))
+        else:  # two wgmma tiles a warp group: CuTe's tiled copy stays
+            assert "make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N" in source and name == "one_consumer"
+            host = host[: host.index("  // STSM:")] + host[host.index("  // END STSM\n") :]
         calls.append(f'  bad += check_{name}<{renamed}>("{name}");')
         parts.append("template <class Traits>" + host.replace("int check(", f"int check_{name}(", 1))
     includes = source[source.index("#include") : source.index("using namespace cute;")]

@@ -219,6 +219,21 @@ def _desc_layouts(e: _Emit) -> None:
     w.comment("The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)")
     w.line(f"using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, {m_shape}, _1>;")
     w.line(f"using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, {m_shape}, _1>;")
+    if c.rows_per_consumer == WGMMA_M:
+        w.comment("O's stmatrix (8 × 8, ×4) as make_tiled_copy_C's partition_D / retile_S give it")
+        steps, strides = (
+            ("_4", "_16")
+            if c.boxes_v == 1
+            else (f"Shape<_4, Int<{c.boxes_v}>>", f"Stride<_16, Int<{p.block_m * BOX_COLS}>>")
+        )
+        w.line(
+            f"using StsmLayoutO = Layout<Shape<Shape<_8, {steps}>, _1, _1>, "
+            f"Stride<Stride<_1, {strides}>, _0, _0>>;"
+        )
+        w.line(
+            f"using StsmLayoutR = Layout<Shape<Shape<_8, Int<{p.head_dim_v // 16}>>, _1, _1>, "
+            "Stride<Stride<_1, _8>, _0, _0>>;"
+        )
 
 
 def _atoms(p: KernelPlan) -> tuple[GmmaAtom, GmmaAtom]:
@@ -1238,14 +1253,18 @@ def _store_o(e: _Emit) -> None:
         w.line(
             "Tensor sO = make_tensor(make_smem_ptr(smem_o), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)"
         )
-        w.line(
-            "auto smem_tiled_copy_O = make_tiled_copy_C("
-            "Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);  // stmatrix"
-        )
-        w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(ctid);")
-        w.line(
-            "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));"
-        )
+        if c.rows_per_consumer == WGMMA_M:
+            _stsm_o(e)
+        else:
+            w.line(
+                "auto smem_tiled_copy_O = make_tiled_copy_C("
+                "Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);  // stmatrix"
+            )
+            w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(ctid);")
+            w.line(
+                "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), "
+                "smem_thr_copy_O.partition_D(sO));"
+            )
         if e.varlen:
             _store_o_rows(e)
             return
@@ -1264,6 +1283,25 @@ def _store_o(e: _Emit) -> None:
             elif c.reuse_q_for_o:
                 w.line("tma_store_wait<0>();  // the store has read O out of Q's buffer:")
                 w.line("EmptyBarrier::arrive(empty_q);  // the next tile's Q may land there")
+
+
+def _stsm_o(e: _Emit) -> None:
+    """O's stmatrix without CuTe's make_tiled_copy_C / partition_D / retile_S: the partitions those give
+    (one 64-row wgmma tile a warp group), written out (tests/translator/test_sm90_desc.py)."""
+    w = e.w
+    w.comment("stmatrix (8 × 8, ×4) a step, as CuTe's make_tiled_copy_C / partition_D / retile_S lay it out")
+    w.comment("for this thread: lane l of warp w gives row 16·w + l % 16 (64 a warp group) of 16 columns")
+    w.comment("8·(l / 16) on, a step 16 columns on (32 bytes), then the next 64-column block; its registers")
+    w.comment("are the accumulator's 16-bit values in order, 8 a step. The swizzle is sO's pointer's. The")
+    w.comment("offset's terms in the order of CuTe's thread layout (16, 2, 8):(64, 8, 1024): the same SASS.")
+    w.line("const int o_offset = ctid % 16 * 64 + ctid / 16 % 2 * 8 + ctid / 32 * 1024;  // unswizzled")
+    boxes, steps = e.cfg.boxes_v, e.plan.head_dim_v // 16
+    w.line(
+        f"Tensor tOsO = make_tensor(sO.data() + o_offset, Traits::StsmLayoutO{{}});"
+        f"  // ((8, {'4' if boxes == 1 else f'(4, {boxes})'}), 1, 1)"
+    )
+    w.line(f"Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{{}});  // ((8, {steps}), 1, 1)")
+    w.line("cute::copy(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tOrO, tOsO);")
 
 
 def _store_o_rows(e: _Emit) -> None:
