@@ -115,11 +115,11 @@ _V_WITH_ITS_K = (
     ),
 )
 # Before round 11 the shared-memory operands were partitioned by the thread's slice: Q's descriptors then
-# lived in regular registers (two R2UR before every Q·Kᵀ wgmma). This restores that, for the A/B.
+# lived in regular registers (two R2UR before every Q·Kᵀ wgmma). This restores that, for the A/B: Q's
+# slice from the thread index, not the warp-uniform one (the descriptors are written out since; K's and
+# Vᵀ's never depended on the slice).
 _THREAD_SLICED_OPERANDS = (
-    (r"wg_mma_qk\.partition_fragment_A\(sQ\)", "thr_mma_qk.partition_fragment_A(sQ)"),
-    (r"wg_mma_qk\.partition_fragment_B\(sK\)", "thr_mma_qk.partition_fragment_B(sK)"),
-    (r"wg_mma_pv\.partition_fragment_B\(sVt\)", "thr_mma_pv.partition_fragment_B(sVt)"),
+    (r"smem_q \+ consumer_wg % Traits::kConsumers \*", "smem_q + ctid / 128 % Traits::kConsumers *"),
 )
 # FA4's row max on sm_90: four independent FMNMX chains per row (the sum stays one chain). Round 5 measured
 # four chains for the max *and* the sum as slower; the ncu source page (round 11's profile) still shows our

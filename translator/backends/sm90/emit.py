@@ -35,7 +35,7 @@ from translator.backends.regions import (
 )
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
-from translator.backends.sm90.gmma import GmmaAtom, atom_definitions, pv_atom, qk_atom
+from translator.backends.sm90.gmma import WGMMA_K, WGMMA_M, GmmaAtom, atom_definitions, pv_atom, qk_atom
 from translator.backends.sm90.helpers import emit_helpers
 from translator.backends.sm90.tma import emit_tma_tiles
 from translator.plan import KernelPlan
@@ -111,7 +111,7 @@ def emit_sm90(
     e = _Emit(w, cfg)
     _header(e, tl_file)
     _traits(e)
-    emit_helpers(w, regions=e.reg is not None)
+    emit_helpers(w, regions=e.reg is not None, gmma_desc=True)
     w.line()
     _kernel(e)
     emit_block_mask_for(w, plan)
@@ -170,6 +170,70 @@ def _header(e: _Emit, tl_file: str | None) -> None:
     w.line()
     for line in atom_definitions(*_atoms(p)):  # wgmma N outside CuTe's base shapes (sm90/gmma.py)
         w.line(line)
+
+
+def _static(n: int, stride: int) -> tuple[str, str]:
+    """A layout mode of CuTe's partitions as (shape, stride) type names: a mode of one has stride 0."""
+    return ("_1", "_0") if n == 1 else (f"Int<{n}>", f"Int<{stride}>")
+
+
+def _k_major(rows: int, d: int) -> tuple[str, str]:
+    """The k16 slices of a K-major (rows × d) tile of 64-column blocks, in 16-byte units: four of
+    32 bytes in a block's 128-byte rows, then the next block (rows · 128 bytes on)."""
+    if d == BOX_COLS:
+        return "_4", "_2"
+    return f"Shape<_4, Int<{d // BOX_COLS}>>", f"Stride<_2, Int<{rows * 8}>>"
+
+
+def _vt_lbo(c: HopperConfig) -> int:
+    """Vᵀ's leading byte offset (16-byte units): from one 64-column block of V to the next, BN rows of
+    128 bytes; CuTe leaves 0 where d_v is one block."""
+    p = c.plan
+    return 0 if p.head_dim_v == BOX_COLS else p.block_n * 8
+
+
+def _desc_layouts(e: _Emit) -> None:
+    """The operands' GMMA descriptor layouts and the accumulators' shapes, written out: what CuTe's
+    partition_fragment_A / _B / _C of one warp group derive (tests/translator/test_sm90_desc.py)."""
+    w, p, c = e.w, e.plan, e.cfg
+    mma_m = c.rows_per_consumer // WGMMA_M
+    m_shape, m_stride = _static(mma_m, WGMMA_M * c.consumers * 8)
+    q_k, q_ks = _k_major(p.block_m, p.head_dim_qk)
+    k_k, k_ks = _k_major(p.block_n, p.head_dim_qk)
+    ks_shape, ks_stride = _static(p.stages, p.block_n * p.head_dim_qk // 8)
+    vk_shape, vk_stride = _static(p.block_n // WGMMA_K, 128)
+    vs_shape, vs_stride = _static(p.stages, p.block_n * p.head_dim_v // 8)
+    w.comment("The wgmma operands in shared memory as one GMMA descriptor and its steps in 16-byte units")
+    w.comment("(MMA, MMA_M or MMA_N, MMA_K[, stage]), as CuTe's partition_fragment_A / _B lay them out for a")
+    w.comment("warp group: Q's and K's k16 slices 32 bytes apart in a 128-byte row, then the next 64-column")
+    w.comment("block; Vᵀ's 16 rows of V (2 KB) apart; Q's next 64-row wgmma tile 64 · kConsumers rows on.")
+    w.line(f"using DescLayoutQ = Layout<Shape<_1, {m_shape}, {q_k}>, Stride<_0, {m_stride}, {q_ks}>>;")
+    w.line(
+        f"using DescLayoutK = Layout<Shape<_1, _1, {k_k}, Shape<_1, {ks_shape}>>, "
+        f"Stride<_0, _0, {k_ks}, Stride<_0, {ks_stride}>>>;"
+    )
+    w.line(
+        f"using DescLayoutVt = Layout<Shape<_1, _1, {vk_shape}, {vs_shape}>, "
+        f"Stride<_0, _0, {vk_stride}, {vs_stride}>>;"
+    )
+    w.comment("The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)")
+    w.line(f"using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, {m_shape}, _1>;")
+    w.line(f"using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, {m_shape}, _1>;")
+    if c.rows_per_consumer == WGMMA_M:
+        w.comment("O's stmatrix (8 × 8, ×4) as make_tiled_copy_C's partition_D / retile_S give it")
+        steps, strides = (
+            ("_4", "_16")
+            if c.boxes_v == 1
+            else (f"Shape<_4, Int<{c.boxes_v}>>", f"Stride<_16, Int<{p.block_m * BOX_COLS}>>")
+        )
+        w.line(
+            f"using StsmLayoutO = Layout<Shape<Shape<_8, {steps}>, _1, _1>, "
+            f"Stride<Stride<_1, {strides}>, _0, _0>>;"
+        )
+        w.line(
+            f"using StsmLayoutR = Layout<Shape<Shape<_8, Int<{p.head_dim_v // 16}>>, _1, _1>, "
+            "Stride<Stride<_1, _8>, _0, _0>>;"
+        )
 
 
 def _atoms(p: KernelPlan) -> tuple[GmmaAtom, GmmaAtom]:
@@ -253,6 +317,8 @@ def _traits(e: _Emit) -> None:
         w.line("    Layout<Shape<Int<kConsumers>, _1, _1>>{}));")
         w.line(f"using TiledMmaPV = decltype(make_tiled_mma({pv.type()}{{}},")
         w.line("    Layout<Shape<Int<kConsumers>, _1, _1>>{}));")
+        w.line()
+        _desc_layouts(e)
         w.line()
         w.comment("Byte offsets in dynamic shared memory (its base rounded up to 1024 in the kernel).")
         w.line(f"static constexpr int kOffK = {sm['off_k']};")
@@ -676,22 +742,26 @@ def _consumer(e: _Emit) -> None:
     )
     w.comment("registers and every wgmma paid two R2UR moves)")
     w.line("const int consumer_wg = __shfl_sync(0xffffffff, ctid / 128, 0);  // warp-uniform")
-    w.line("auto wg_mma_qk = tiled_mma_qk.get_thread_slice(consumer_wg * 128);")
-    w.line("auto wg_mma_pv = tiled_mma_pv.get_thread_slice(consumer_wg * 128);")
+    w.comment("Each operand tile's GMMA descriptors are one descriptor and a layout of 16-byte steps")
+    w.comment("(Traits::Desc*), what CuTe's partition_fragment_A / _B of this warp group give")
+    w.comment("(tests/translator/test_sm90_desc.py), without instantiating them (about 3 s of nvcc); Q's")
+    w.comment("slice at consumer_wg % kConsumers as CuTe's thread layout takes it (the same instructions).")
     w.line()
     with e.tag("q_to_reg", "no ldmatrix on Hopper: wgmma reads Q from shared memory through descriptors"):
         w.line(
-            "Tensor sQ = make_tensor(make_smem_ptr(smem_q), Traits::SmemLayoutQ{});  // (kBlockM, kHeadDimQK)"
+            "Tensor tSrQ = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128("
+            "smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols, 1, 64)},"
         )
-        w.line("Tensor tSrQ = wg_mma_qk.partition_fragment_A(sQ);  // GMMA descriptors (MMA, MMA_M, MMA_K)")
+        w.line("    Traits::DescLayoutQ{});  // this warp group's 64-row slices (MMA, MMA_M, MMA_K)")
     with e.tag("k_to_reg", "descriptors of every K stage"):
-        w.line("Tensor sK = make_tensor(make_smem_ptr(smem_k), Traits::SmemLayoutK{});  // (BN, d_qk, stage)")
-        w.line("Tensor tSrK = wg_mma_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, kStages)")
+        w.line("Tensor tSrK = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_k, 1, 64)},")
+        w.line("    Traits::DescLayoutK{});  // (MMA, MMA_N, MMA_K, kStages)")
     with e.tag("v_to_reg", "descriptors of Vᵀ, an MN-major view of every V stage"):
         w.line(
-            "Tensor sVt = make_tensor(make_smem_ptr(smem_v), Traits::SmemLayoutVt{});  // (d_v, BN, stage)"
+            "Tensor tOrV = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128("
+            f"smem_v, {_vt_lbo(e.cfg)}, 64)}},"
         )
-        w.line("Tensor tOrV = wg_mma_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, kStages)")
+        w.line("    Traits::DescLayoutVt{});  // (MMA, MMA_N, MMA_K, kStages)")
     if e.reg is not None:
         note = (
             "folded into Softmax's exp2" if e.reg.fold is not None else "the score region writes log2 units"
@@ -732,8 +802,7 @@ def _consumer_tile(e: _Emit) -> None:
         emit_uniforms(w, e.reg, tag_line=e.region_line())
     with e.tag("alloc_acc_o", "fp32 wgmma accumulator fragment"):
         w.line(
-            "Tensor acc_o = partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{});"
-            "  // (MMA, MMA_M, MMA_N)"
+            "Tensor acc_o = make_tensor<float>(Traits::AccShapeO{});  // (MMA, MMA_M, MMA_N)"
         )
         w.line("clear(acc_o);")
     with e.tag("softmax", "running row max and row sum (per thread, for its rows)"):
@@ -946,7 +1015,7 @@ def _reshape(e: _Emit, acc: str) -> None:
 def _alloc_s(e: _Emit, name: str) -> None:
     with e.tag("alloc_s", "fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)"):
         e.w.line(
-            f"Tensor {name} = partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{{}});"
+            f"Tensor {name} = make_tensor<float>(Traits::AccShapeS{{}});"
             "  // (MMA, MMA_M, MMA_N)"
         )
 
@@ -1184,14 +1253,18 @@ def _store_o(e: _Emit) -> None:
         w.line(
             "Tensor sO = make_tensor(make_smem_ptr(smem_o), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)"
         )
-        w.line(
-            "auto smem_tiled_copy_O = make_tiled_copy_C("
-            "Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);  // stmatrix"
-        )
-        w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(ctid);")
-        w.line(
-            "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));"
-        )
+        if c.rows_per_consumer == WGMMA_M:
+            _stsm_o(e)
+        else:
+            w.line(
+                "auto smem_tiled_copy_O = make_tiled_copy_C("
+                "Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);  // stmatrix"
+            )
+            w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(ctid);")
+            w.line(
+                "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), "
+                "smem_thr_copy_O.partition_D(sO));"
+            )
         if e.varlen:
             _store_o_rows(e)
             return
@@ -1210,6 +1283,25 @@ def _store_o(e: _Emit) -> None:
             elif c.reuse_q_for_o:
                 w.line("tma_store_wait<0>();  // the store has read O out of Q's buffer:")
                 w.line("EmptyBarrier::arrive(empty_q);  // the next tile's Q may land there")
+
+
+def _stsm_o(e: _Emit) -> None:
+    """O's stmatrix without CuTe's make_tiled_copy_C / partition_D / retile_S: the partitions those give
+    (one 64-row wgmma tile a warp group), written out (tests/translator/test_sm90_desc.py)."""
+    w = e.w
+    w.comment("stmatrix (8 × 8, ×4) a step, as CuTe's make_tiled_copy_C / partition_D / retile_S lay it out")
+    w.comment("for this thread: lane l of warp w gives row 16·w + l % 16 (64 a warp group) of 16 columns")
+    w.comment("8·(l / 16) on, a step 16 columns on (32 bytes), then the next 64-column block; its registers")
+    w.comment("are the accumulator's 16-bit values in order, 8 a step. The swizzle is sO's pointer's. The")
+    w.comment("offset's terms in the order of CuTe's thread layout (16, 2, 8):(64, 8, 1024): the same SASS.")
+    w.line("const int o_offset = ctid % 16 * 64 + ctid / 16 % 2 * 8 + ctid / 32 * 1024;  // unswizzled")
+    boxes, steps = e.cfg.boxes_v, e.plan.head_dim_v // 16
+    w.line(
+        f"Tensor tOsO = make_tensor(sO.data() + o_offset, Traits::StsmLayoutO{{}});"
+        f"  // ((8, {'4' if boxes == 1 else f'(4, {boxes})'}), 1, 1)"
+    )
+    w.line(f"Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{{}});  // ((8, {steps}), 1, 1)")
+    w.line("cute::copy(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tOrO, tOsO);")
 
 
 def _store_o_rows(e: _Emit) -> None:

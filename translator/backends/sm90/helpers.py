@@ -11,7 +11,8 @@ from translator.backends.row_helpers import emit_row_helpers
 from translator.writer import CodeWriter
 
 
-def emit_helpers(w: CodeWriter, regions: bool = False) -> None:
+def emit_helpers(w: CodeWriter, regions: bool = False, *, gmma_desc: bool = False) -> None:
+    """`gmma_desc`: also `gmma_desc_sw128`, the forward's descriptors of its shared tiles in closed form."""
     with w.block("namespace tl", "}  // namespace tl"):
         w.line("using namespace cute;")
         w.line()
@@ -39,6 +40,9 @@ def emit_helpers(w: CodeWriter, regions: bool = False) -> None:
         w.line()
         _emit_descriptor_iterator(w)
         w.line()
+        if gmma_desc:
+            _emit_gmma_desc(w)
+            w.line()
         w.comment("One warp-group GEMM: every k16 slice as a wgmma, one commit group; the caller waits with")
         w.comment(
             "warpgroup_wait<N>. kZeroInit starts from C = 0 (scale-d = 0) instead of clearing registers;"
@@ -109,3 +113,18 @@ def _emit_descriptor_iterator(w: CodeWriter) -> None:
             w.line("return make_tensor(Desc64Iterator{t.data().desc_}, t.layout());")
         with w.block("else"):
             w.line("return make_tensor(t.data(), t.layout());")
+
+
+def _emit_gmma_desc(w: CodeWriter) -> None:
+    """`gmma_desc_sw128`: CuTe's `GMMA::make_gmma_desc` for a 128-byte-swizzled operand tile, its fields
+    set in the same order, with the leading and stride byte offsets the caller read off the layout."""
+    w.comment("The GMMA descriptor of a 128-byte-swizzled shared tile starting at `smem` (CuTe's")
+    w.comment("make_gmma_desc, its fields in the same order); the byte offsets are in 16-byte units.")
+    with w.block("CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(void const* smem, uint16_t lbo, uint16_t sbo)"):
+        w.line("GmmaDescriptor desc;")
+        w.line("desc.bitfield.layout_type_ = uint8_t(GMMA::LayoutType::B128);")
+        w.line("desc.bitfield.start_address_ = static_cast<uint16_t>(cast_smem_ptr_to_uint(smem) >> 4);")
+        w.line("desc.bitfield.base_offset_ = 0;")
+        w.line("desc.bitfield.stride_byte_offset_ = sbo;")
+        w.line("desc.bitfield.leading_byte_offset_ = lbo;")
+        w.line("return desc;")

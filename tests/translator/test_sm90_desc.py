@@ -1,0 +1,199 @@
+"""The sm_90 forward's wgmma operands and O's stmatrix written out (`translator/backends/sm90/emit.py`,
+`_desc_layouts`, `_stsm_o`): the GMMA descriptors of Q, K and Vᵀ, the accumulator shapes and O's
+stmatrix partitions the kernel builds without CuTe's `partition_fragment_A / _B / _C` and
+`make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against what those give for every
+consumer warp group and thread, at tile shapes that reach each mode of the layouts."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.build import translate_text
+from translator.backends.sm90.gmma import atom_definitions, pv_atom, qk_atom
+
+ROOT = Path(__file__).resolve().parents[2]
+HOPPER = ROOT / "examples" / "hopper_mha_fwd.tl"
+NVCC = "/usr/local/cuda/bin/nvcc"
+
+# Param sets of hopper_mha_fwd.tl: BN 160 and d 128 (the example: two 64-column blocks, an extended
+# atom), one consumer (two 64-row wgmma tiles a warp group), three consumers at d 64 (one block), d 256
+# with one stage, a 16-row key tile (one k16 slice of Vᵀ), three stages of 176 keys, fp16.
+CONFIGS: dict[str, dict[str, int | str]] = {
+    "example": {},
+    "one_consumer": {"BM": 128, "consumers": 1, "pingpong": 0},
+    "three_consumers": {"BM": 192, "consumers": 3, "d": 64, "BN": 128},
+    "d256": {"BN": 64, "d": 256, "stages": 1},
+    "bn16": {"BN": 16},
+    "bn176_three_stages": {"BN": 176, "d": 64, "stages": 3},
+    "fp16": {"dtype": "fp16"},
+}
+
+_TENSOR = re.compile(
+    r"Tensor (tSrQ|tSrK|tOrV) = make_tensor\(GMMA::DescriptorIterator\{tl::gmma_desc_sw128\("
+    r"(.+?), (\d+), (\d+)\)\},\s*Traits::(DescLayout\w+)\{\}\);"
+)
+
+
+def _source(params: dict[str, int | str]) -> str:
+    text = HOPPER.read_text()
+    for key, value in params.items():
+        pattern = r"Dtype \w+" if key == "dtype" else rf"Param {key} = \d+"
+        text, n = re.subn(pattern, f"Dtype {value}" if key == "dtype" else f"Param {key} = {value}", text)
+        assert n == 1, key
+    source = translate_text(text, Path(HOPPER.name)).source
+    return "\n".join(line for line in source.splitlines() if not line.startswith("#line"))
+
+
+def _descriptors(source: str) -> dict[str, tuple[str, str, str, str]]:
+    """{tensor: (start pointer, lbo, sbo, layout)} of the emitted descriptor tensors."""
+    found = {m.group(1): m.groups()[1:] for m in _TENSOR.finditer(source)}
+    assert set(found) == {"tSrQ", "tSrK", "tOrV"}, found
+    return found
+
+
+def test_the_forward_builds_its_operand_descriptors_without_partitions():
+    source = _source({})
+    code = re.sub(r"//.*", "", source)
+    assert "partition_fragment_" not in code and "get_thread_slice(consumer_wg" not in code
+    assert "make_tiled_copy_C" not in code and "partition_D" not in code  # O's stmatrix written out
+    desc = _descriptors(source)
+    assert desc["tSrQ"][0] == "smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols"
+    assert desc["tOrV"][1:3] == ("1280", "64")  # Vᵀ: from one 64-column block of V to the next, 160 rows on
+    assert "using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, _1, _1>;" in source
+
+
+_HOST = r"""
+namespace tl {
+using namespace cute;
+GMMA_DESC
+}  // namespace tl
+
+template <class Traits>
+int check(char const* name) {
+  using Element = typename Traits::Element;
+  constexpr int kBoxCols = Traits::kBoxCols;
+  static Element smem[1 << 17];
+  Element *smem_q = smem, *smem_k = smem, *smem_v = smem;
+  typename Traits::TiledMmaQK tiled_mma_qk;
+  typename Traits::TiledMmaPV tiled_mma_pv;
+  Tensor sQ = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutV{});
+  Tensor sVt = make_tensor(sV.data(), composition(sV.layout(), make_ordered_layout(
+      Shape<Int<Traits::kHeadDimV>, Int<Traits::kBlockN>, Int<Traits::kStages>>{}, Step<_2, _1, _3>{})));
+  int bad = 0;
+  auto same = [&](char const* what, auto const& cute_frag, auto const& ours, Element* cute_ptr,
+                  Element* our_ptr, uint64_t our_desc) {
+    bool ok = std::is_same_v<remove_cvref_t<decltype(cute_frag.layout())>, remove_cvref_t<decltype(ours)>>
+        && cute_ptr == our_ptr
+        && cute_frag.data().desc_.desc_ == our_desc;
+    if (!ok) {
+      printf("%s %s: CuTe ", name, what); print(cute_frag.layout());
+      printf(" %016llx +%ld, ours ", (unsigned long long)cute_frag.data().desc_.desc_, long(cute_ptr - smem));
+      print(ours); printf(" %016llx +%ld\n", (unsigned long long)our_desc, long(our_ptr - smem));
+    }
+    bad += !ok;
+  };
+  for (int consumer_wg = 0; consumer_wg < Traits::kConsumers; ++consumer_wg) {
+    auto wg_mma_qk = tiled_mma_qk.get_thread_slice(consumer_wg * 128);
+    auto wg_mma_pv = tiled_mma_pv.get_thread_slice(consumer_wg * 128);
+    same("Q", wg_mma_qk.partition_fragment_A(sQ), typename Traits::LAYOUT_Q{},
+         raw_pointer_cast(wg_mma_qk.partition_A(sQ).data()), PTR_Q,
+         tl::gmma_desc_sw128(PTR_Q, ARGS_Q).desc_);
+    same("K", wg_mma_qk.partition_fragment_B(sK), typename Traits::LAYOUT_K{},
+         raw_pointer_cast(wg_mma_qk.partition_B(sK).data()), PTR_K,
+         tl::gmma_desc_sw128(PTR_K, ARGS_K).desc_);
+    same("Vt", wg_mma_pv.partition_fragment_B(sVt), typename Traits::LAYOUT_V{},
+         raw_pointer_cast(wg_mma_pv.partition_B(sVt).data()), PTR_V,
+         tl::gmma_desc_sw128(PTR_V, ARGS_V).desc_);
+  }
+  // STSM: O's stmatrix, every consumer thread's partition_D of sO and retile_S of its registers
+  auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);
+  Tensor sO = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutO{});
+  Tensor rO = make_tensor<Element>(typename Traits::AccShapeO{});
+  for (int ctid = 0; ctid < Traits::kConsumerThreads; ++ctid) {
+    auto thr = stsm.get_thread_slice(ctid);
+    Tensor cute_d = thr.partition_D(sO);
+    Tensor cute_s = thr.retile_S(rO);
+    O_OFFSET
+    Tensor tOsO = make_tensor(sO.data() + o_offset, typename Traits::StsmLayoutO{});
+    Tensor tOrO = make_tensor(rO.data(), typename Traits::StsmLayoutR{});
+    bool ok = cute_d.data() == tOsO.data() && cute_s.data() == tOrO.data()
+        && std::is_same_v<remove_cvref_t<decltype(cute_d.layout())>, typename Traits::StsmLayoutO>
+        && std::is_same_v<remove_cvref_t<decltype(cute_s.layout())>, typename Traits::StsmLayoutR>;
+    if (!ok && bad < 8) {
+      printf("%s stmatrix of thread %d: CuTe ", name, ctid); print(cute_d); print(cute_s.layout());
+      printf(", ours "); print(tOsO); print(tOrO.layout()); printf("\n");
+    }
+    bad += !ok;
+  }
+  // END STSM
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDimV = Traits::kHeadDimV;
+  using S = decltype(partition_fragment_C(tiled_mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  using O = decltype(partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  bool acc = std::is_same_v<S, decltype(make_tensor<float>(typename Traits::AccShapeS{}))>
+      && std::is_same_v<O, decltype(make_tensor<float>(typename Traits::AccShapeO{}))>;
+  if (!acc) printf("%s: accumulator shapes differ\n", name);
+  return bad + !acc;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
+def test_operand_descriptors_and_accumulators_match_cute_partitions(tmp_path):
+    """Every config's traits (renamed apart) in one host program: for each consumer warp group, CuTe's
+    partition_fragment_A / _B of Q, K (every stage) and Vᵀ have the emitted layout type, start at the
+    emitted pointer and hold the emitted descriptor bits (the start address reads 0 on the host for both);
+    partition_fragment_C's types are those of the emitted accumulator shapes."""
+    import cutlass_library
+
+    parts, calls, atoms, gmma_desc = [], [], set(), ""
+    for name, params in CONFIGS.items():
+        source = _source(params)
+        traits = re.search(r"struct (\w+_traits) \{", source)
+        assert traits
+        dtype = "fp16" if "using Element = cute::half_t;" in source else "bf16"
+        block_n = int(re.search(r"kBlockN = (\d+);", source).group(1))
+        head_dim_v = int(re.search(r"kHeadDimV = (\d+);", source).group(1))
+        atoms |= {qk_atom(dtype, block_n), pv_atom(dtype, head_dim_v)}
+        renamed = f"traits_{name}"
+        tile = source[source.index("// Tile constants") : source.index("\n};\n", traits.start()) + 4]
+        parts.append(tile.replace(traits.group(1), renamed))
+        fn = source[source.index("  CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(") :]
+        gmma_desc = fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
+        host = _HOST.split("template <class Traits>", 1)[1]
+        for tensor, key in (("tSrQ", "Q"), ("tSrK", "K"), ("tOrV", "V")):
+            ptr, lbo, sbo, layout = _descriptors(source)[tensor]
+            host = host.replace(f"PTR_{key}", f"({ptr})").replace(f"ARGS_{key}", f"{lbo}, {sbo}")
+            host = host.replace(f"LAYOUT_{key}", layout)
+        offset = re.search(r"const int o_offset = [^;]*;", source)
+        if offset:
+            host = host.replace("O_OFFSET", offset.group(0))
+        else:  # two wgmma tiles a warp group: CuTe's tiled copy stays
+            assert "make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N" in source and name == "one_consumer"
+            host = host[: host.index("  // STSM:")] + host[host.index("  // END STSM\n") :]
+        calls.append(f'  bad += check_{name}<{renamed}>("{name}");')
+        parts.append("template <class Traits>" + host.replace("int check(", f"int check_{name}(", 1))
+    includes = source[source.index("#include") : source.index("using namespace cute;")]
+    program = "#include <cstdio>\n#include <type_traits>\n" + includes + "using namespace cute;\n"
+    program += "\n".join(atom_definitions(*sorted(atoms, key=repr))) + "\n"
+    program += _HOST.split("template <class Traits>", 1)[0].replace("GMMA_DESC", gmma_desc)
+    program += "\n".join(parts)
+    program += "\nint main() {\n  int bad = 0;\n" + "\n".join(calls)
+    program += '\n  printf("mismatches %d\\n", bad);\n  return bad != 0;\n}\n'
+    cu = tmp_path / "desc.cu"
+    cu.write_text(program)
+    include = Path(cutlass_library.__file__).parent / "source" / "include"
+    nvcc = shutil.which("nvcc") or NVCC
+    exe = tmp_path / "desc"
+    cmd = [nvcc, "-std=c++17", "-arch=sm_90a", f"-I{include}", "-o", str(exe), str(cu)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    ran = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert ran.returncode == 0 and "mismatches 0" in ran.stdout, ran.stdout[-3000:]
