@@ -13,7 +13,7 @@ from translator.backends.arch import ELEMENT, ArchFacts, SmemGeometry, arch_fact
 from translator.backends.finish import launch_spec, render
 from translator.backends.regions import emit_block_mask_for
 from translator.backends.sm80_helpers import emit_helpers
-from translator.backends.sm80_steps import Emit
+from translator.backends.sm80_steps import Emit, fragment_layouts
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -109,6 +109,15 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, facts: ArchFacts) -> None:
             f"using SmemLayoutO = decltype(tile_to_shape({atom_v}{{}}, "
             "Shape<Int<kBlockM>, Int<kHeadDimV>>{}));"
         )
+        frags = fragment_layouts(plan, facts)
+        if frags:
+            w.comment("Register fragments as partition_fragment_A / _B / _C and the ldmatrix copies'")
+            w.comment("retile_D derive them (the views: 8 values an ldmatrix.x4), written out so the kernel")
+            w.comment(
+                "does not instantiate that algebra (tests/translator/test_sm80_fragments.py checks them)."
+            )
+            for alias, layout in frags.items():
+                w.line(f"using {alias} = {layout};")
         w.line()
         how = "cp.async (16 bytes, L2 only)" if facts.cp_async else "128-bit loads and stores (no cp.async)"
         w.comment(f"Global → shared with {how}: each thread moves 8 elements; a row of the atom takes")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from translator.backends import regions
-from translator.backends.arch import ArchFacts
+from translator.backends.arch import ArchFacts, SmemGeometry
 from translator.backends.regions import Regions
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.plan import KernelPlan
@@ -69,6 +69,69 @@ class Emit:
     def wait(self, n: int | str = 0) -> None:
         if self.facts.cp_async:
             self.w.line(f"cute::cp_async_wait<{n}>();")
+
+
+# CuTe's named constants (cute/numeric/integral_constant.hpp); any other is spelled Int<n>.
+_NAMED = {*range(11), 12, *range(16, 257, 8), 384, 512, 768, *(1 << k for k in range(10, 20))}
+
+
+def _c(n: int) -> str:
+    return f"_{n}" if n in _NAMED else f"Int<{n}>"
+
+
+def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | None:
+    """The register fragments' layouts that `partition_fragment_A / _B / _C` and the ldmatrix copies'
+    `retile_D` derive for m16n8k16 atoms tiled kNWarps × 1 × 1 (tests/translator/test_sm80_fragments.py
+    checks them against CuTe), written out so the kernel does not instantiate that algebra; None where
+    the kernel keeps CuTe's derivation (m16n8k8 atoms, a 16-key tile)."""
+    if facts.mma_k != 16 or plan.block_n < 32:
+        return None
+
+    def mode(inner: int, outer: int, s_in: int, s_out: int) -> tuple[str, str]:
+        if outer == 1:
+            return _c(inner), _c(s_in)
+        return f"Shape<{_c(inner)}, {_c(outer)}>", f"Stride<{_c(s_in)}, {_c(s_out)}>"
+
+    m = plan.block_m // (16 * plan.warps)
+    wq, wv = SmemGeometry(plan.head_dim_qk).block_k, SmemGeometry(plan.head_dim_v).block_k
+    kq_in, kq_out = wq // 16, plan.head_dim_qk // wq
+    nv_in, nv_out = wv // 8, plan.head_dim_v // wv
+    n, kv = plan.block_n // 8, plan.block_n // 16
+    ms = 8 * kq_in if m > 1 else 0
+    # Q (A operand): ((2, 2, 2) values, MMA_M, (k16 slices of an atom row, atoms)); ldmatrix.x4 moves the 8.
+    kq = mode(kq_in, kq_out, 8, 8 * kq_in * m)
+    kq_view = kq if m > 1 or kq_out == 1 else (_c(kq_in * kq_out), "_8")
+    # K (B operand): ((2, 2), MMA_N, MMA_K); ldmatrix.x4 moves two n8 tiles.
+    ns = 4 * kq_in
+    kk = mode(kq_in, kq_out, 4, 4 * kq_in * n)
+    # Vᵀ (B operand): ((2, 2), (n8 tiles of an atom, atoms), MMA_K_V); ldmatrix.trans.x4 moves two.
+    vs = 4 * nv_in
+    nv = mode(nv_in, nv_out, 4, 4 * nv_in * kv)
+    nv_view = mode(nv_in // 2, nv_out, 8, 4 * nv_in * kv)
+    acc_m = _c(4 if m > 1 else 0)
+
+    def lay(shape: str, stride: str) -> str:
+        return f"Layout<Shape<{shape}>, Stride<{stride}>>"
+
+    return {
+        "FragLayoutQ": lay(f"Shape<_2, _2, _2>, {_c(m)}, {kq[0]}", f"Stride<_1, _2, _4>, {_c(ms)}, {kq[1]}"),
+        "FragLayoutQView": lay(
+            f"Shape<_8, _1>, {_c(m)}, {kq_view[0]}", f"Stride<_1, _0>, {_c(ms)}, {kq_view[1]}"
+        ),
+        "FragLayoutK": lay(f"Shape<_2, _2>, {_c(n)}, {kk[0]}", f"Stride<_1, _2>, {_c(ns)}, {kk[1]}"),
+        "FragLayoutKView": lay(
+            f"Shape<Shape<_4, _2>, _1>, {_c(n // 2)}, {kk[0]}",
+            f"Stride<Stride<_1, {_c(ns)}>, _0>, {_c(2 * ns)}, {kk[1]}",
+        ),
+        "FragLayoutVt": lay(f"Shape<_2, _2>, {nv[0]}, {_c(kv)}", f"Stride<_1, _2>, {nv[1]}, {_c(vs)}"),
+        "FragLayoutVtView": lay(
+            f"Shape<_8, _1>, {nv_view[0]}, {_c(kv)}", f"Stride<_1, _0>, {nv_view[1]}, {_c(vs)}"
+        ),
+        "AccLayoutO": lay(
+            f"Shape<_2, _2>, {_c(m)}, {_c(plan.head_dim_v // 8)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"
+        ),
+        "AccLayoutS": lay(f"Shape<_2, _2>, {_c(m)}, {_c(n)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"),
+    }
 
 
 def _globals(e: Emit, phase: str) -> None:
@@ -276,27 +339,45 @@ def _q_to_reg(e: Emit, phase: str) -> None:
     with e.tag("q_to_reg", "ldmatrix; slices are loaded inside the GEMM, one k-step ahead"):
         w.line("typename Traits::TiledMma tiled_mma;")
         w.line("auto thr_mma = tiled_mma.get_thread_slice(tidx);")
-        w.line(
-            "Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), "
-            "Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)"
-        )
+        if fragment_layouts(e.plan, e.facts):
+            w.line("Tensor tSrQ = make_tensor<Element>(Traits::FragLayoutQ{});  // (MMA, MMA_M, MMA_K)")
+        else:
+            w.line(
+                "Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), "
+                "Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)"
+            )
         w.line("auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);")
         w.line("auto smem_thr_copy_Q = smem_tiled_copy_Q.get_thread_slice(tidx);")
         w.line("Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)")
-        w.line("Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)")
+        if fragment_layouts(e.plan, e.facts):
+            w.line(
+                "Tensor tSrQ_view = make_tensor(tSrQ.data(), Traits::FragLayoutQView{});"
+                "  // (CPY, CPY_M, CPY_K)"
+            )
+        else:
+            w.line("Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)")
 
 
 def _k_to_reg(e: Emit, phase: str) -> None:
     w = e.w
     with e.tag("k_to_reg", "ldmatrix, inside the GEMM"):
-        w.line(
-            "Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), "
-            "Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)"
-        )
+        if fragment_layouts(e.plan, e.facts):
+            w.line("Tensor tSrK = make_tensor<Element>(Traits::FragLayoutK{});  // (MMA, MMA_N, MMA_K)")
+        else:
+            w.line(
+                "Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), "
+                "Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)"
+            )
         w.line("auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);")
         w.line("auto smem_thr_copy_K = smem_tiled_copy_K.get_thread_slice(tidx);")
         w.line("Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)")
-        w.line("Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)")
+        if fragment_layouts(e.plan, e.facts):
+            w.line(
+                "Tensor tSrK_view = make_tensor(tSrK.data(), Traits::FragLayoutKView{});"
+                "  // (CPY, CPY_N, CPY_K)"
+            )
+        else:
+            w.line("Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)")
 
 
 def _v_to_reg(e: Emit, phase: str) -> None:
@@ -307,36 +388,50 @@ def _v_to_reg(e: Emit, phase: str) -> None:
         w.line(
             "Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)"
         )
-        w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
-        w.line(
-            "Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)"
-        )
+        written = fragment_layouts(e.plan, e.facts) is not None
+        if written:
+            w.line("Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)")
+        else:
+            w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
+            w.line(
+                "Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));"
+                "  // (MMA, MMA_N_V, MMA_K_V)"
+            )
         w.line(
             "auto smem_tiled_copy_V = make_tiled_copy_B(typename "
             "Traits::SmemCopyAtomTransposed{}, tiled_mma);"
         )
         w.line("auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);")
         w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)")
-        w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
+        if written:
+            w.line("Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});")
+        else:
+            w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
 
 
 def _alloc_acc_o(e: Emit, phase: str) -> None:
     w = e.w
     w.line()
     with e.tag("alloc_acc_o", "fp32 accumulator fragment"):
-        w.line(
-            "Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});"
-            "  // (MMA, MMA_M, MMA_N_V)"
-        )
+        if fragment_layouts(e.plan, e.facts):
+            w.line("Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N_V)")
+        else:
+            w.line(
+                "Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});"
+                "  // (MMA, MMA_M, MMA_N_V)"
+            )
         w.line("clear(acc_o);")
 
 
 def _alloc_s(e: Emit, phase: str) -> None:
     with e.tag("alloc_s", "fp32 scores of this key block"):
-        e.w.line(
-            "Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});"
-            "  // (MMA, MMA_M, MMA_N)"
-        )
+        if fragment_layouts(e.plan, e.facts):
+            e.w.line("Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)")
+        else:
+            e.w.line(
+                "Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});"
+                "  // (MMA, MMA_M, MMA_N)"
+            )
         e.w.line("clear(acc_s);")
 
 

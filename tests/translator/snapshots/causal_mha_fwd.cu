@@ -35,6 +35,17 @@ struct causal_mha_fwd_traits {
   using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
   using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  // Register fragments as partition_fragment_A / _B / _C and the ldmatrix copies'
+  // retile_D derive them (the views: 8 values an ldmatrix.x4), written out so the kernel
+  // does not instantiate that algebra (tests/translator/test_sm80_fragments.py checks them).
+  using FragLayoutQ = Layout<Shape<Shape<_2, _2, _2>, _2, Shape<_4, _2>>, Stride<Stride<_1, _2, _4>, _32, Stride<_8, _64>>>;
+  using FragLayoutQView = Layout<Shape<Shape<_8, _1>, _2, Shape<_4, _2>>, Stride<Stride<_1, _0>, _32, Stride<_8, _64>>>;
+  using FragLayoutK = Layout<Shape<Shape<_2, _2>, _8, Shape<_4, _2>>, Stride<Stride<_1, _2>, _16, Stride<_4, _128>>>;
+  using FragLayoutKView = Layout<Shape<Shape<Shape<_4, _2>, _1>, _4, Shape<_4, _2>>, Stride<Stride<Stride<_1, _16>, _0>, _32, Stride<_4, _128>>>;
+  using FragLayoutVt = Layout<Shape<Shape<_2, _2>, Shape<_8, _2>, _4>, Stride<Stride<_1, _2>, Stride<_4, _128>, _32>>;
+  using FragLayoutVtView = Layout<Shape<Shape<_8, _1>, Shape<_4, _2>, _4>, Stride<Stride<_1, _0>, Stride<_8, _128>, _32>>;
+  using AccLayoutO = Layout<Shape<Shape<_2, _2>, _2, _16>, Stride<Stride<_1, _2>, _4, _8>>;
+  using AccLayoutS = Layout<Shape<Shape<_2, _2>, _2, _8>, Stride<Stride<_1, _2>, _4, _8>>;
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
   // kBlockK / 8 threads.
@@ -158,42 +169,42 @@ int window_right) {
 
 #line 13 "causal_mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 162 "causal_mha_fwd.cu"
+#line 173 "causal_mha_fwd.cu"
   // TL:12  Allocate Q in global (seqlen_q, d) with offset q_offset
 #line 12 "causal_mha_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 12 "causal_mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 168 "causal_mha_fwd.cu"
+#line 179 "causal_mha_fwd.cu"
   // TL:13  Allocate K in global (seqlen_k, d) with offset kv_offset
 #line 13 "causal_mha_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 13 "causal_mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 174 "causal_mha_fwd.cu"
+#line 185 "causal_mha_fwd.cu"
   // TL:14  Allocate V in global (seqlen_k, d) with offset kv_offset
 #line 14 "causal_mha_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 14 "causal_mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 180 "causal_mha_fwd.cu"
+#line 191 "causal_mha_fwd.cu"
   // TL:15  Allocate O in global (seqlen_q, d) with offset o_offset
 #line 15 "causal_mha_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 15 "causal_mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 186 "causal_mha_fwd.cu"
+#line 197 "causal_mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 21 "causal_mha_fwd.tl"
   int n_block_min = 0;
 #line 21 "causal_mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 193 "causal_mha_fwd.cu"
+#line 204 "causal_mha_fwd.cu"
   // TL:10  Mask causal: skip key blocks no row of this block can see (bottom-right aligned)
 #line 10 "causal_mha_fwd.tl"
   n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q, kBlockN));
-#line 197 "causal_mha_fwd.cu"
+#line 208 "causal_mha_fwd.cu"
 
   // TL:17  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 17 "causal_mha_fwd.tl"
@@ -230,7 +241,7 @@ int window_right) {
     }
 #line 17 "causal_mha_fwd.tl"
   }
-#line 234 "causal_mha_fwd.cu"
+#line 245 "causal_mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — 2 K buffers after Q's
 #line 22 "causal_mha_fwd.tl"
@@ -277,7 +288,7 @@ int window_right) {
     }
 #line 22 "causal_mha_fwd.tl"
   };
-#line 281 "causal_mha_fwd.cu"
+#line 292 "causal_mha_fwd.cu"
 
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 28 "causal_mha_fwd.tl"
@@ -328,7 +339,7 @@ int window_right) {
     }
 #line 28 "causal_mha_fwd.tl"
   };
-#line 332 "causal_mha_fwd.cu"
+#line 343 "causal_mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 22 "causal_mha_fwd.tl"
@@ -339,7 +350,7 @@ int window_right) {
   }
 #line 22 "causal_mha_fwd.tl"
   cute::cp_async_fence();
-#line 343 "causal_mha_fwd.cu"
+#line 354 "causal_mha_fwd.cu"
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, behind its K
 #line 28 "causal_mha_fwd.tl"
   if (n_block_max > n_block_min) {
@@ -349,7 +360,7 @@ int window_right) {
   }
 #line 28 "causal_mha_fwd.tl"
   cute::cp_async_fence();
-#line 353 "causal_mha_fwd.cu"
+#line 364 "causal_mha_fwd.cu"
 
   // TL:18  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 18 "causal_mha_fwd.tl"
@@ -357,7 +368,7 @@ int window_right) {
 #line 18 "causal_mha_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 18 "causal_mha_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = make_tensor<Element>(Traits::FragLayoutQ{});  // (MMA, MMA_M, MMA_K)
 #line 18 "causal_mha_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 18 "causal_mha_fwd.tl"
@@ -365,11 +376,11 @@ int window_right) {
 #line 18 "causal_mha_fwd.tl"
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 18 "causal_mha_fwd.tl"
-  Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 370 "causal_mha_fwd.cu"
+  Tensor tSrQ_view = make_tensor(tSrQ.data(), Traits::FragLayoutQView{});  // (CPY, CPY_M, CPY_K)
+#line 381 "causal_mha_fwd.cu"
   // TL:23  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 23 "causal_mha_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = make_tensor<Element>(Traits::FragLayoutK{});  // (MMA, MMA_N, MMA_K)
 #line 23 "causal_mha_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 23 "causal_mha_fwd.tl"
@@ -377,15 +388,13 @@ int window_right) {
 #line 23 "causal_mha_fwd.tl"
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 23 "causal_mha_fwd.tl"
-  Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 382 "causal_mha_fwd.cu"
+  Tensor tSrK_view = make_tensor(tSrK.data(), Traits::FragLayoutKView{});  // (CPY, CPY_N, CPY_K)
+#line 393 "causal_mha_fwd.cu"
   // TL:29  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 29 "causal_mha_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
 #line 29 "causal_mha_fwd.tl"
-  Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});
-#line 29 "causal_mha_fwd.tl"
-  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)
+  Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)
 #line 29 "causal_mha_fwd.tl"
   auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
 #line 29 "causal_mha_fwd.tl"
@@ -393,19 +402,19 @@ int window_right) {
 #line 29 "causal_mha_fwd.tl"
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 29 "causal_mha_fwd.tl"
-  Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 398 "causal_mha_fwd.cu"
+  Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});
+#line 407 "causal_mha_fwd.cu"
 
   // TL:20  Allocate acc_o in register (BM, d)  — fp32 accumulator fragment
 #line 20 "causal_mha_fwd.tl"
-  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
+  Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N_V)
 #line 20 "causal_mha_fwd.tl"
   clear(acc_o);
-#line 405 "causal_mha_fwd.cu"
+#line 414 "causal_mha_fwd.cu"
   // TL:25  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 25 "causal_mha_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 409 "causal_mha_fwd.cu"
+#line 418 "causal_mha_fwd.cu"
   // TL:26  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 26 "causal_mha_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -415,7 +424,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 26 "causal_mha_fwd.tl"
   clear(row_sum);
-#line 419 "causal_mha_fwd.cu"
+#line 428 "causal_mha_fwd.cu"
   // TL:10  (row, col) of each score, and which key blocks need the mask
 #line 10 "causal_mha_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -425,7 +434,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k || (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q;
 #line 10 "causal_mha_fwd.tl"
   };
-#line 429 "causal_mha_fwd.cu"
+#line 438 "causal_mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 21 "causal_mha_fwd.tl"
@@ -436,19 +445,19 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 21 "causal_mha_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 440 "causal_mha_fwd.cu"
+#line 449 "causal_mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "causal_mha_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 19 "causal_mha_fwd.tl"
     clear(acc_s);
-#line 446 "causal_mha_fwd.cu"
+#line 455 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "causal_mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 452 "causal_mha_fwd.cu"
+#line 461 "causal_mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -458,7 +467,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "causal_mha_fwd.tl"
     }
-#line 462 "causal_mha_fwd.cu"
+#line 471 "causal_mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -468,7 +477,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "causal_mha_fwd.tl"
     }
-#line 472 "causal_mha_fwd.cu"
+#line 481 "causal_mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -490,7 +499,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "causal_mha_fwd.tl"
     }
-#line 494 "causal_mha_fwd.cu"
+#line 503 "causal_mha_fwd.cu"
     // TL:10  bottom-right causal mask and the seqlen_k tail
 #line 10 "causal_mha_fwd.tl"
     CUTE_UNROLL
@@ -504,13 +513,13 @@ int window_right) {
       if (col >= seqlen_k || col > row + seqlen_k - seqlen_q) acc_s(i) = -__int_as_float(0x7f800000);
 #line 10 "causal_mha_fwd.tl"
     }
-#line 508 "causal_mha_fwd.cu"
+#line 517 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "causal_mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 514 "causal_mha_fwd.cu"
+#line 523 "causal_mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "causal_mha_fwd.tl"
@@ -539,7 +548,7 @@ int window_right) {
     CUTE_UNROLL
 #line 26 "causal_mha_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 543 "causal_mha_fwd.cu"
+#line 552 "causal_mha_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 26 "causal_mha_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -563,13 +572,13 @@ int window_right) {
       }
 #line 26 "causal_mha_fwd.tl"
     }
-#line 567 "causal_mha_fwd.cu"
+#line 576 "causal_mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "causal_mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "causal_mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 573 "causal_mha_fwd.cu"
+#line 582 "causal_mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -587,33 +596,33 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "causal_mha_fwd.tl"
     }
-#line 591 "causal_mha_fwd.cu"
+#line 600 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
     stage ^= 1;
-#line 595 "causal_mha_fwd.cu"
+#line 604 "causal_mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
   }
-#line 599 "causal_mha_fwd.cu"
+#line 608 "causal_mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 21 "causal_mha_fwd.tl"
   CUTE_NO_UNROLL
 #line 21 "causal_mha_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 605 "causal_mha_fwd.cu"
+#line 614 "causal_mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "causal_mha_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 19 "causal_mha_fwd.tl"
     clear(acc_s);
-#line 611 "causal_mha_fwd.cu"
+#line 620 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "causal_mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 617 "causal_mha_fwd.cu"
+#line 626 "causal_mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -623,7 +632,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "causal_mha_fwd.tl"
     }
-#line 627 "causal_mha_fwd.cu"
+#line 636 "causal_mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "causal_mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -633,7 +642,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "causal_mha_fwd.tl"
     }
-#line 637 "causal_mha_fwd.cu"
+#line 646 "causal_mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -655,13 +664,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "causal_mha_fwd.tl"
     }
-#line 659 "causal_mha_fwd.cu"
+#line 668 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "causal_mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "causal_mha_fwd.tl"
     __syncthreads();
-#line 665 "causal_mha_fwd.cu"
+#line 674 "causal_mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "causal_mha_fwd.tl"
@@ -712,13 +721,13 @@ int window_right) {
       }
 #line 26 "causal_mha_fwd.tl"
     }
-#line 716 "causal_mha_fwd.cu"
+#line 725 "causal_mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "causal_mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "causal_mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 722 "causal_mha_fwd.cu"
+#line 731 "causal_mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "causal_mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -736,15 +745,15 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "causal_mha_fwd.tl"
     }
-#line 740 "causal_mha_fwd.cu"
+#line 749 "causal_mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
     stage ^= 1;
-#line 744 "causal_mha_fwd.cu"
+#line 753 "causal_mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "causal_mha_fwd.tl"
   }
-#line 748 "causal_mha_fwd.cu"
+#line 757 "causal_mha_fwd.cu"
 
   // TL:32  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 32 "causal_mha_fwd.tl"
@@ -769,7 +778,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 32 "causal_mha_fwd.tl"
   }
-#line 773 "causal_mha_fwd.cu"
+#line 782 "causal_mha_fwd.cu"
 
   // TL:33  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 33 "causal_mha_fwd.tl"
@@ -782,7 +791,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 33 "causal_mha_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 786 "causal_mha_fwd.cu"
+#line 795 "causal_mha_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 33 "causal_mha_fwd.tl"
@@ -807,7 +816,7 @@ int window_right) {
   }
 #line 33 "causal_mha_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 811 "causal_mha_fwd.cu"
+#line 820 "causal_mha_fwd.cu"
 
 #line 33 "causal_mha_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -837,5 +846,5 @@ int window_right) {
     }
 #line 33 "causal_mha_fwd.tl"
   }
-#line 841 "causal_mha_fwd.cu"
+#line 850 "causal_mha_fwd.cu"
 }

@@ -35,6 +35,17 @@ struct mha_fwd_traits {
   using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
   using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  // Register fragments as partition_fragment_A / _B / _C and the ldmatrix copies'
+  // retile_D derive them (the views: 8 values an ldmatrix.x4), written out so the kernel
+  // does not instantiate that algebra (tests/translator/test_sm80_fragments.py checks them).
+  using FragLayoutQ = Layout<Shape<Shape<_2, _2, _2>, _2, Shape<_4, _2>>, Stride<Stride<_1, _2, _4>, _32, Stride<_8, _64>>>;
+  using FragLayoutQView = Layout<Shape<Shape<_8, _1>, _2, Shape<_4, _2>>, Stride<Stride<_1, _0>, _32, Stride<_8, _64>>>;
+  using FragLayoutK = Layout<Shape<Shape<_2, _2>, _8, Shape<_4, _2>>, Stride<Stride<_1, _2>, _16, Stride<_4, _128>>>;
+  using FragLayoutKView = Layout<Shape<Shape<Shape<_4, _2>, _1>, _4, Shape<_4, _2>>, Stride<Stride<Stride<_1, _16>, _0>, _32, Stride<_4, _128>>>;
+  using FragLayoutVt = Layout<Shape<Shape<_2, _2>, Shape<_8, _2>, _4>, Stride<Stride<_1, _2>, Stride<_4, _128>, _32>>;
+  using FragLayoutVtView = Layout<Shape<Shape<_8, _1>, Shape<_4, _2>, _4>, Stride<Stride<_1, _0>, Stride<_8, _128>, _32>>;
+  using AccLayoutO = Layout<Shape<Shape<_2, _2>, _2, _16>, Stride<Stride<_1, _2>, _4, _8>>;
+  using AccLayoutS = Layout<Shape<Shape<_2, _2>, _2, _8>, Stride<Stride<_1, _2>, _4, _8>>;
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
   // kBlockK / 8 threads.
@@ -158,38 +169,38 @@ int window_right) {
 
 #line 13 "mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 162 "mha_fwd.cu"
+#line 173 "mha_fwd.cu"
   // TL:12  Allocate Q in global (seqlen_q, d) with offset q_offset
 #line 12 "mha_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 12 "mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 168 "mha_fwd.cu"
+#line 179 "mha_fwd.cu"
   // TL:13  Allocate K in global (seqlen_k, d) with offset kv_offset
 #line 13 "mha_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 13 "mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 174 "mha_fwd.cu"
+#line 185 "mha_fwd.cu"
   // TL:14  Allocate V in global (seqlen_k, d) with offset kv_offset
 #line 14 "mha_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 14 "mha_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 180 "mha_fwd.cu"
+#line 191 "mha_fwd.cu"
   // TL:15  Allocate O in global (seqlen_q, d) with offset o_offset
 #line 15 "mha_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 15 "mha_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 186 "mha_fwd.cu"
+#line 197 "mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 21 "mha_fwd.tl"
   int n_block_min = 0;
 #line 21 "mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 193 "mha_fwd.cu"
+#line 204 "mha_fwd.cu"
 
   // TL:17  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 17 "mha_fwd.tl"
@@ -226,7 +237,7 @@ int window_right) {
     }
 #line 17 "mha_fwd.tl"
   }
-#line 230 "mha_fwd.cu"
+#line 241 "mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — 2 K buffers after Q's
 #line 22 "mha_fwd.tl"
@@ -273,7 +284,7 @@ int window_right) {
     }
 #line 22 "mha_fwd.tl"
   };
-#line 277 "mha_fwd.cu"
+#line 288 "mha_fwd.cu"
 
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 28 "mha_fwd.tl"
@@ -324,7 +335,7 @@ int window_right) {
     }
 #line 28 "mha_fwd.tl"
   };
-#line 328 "mha_fwd.cu"
+#line 339 "mha_fwd.cu"
 
   // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 22 "mha_fwd.tl"
@@ -335,7 +346,7 @@ int window_right) {
   }
 #line 22 "mha_fwd.tl"
   cute::cp_async_fence();
-#line 339 "mha_fwd.cu"
+#line 350 "mha_fwd.cu"
   // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, behind its K
 #line 28 "mha_fwd.tl"
   if (n_block_max > n_block_min) {
@@ -345,7 +356,7 @@ int window_right) {
   }
 #line 28 "mha_fwd.tl"
   cute::cp_async_fence();
-#line 349 "mha_fwd.cu"
+#line 360 "mha_fwd.cu"
 
   // TL:18  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 18 "mha_fwd.tl"
@@ -353,7 +364,7 @@ int window_right) {
 #line 18 "mha_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 18 "mha_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = make_tensor<Element>(Traits::FragLayoutQ{});  // (MMA, MMA_M, MMA_K)
 #line 18 "mha_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 18 "mha_fwd.tl"
@@ -361,11 +372,11 @@ int window_right) {
 #line 18 "mha_fwd.tl"
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 18 "mha_fwd.tl"
-  Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 366 "mha_fwd.cu"
+  Tensor tSrQ_view = make_tensor(tSrQ.data(), Traits::FragLayoutQView{});  // (CPY, CPY_M, CPY_K)
+#line 377 "mha_fwd.cu"
   // TL:23  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 23 "mha_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = make_tensor<Element>(Traits::FragLayoutK{});  // (MMA, MMA_N, MMA_K)
 #line 23 "mha_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 23 "mha_fwd.tl"
@@ -373,15 +384,13 @@ int window_right) {
 #line 23 "mha_fwd.tl"
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 23 "mha_fwd.tl"
-  Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 378 "mha_fwd.cu"
+  Tensor tSrK_view = make_tensor(tSrK.data(), Traits::FragLayoutKView{});  // (CPY, CPY_N, CPY_K)
+#line 389 "mha_fwd.cu"
   // TL:29  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 29 "mha_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
 #line 29 "mha_fwd.tl"
-  Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});
-#line 29 "mha_fwd.tl"
-  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)
+  Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)
 #line 29 "mha_fwd.tl"
   auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
 #line 29 "mha_fwd.tl"
@@ -389,19 +398,19 @@ int window_right) {
 #line 29 "mha_fwd.tl"
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 29 "mha_fwd.tl"
-  Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 394 "mha_fwd.cu"
+  Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});
+#line 403 "mha_fwd.cu"
 
   // TL:20  Allocate acc_o in register (BM, d)  — fp32 accumulator fragment
 #line 20 "mha_fwd.tl"
-  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
+  Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N_V)
 #line 20 "mha_fwd.tl"
   clear(acc_o);
-#line 401 "mha_fwd.cu"
+#line 410 "mha_fwd.cu"
   // TL:25  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 25 "mha_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 405 "mha_fwd.cu"
+#line 414 "mha_fwd.cu"
   // TL:26  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 26 "mha_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -411,7 +420,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 26 "mha_fwd.tl"
   clear(row_sum);
-#line 415 "mha_fwd.cu"
+#line 424 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN  — (row, col) of each score, and which key blocks need the mask
 #line 21 "mha_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -421,7 +430,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k;
 #line 21 "mha_fwd.tl"
   };
-#line 425 "mha_fwd.cu"
+#line 434 "mha_fwd.cu"
 
   // TL:21  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 21 "mha_fwd.tl"
@@ -432,19 +441,19 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 21 "mha_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 436 "mha_fwd.cu"
+#line 445 "mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "mha_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 19 "mha_fwd.tl"
     clear(acc_s);
-#line 442 "mha_fwd.cu"
+#line 451 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 448 "mha_fwd.cu"
+#line 457 "mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -454,7 +463,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "mha_fwd.tl"
     }
-#line 458 "mha_fwd.cu"
+#line 467 "mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -464,7 +473,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "mha_fwd.tl"
     }
-#line 468 "mha_fwd.cu"
+#line 477 "mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -486,7 +495,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "mha_fwd.tl"
     }
-#line 490 "mha_fwd.cu"
+#line 499 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 21 "mha_fwd.tl"
     CUTE_UNROLL
@@ -500,13 +509,13 @@ int window_right) {
       if (col >= seqlen_k) acc_s(i) = -__int_as_float(0x7f800000);
 #line 21 "mha_fwd.tl"
     }
-#line 504 "mha_fwd.cu"
+#line 513 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 510 "mha_fwd.cu"
+#line 519 "mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "mha_fwd.tl"
@@ -535,7 +544,7 @@ int window_right) {
     CUTE_UNROLL
 #line 26 "mha_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 539 "mha_fwd.cu"
+#line 548 "mha_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 26 "mha_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -559,13 +568,13 @@ int window_right) {
       }
 #line 26 "mha_fwd.tl"
     }
-#line 563 "mha_fwd.cu"
+#line 572 "mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 569 "mha_fwd.cu"
+#line 578 "mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -583,33 +592,33 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "mha_fwd.tl"
     }
-#line 587 "mha_fwd.cu"
+#line 596 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
     stage ^= 1;
-#line 591 "mha_fwd.cu"
+#line 600 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
   }
-#line 595 "mha_fwd.cu"
+#line 604 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 21 "mha_fwd.tl"
   CUTE_NO_UNROLL
 #line 21 "mha_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 601 "mha_fwd.cu"
+#line 610 "mha_fwd.cu"
     // TL:19  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 19 "mha_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 19 "mha_fwd.tl"
     clear(acc_s);
-#line 607 "mha_fwd.cu"
+#line 616 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 21 "mha_fwd.tl"
     cute::cp_async_wait<1>();
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 613 "mha_fwd.cu"
+#line 622 "mha_fwd.cu"
     // TL:22  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 22 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -619,7 +628,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 22 "mha_fwd.tl"
     }
-#line 623 "mha_fwd.cu"
+#line 632 "mha_fwd.cu"
     // TL:28  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 28 "mha_fwd.tl"
     if (n_block > n_block_min) {
@@ -629,7 +638,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 28 "mha_fwd.tl"
     }
-#line 633 "mha_fwd.cu"
+#line 642 "mha_fwd.cu"
     // TL:24  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 24 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -651,13 +660,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 24 "mha_fwd.tl"
     }
-#line 655 "mha_fwd.cu"
+#line 664 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 21 "mha_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 21 "mha_fwd.tl"
     __syncthreads();
-#line 661 "mha_fwd.cu"
+#line 670 "mha_fwd.cu"
     // TL:25  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:26  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 26 "mha_fwd.tl"
@@ -708,13 +717,13 @@ int window_right) {
       }
 #line 26 "mha_fwd.tl"
     }
-#line 712 "mha_fwd.cu"
+#line 721 "mha_fwd.cu"
     // TL:27  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 27 "mha_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 27 "mha_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 718 "mha_fwd.cu"
+#line 727 "mha_fwd.cu"
     // TL:30  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 30 "mha_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -732,15 +741,15 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 30 "mha_fwd.tl"
     }
-#line 736 "mha_fwd.cu"
+#line 745 "mha_fwd.cu"
     // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
     stage ^= 1;
-#line 740 "mha_fwd.cu"
+#line 749 "mha_fwd.cu"
   // TL:21  for j = 0: seqlen_k / BN
 #line 21 "mha_fwd.tl"
   }
-#line 744 "mha_fwd.cu"
+#line 753 "mha_fwd.cu"
 
   // TL:32  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 32 "mha_fwd.tl"
@@ -765,7 +774,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 32 "mha_fwd.tl"
   }
-#line 769 "mha_fwd.cu"
+#line 778 "mha_fwd.cu"
 
   // TL:33  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 33 "mha_fwd.tl"
@@ -778,7 +787,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 33 "mha_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 782 "mha_fwd.cu"
+#line 791 "mha_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 33 "mha_fwd.tl"
@@ -803,7 +812,7 @@ int window_right) {
   }
 #line 33 "mha_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 807 "mha_fwd.cu"
+#line 816 "mha_fwd.cu"
 
 #line 33 "mha_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -833,5 +842,5 @@ int window_right) {
     }
 #line 33 "mha_fwd.tl"
   }
-#line 837 "mha_fwd.cu"
+#line 846 "mha_fwd.cu"
 }

@@ -35,6 +35,17 @@ struct mla_fwd_traits {
   using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
   using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  // Register fragments as partition_fragment_A / _B / _C and the ldmatrix copies'
+  // retile_D derive them (the views: 8 values an ldmatrix.x4), written out so the kernel
+  // does not instantiate that algebra (tests/translator/test_sm80_fragments.py checks them).
+  using FragLayoutQ = Layout<Shape<Shape<_2, _2, _2>, _1, Shape<_4, _3>>, Stride<Stride<_1, _2, _4>, _0, Stride<_8, _32>>>;
+  using FragLayoutQView = Layout<Shape<Shape<_8, _1>, _1, _12>, Stride<Stride<_1, _0>, _0, _8>>;
+  using FragLayoutK = Layout<Shape<Shape<_2, _2>, _8, Shape<_4, _3>>, Stride<Stride<_1, _2>, _16, Stride<_4, _128>>>;
+  using FragLayoutKView = Layout<Shape<Shape<Shape<_4, _2>, _1>, _4, Shape<_4, _3>>, Stride<Stride<Stride<_1, _16>, _0>, _32, Stride<_4, _128>>>;
+  using FragLayoutVt = Layout<Shape<Shape<_2, _2>, Shape<_8, _2>, _4>, Stride<Stride<_1, _2>, Stride<_4, _128>, _32>>;
+  using FragLayoutVtView = Layout<Shape<Shape<_8, _1>, Shape<_4, _2>, _4>, Stride<Stride<_1, _0>, Stride<_8, _128>, _32>>;
+  using AccLayoutO = Layout<Shape<Shape<_2, _2>, _1, _16>, Stride<Stride<_1, _2>, _0, _4>>;
+  using AccLayoutS = Layout<Shape<Shape<_2, _2>, _1, _8>, Stride<Stride<_1, _2>, _0, _4>>;
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
   // kBlockK / 8 threads.
@@ -158,42 +169,42 @@ int window_right) {
 
 #line 14 "mla_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 162 "mla_fwd.cu"
+#line 173 "mla_fwd.cu"
   // TL:13  Allocate Q in global (seqlen_q, d_qk) with offset q_offset
 #line 13 "mla_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 13 "mla_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 168 "mla_fwd.cu"
+#line 179 "mla_fwd.cu"
   // TL:14  Allocate K in global (seqlen_k, d_qk) with offset kv_offset
 #line 14 "mla_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 14 "mla_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 174 "mla_fwd.cu"
+#line 185 "mla_fwd.cu"
   // TL:15  Allocate V in global (seqlen_k, d_v) with offset kv_offset
 #line 15 "mla_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 15 "mla_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 180 "mla_fwd.cu"
+#line 191 "mla_fwd.cu"
   // TL:16  Allocate O in global (seqlen_q, d_v) with offset o_offset
 #line 16 "mla_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 16 "mla_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 186 "mla_fwd.cu"
+#line 197 "mla_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 22 "mla_fwd.tl"
   int n_block_min = 0;
 #line 22 "mla_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 193 "mla_fwd.cu"
+#line 204 "mla_fwd.cu"
   // TL:11  Mask causal: skip key blocks no row of this block can see (bottom-right aligned)
 #line 11 "mla_fwd.tl"
   n_block_max = min(n_block_max, cute::ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q, kBlockN));
-#line 197 "mla_fwd.cu"
+#line 208 "mla_fwd.cu"
 
   // TL:18  Copy Q (BM, d_qk) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 18 "mla_fwd.tl"
@@ -230,7 +241,7 @@ int window_right) {
     }
 #line 18 "mla_fwd.tl"
   }
-#line 234 "mla_fwd.cu"
+#line 245 "mla_fwd.cu"
 
   // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — 1 K buffer after Q's
 #line 23 "mla_fwd.tl"
@@ -277,7 +288,7 @@ int window_right) {
     }
 #line 23 "mla_fwd.tl"
   };
-#line 281 "mla_fwd.cu"
+#line 292 "mla_fwd.cu"
 
   // TL:29  Copy V (BN, d_v) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 29 "mla_fwd.tl"
@@ -328,7 +339,7 @@ int window_right) {
     }
 #line 29 "mla_fwd.tl"
   };
-#line 332 "mla_fwd.cu"
+#line 343 "mla_fwd.cu"
 
   // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 23 "mla_fwd.tl"
@@ -339,7 +350,7 @@ int window_right) {
   }
 #line 23 "mla_fwd.tl"
   cute::cp_async_fence();
-#line 343 "mla_fwd.cu"
+#line 354 "mla_fwd.cu"
 
   // TL:19  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 19 "mla_fwd.tl"
@@ -347,7 +358,7 @@ int window_right) {
 #line 19 "mla_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 19 "mla_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = make_tensor<Element>(Traits::FragLayoutQ{});  // (MMA, MMA_M, MMA_K)
 #line 19 "mla_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 19 "mla_fwd.tl"
@@ -355,11 +366,11 @@ int window_right) {
 #line 19 "mla_fwd.tl"
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 19 "mla_fwd.tl"
-  Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 360 "mla_fwd.cu"
+  Tensor tSrQ_view = make_tensor(tSrQ.data(), Traits::FragLayoutQView{});  // (CPY, CPY_M, CPY_K)
+#line 371 "mla_fwd.cu"
   // TL:24  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 24 "mla_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = make_tensor<Element>(Traits::FragLayoutK{});  // (MMA, MMA_N, MMA_K)
 #line 24 "mla_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 24 "mla_fwd.tl"
@@ -367,15 +378,13 @@ int window_right) {
 #line 24 "mla_fwd.tl"
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 24 "mla_fwd.tl"
-  Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 372 "mla_fwd.cu"
+  Tensor tSrK_view = make_tensor(tSrK.data(), Traits::FragLayoutKView{});  // (CPY, CPY_N, CPY_K)
+#line 383 "mla_fwd.cu"
   // TL:30  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 30 "mla_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
 #line 30 "mla_fwd.tl"
-  Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});
-#line 30 "mla_fwd.tl"
-  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)
+  Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)
 #line 30 "mla_fwd.tl"
   auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
 #line 30 "mla_fwd.tl"
@@ -383,19 +392,19 @@ int window_right) {
 #line 30 "mla_fwd.tl"
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 30 "mla_fwd.tl"
-  Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 388 "mla_fwd.cu"
+  Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});
+#line 397 "mla_fwd.cu"
 
   // TL:21  Allocate acc_o in register (BM, d_v)  — fp32 accumulator fragment
 #line 21 "mla_fwd.tl"
-  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
+  Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N_V)
 #line 21 "mla_fwd.tl"
   clear(acc_o);
-#line 395 "mla_fwd.cu"
+#line 404 "mla_fwd.cu"
   // TL:26  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 26 "mla_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 399 "mla_fwd.cu"
+#line 408 "mla_fwd.cu"
   // TL:27  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 27 "mla_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -405,7 +414,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 27 "mla_fwd.tl"
   clear(row_sum);
-#line 409 "mla_fwd.cu"
+#line 418 "mla_fwd.cu"
   // TL:11  (row, col) of each score, and which key blocks need the mask
 #line 11 "mla_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -415,7 +424,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k || (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q;
 #line 11 "mla_fwd.tl"
   };
-#line 419 "mla_fwd.cu"
+#line 428 "mla_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 22 "mla_fwd.tl"
@@ -424,25 +433,25 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 22 "mla_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 428 "mla_fwd.cu"
+#line 437 "mla_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mla_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mla_fwd.tl"
     clear(acc_s);
-#line 434 "mla_fwd.cu"
+#line 443 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed; every warp is done with sV
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 440 "mla_fwd.cu"
+#line 449 "mla_fwd.cu"
     // TL:29  Copy V (BN, d_v) in coordinate [L = j] from global to shared  — issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)
 #line 29 "mla_fwd.tl"
     load_V(n_block, 0, cute::true_type{});  // may be the partial last block
 #line 29 "mla_fwd.tl"
     cute::cp_async_fence();
-#line 446 "mla_fwd.cu"
+#line 455 "mla_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -464,7 +473,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mla_fwd.tl"
     }
-#line 468 "mla_fwd.cu"
+#line 477 "mla_fwd.cu"
     // TL:11  bottom-right causal mask and the seqlen_k tail
 #line 11 "mla_fwd.tl"
     CUTE_UNROLL
@@ -478,13 +487,13 @@ int window_right) {
       if (col >= seqlen_k || col > row + seqlen_k - seqlen_q) acc_s(i) = -__int_as_float(0x7f800000);
 #line 11 "mla_fwd.tl"
     }
-#line 482 "mla_fwd.cu"
+#line 491 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 488 "mla_fwd.cu"
+#line 497 "mla_fwd.cu"
     // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — prefetch the next key block; it overlaps softmax and P·V (a full block: only the highest can be partial)
 #line 23 "mla_fwd.tl"
     if (n_block > n_block_min) {
@@ -494,7 +503,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mla_fwd.tl"
     }
-#line 498 "mla_fwd.cu"
+#line 507 "mla_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mla_fwd.tl"
@@ -523,7 +532,7 @@ int window_right) {
     CUTE_UNROLL
 #line 27 "mla_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 527 "mla_fwd.cu"
+#line 536 "mla_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 27 "mla_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -547,13 +556,13 @@ int window_right) {
       }
 #line 27 "mla_fwd.tl"
     }
-#line 551 "mla_fwd.cu"
+#line 560 "mla_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mla_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mla_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 557 "mla_fwd.cu"
+#line 566 "mla_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, 0), tOrVt_view(_, _, 0));
@@ -571,35 +580,35 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mla_fwd.tl"
     }
-#line 575 "mla_fwd.cu"
+#line 584 "mla_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mla_fwd.tl"
   }
-#line 579 "mla_fwd.cu"
+#line 588 "mla_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 22 "mla_fwd.tl"
   CUTE_NO_UNROLL
 #line 22 "mla_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 585 "mla_fwd.cu"
+#line 594 "mla_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mla_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mla_fwd.tl"
     clear(acc_s);
-#line 591 "mla_fwd.cu"
+#line 600 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed; every warp is done with sV
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 597 "mla_fwd.cu"
+#line 606 "mla_fwd.cu"
     // TL:29  Copy V (BN, d_v) in coordinate [L = j] from global to shared  — issued before Q·Kᵀ so the copy overlaps it (FA2's pipeline)
 #line 29 "mla_fwd.tl"
     load_V(n_block, 0, cute::false_type{});
 #line 29 "mla_fwd.tl"
     cute::cp_async_fence();
-#line 603 "mla_fwd.cu"
+#line 612 "mla_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -621,13 +630,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mla_fwd.tl"
     }
-#line 625 "mla_fwd.cu"
+#line 634 "mla_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mla_fwd.tl"
     cute::cp_async_wait<0>();
 #line 22 "mla_fwd.tl"
     __syncthreads();
-#line 631 "mla_fwd.cu"
+#line 640 "mla_fwd.cu"
     // TL:23  Copy K (BN, d_qk) in coordinate [L = j] from global to shared  — prefetch the next key block; it overlaps softmax and P·V (a full block: only the highest can be partial)
 #line 23 "mla_fwd.tl"
     if (n_block > n_block_min) {
@@ -637,7 +646,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mla_fwd.tl"
     }
-#line 641 "mla_fwd.cu"
+#line 650 "mla_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mla_fwd.tl"
@@ -688,13 +697,13 @@ int window_right) {
       }
 #line 27 "mla_fwd.tl"
     }
-#line 692 "mla_fwd.cu"
+#line 701 "mla_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mla_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mla_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 698 "mla_fwd.cu"
+#line 707 "mla_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mla_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, 0), tOrVt_view(_, _, 0));
@@ -712,11 +721,11 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mla_fwd.tl"
     }
-#line 716 "mla_fwd.cu"
+#line 725 "mla_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mla_fwd.tl"
   }
-#line 720 "mla_fwd.cu"
+#line 729 "mla_fwd.cu"
 
   // TL:33  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 33 "mla_fwd.tl"
@@ -741,7 +750,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 33 "mla_fwd.tl"
   }
-#line 745 "mla_fwd.cu"
+#line 754 "mla_fwd.cu"
 
   // TL:34  Copy acc_o (BM, d_v) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 34 "mla_fwd.tl"
@@ -754,7 +763,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 34 "mla_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 758 "mla_fwd.cu"
+#line 767 "mla_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 34 "mla_fwd.tl"
@@ -779,7 +788,7 @@ int window_right) {
   }
 #line 34 "mla_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 783 "mla_fwd.cu"
+#line 792 "mla_fwd.cu"
 
 #line 34 "mla_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -809,5 +818,5 @@ int window_right) {
     }
 #line 34 "mla_fwd.tl"
   }
-#line 813 "mla_fwd.cu"
+#line 822 "mla_fwd.cu"
 }

@@ -35,6 +35,17 @@ struct mqa_fwd_traits {
   using SmemLayoutQNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQ{}));
   using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  // Register fragments as partition_fragment_A / _B / _C and the ldmatrix copies'
+  // retile_D derive them (the views: 8 values an ldmatrix.x4), written out so the kernel
+  // does not instantiate that algebra (tests/translator/test_sm80_fragments.py checks them).
+  using FragLayoutQ = Layout<Shape<Shape<_2, _2, _2>, _2, _4>, Stride<Stride<_1, _2, _4>, _32, _8>>;
+  using FragLayoutQView = Layout<Shape<Shape<_8, _1>, _2, _4>, Stride<Stride<_1, _0>, _32, _8>>;
+  using FragLayoutK = Layout<Shape<Shape<_2, _2>, _16, _4>, Stride<Stride<_1, _2>, _16, _4>>;
+  using FragLayoutKView = Layout<Shape<Shape<Shape<_4, _2>, _1>, _8, _4>, Stride<Stride<Stride<_1, _16>, _0>, _32, _4>>;
+  using FragLayoutVt = Layout<Shape<Shape<_2, _2>, _8, _8>, Stride<Stride<_1, _2>, _4, _32>>;
+  using FragLayoutVtView = Layout<Shape<Shape<_8, _1>, _4, _8>, Stride<Stride<_1, _0>, _8, _32>>;
+  using AccLayoutO = Layout<Shape<Shape<_2, _2>, _2, _8>, Stride<Stride<_1, _2>, _4, _8>>;
+  using AccLayoutS = Layout<Shape<Shape<_2, _2>, _2, _16>, Stride<Stride<_1, _2>, _4, _8>>;
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
   // kBlockK / 8 threads.
@@ -159,38 +170,38 @@ int window_right) {
   // TL:10  GQA/MQA: consecutive query heads share one K/V head
 #line 10 "mqa_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 163 "mqa_fwd.cu"
+#line 174 "mqa_fwd.cu"
   // TL:13  Allocate Q in global (seqlen_q, d) with offset q_offset
 #line 13 "mqa_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 13 "mqa_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 169 "mqa_fwd.cu"
+#line 180 "mqa_fwd.cu"
   // TL:14  Allocate K in global (seqlen_k, d) with offset kv_offset
 #line 14 "mqa_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 14 "mqa_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 175 "mqa_fwd.cu"
+#line 186 "mqa_fwd.cu"
   // TL:15  Allocate V in global (seqlen_k, d) with offset kv_offset
 #line 15 "mqa_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 15 "mqa_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 181 "mqa_fwd.cu"
+#line 192 "mqa_fwd.cu"
   // TL:16  Allocate O in global (seqlen_q, d) with offset o_offset
 #line 16 "mqa_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 16 "mqa_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 187 "mqa_fwd.cu"
+#line 198 "mqa_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 22 "mqa_fwd.tl"
   int n_block_min = 0;
 #line 22 "mqa_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 194 "mqa_fwd.cu"
+#line 205 "mqa_fwd.cu"
 
   // TL:18  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 18 "mqa_fwd.tl"
@@ -227,7 +238,7 @@ int window_right) {
     }
 #line 18 "mqa_fwd.tl"
   }
-#line 231 "mqa_fwd.cu"
+#line 242 "mqa_fwd.cu"
 
   // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — 2 K buffers after Q's
 #line 23 "mqa_fwd.tl"
@@ -274,7 +285,7 @@ int window_right) {
     }
 #line 23 "mqa_fwd.tl"
   };
-#line 278 "mqa_fwd.cu"
+#line 289 "mqa_fwd.cu"
 
   // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 29 "mqa_fwd.tl"
@@ -325,7 +336,7 @@ int window_right) {
     }
 #line 29 "mqa_fwd.tl"
   };
-#line 329 "mqa_fwd.cu"
+#line 340 "mqa_fwd.cu"
 
   // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 23 "mqa_fwd.tl"
@@ -336,7 +347,7 @@ int window_right) {
   }
 #line 23 "mqa_fwd.tl"
   cute::cp_async_fence();
-#line 340 "mqa_fwd.cu"
+#line 351 "mqa_fwd.cu"
   // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, behind its K
 #line 29 "mqa_fwd.tl"
   if (n_block_max > n_block_min) {
@@ -346,7 +357,7 @@ int window_right) {
   }
 #line 29 "mqa_fwd.tl"
   cute::cp_async_fence();
-#line 350 "mqa_fwd.cu"
+#line 361 "mqa_fwd.cu"
 
   // TL:19  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 19 "mqa_fwd.tl"
@@ -354,7 +365,7 @@ int window_right) {
 #line 19 "mqa_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 19 "mqa_fwd.tl"
-  Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = make_tensor<Element>(Traits::FragLayoutQ{});  // (MMA, MMA_M, MMA_K)
 #line 19 "mqa_fwd.tl"
   auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 19 "mqa_fwd.tl"
@@ -362,11 +373,11 @@ int window_right) {
 #line 19 "mqa_fwd.tl"
   Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
 #line 19 "mqa_fwd.tl"
-  Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)
-#line 367 "mqa_fwd.cu"
+  Tensor tSrQ_view = make_tensor(tSrQ.data(), Traits::FragLayoutQView{});  // (CPY, CPY_M, CPY_K)
+#line 378 "mqa_fwd.cu"
   // TL:24  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 24 "mqa_fwd.tl"
-  Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)
+  Tensor tSrK = make_tensor<Element>(Traits::FragLayoutK{});  // (MMA, MMA_N, MMA_K)
 #line 24 "mqa_fwd.tl"
   auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
 #line 24 "mqa_fwd.tl"
@@ -374,15 +385,13 @@ int window_right) {
 #line 24 "mqa_fwd.tl"
   Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
 #line 24 "mqa_fwd.tl"
-  Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)
-#line 379 "mqa_fwd.cu"
+  Tensor tSrK_view = make_tensor(tSrK.data(), Traits::FragLayoutKView{});  // (CPY, CPY_N, CPY_K)
+#line 390 "mqa_fwd.cu"
   // TL:30  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 30 "mqa_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
 #line 30 "mqa_fwd.tl"
-  Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});
-#line 30 "mqa_fwd.tl"
-  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)
+  Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)
 #line 30 "mqa_fwd.tl"
   auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
 #line 30 "mqa_fwd.tl"
@@ -390,19 +399,19 @@ int window_right) {
 #line 30 "mqa_fwd.tl"
   Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 30 "mqa_fwd.tl"
-  Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);
-#line 395 "mqa_fwd.cu"
+  Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});
+#line 404 "mqa_fwd.cu"
 
   // TL:21  Allocate acc_o in register (BM, d)  — fp32 accumulator fragment
 #line 21 "mqa_fwd.tl"
-  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // (MMA, MMA_M, MMA_N_V)
+  Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N_V)
 #line 21 "mqa_fwd.tl"
   clear(acc_o);
-#line 402 "mqa_fwd.cu"
+#line 411 "mqa_fwd.cu"
   // TL:26  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 26 "mqa_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 406 "mqa_fwd.cu"
+#line 415 "mqa_fwd.cu"
   // TL:27  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 27 "mqa_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -412,7 +421,7 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 27 "mqa_fwd.tl"
   clear(row_sum);
-#line 416 "mqa_fwd.cu"
+#line 425 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — (row, col) of each score, and which key blocks need the mask
 #line 22 "mqa_fwd.tl"
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -422,7 +431,7 @@ int window_right) {
     return (n_block + 1) * kBlockN > seqlen_k;
 #line 22 "mqa_fwd.tl"
   };
-#line 426 "mqa_fwd.cu"
+#line 435 "mqa_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 22 "mqa_fwd.tl"
@@ -433,19 +442,19 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 22 "mqa_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 437 "mqa_fwd.cu"
+#line 446 "mqa_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mqa_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mqa_fwd.tl"
     clear(acc_s);
-#line 443 "mqa_fwd.cu"
+#line 452 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 22 "mqa_fwd.tl"
     cute::cp_async_wait<1>();
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 449 "mqa_fwd.cu"
+#line 458 "mqa_fwd.cu"
     // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 23 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -455,7 +464,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mqa_fwd.tl"
     }
-#line 459 "mqa_fwd.cu"
+#line 468 "mqa_fwd.cu"
     // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 29 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -465,7 +474,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 29 "mqa_fwd.tl"
     }
-#line 469 "mqa_fwd.cu"
+#line 478 "mqa_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mqa_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -487,7 +496,7 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mqa_fwd.tl"
     }
-#line 491 "mqa_fwd.cu"
+#line 500 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 22 "mqa_fwd.tl"
     CUTE_UNROLL
@@ -501,13 +510,13 @@ int window_right) {
       if (col >= seqlen_k) acc_s(i) = -__int_as_float(0x7f800000);
 #line 22 "mqa_fwd.tl"
     }
-#line 505 "mqa_fwd.cu"
+#line 514 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mqa_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 511 "mqa_fwd.cu"
+#line 520 "mqa_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mqa_fwd.tl"
@@ -536,7 +545,7 @@ int window_right) {
     CUTE_UNROLL
 #line 27 "mqa_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 540 "mqa_fwd.cu"
+#line 549 "mqa_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 27 "mqa_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -560,13 +569,13 @@ int window_right) {
       }
 #line 27 "mqa_fwd.tl"
     }
-#line 564 "mqa_fwd.cu"
+#line 573 "mqa_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mqa_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mqa_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 570 "mqa_fwd.cu"
+#line 579 "mqa_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mqa_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -584,33 +593,33 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mqa_fwd.tl"
     }
-#line 588 "mqa_fwd.cu"
+#line 597 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
     stage ^= 1;
-#line 592 "mqa_fwd.cu"
+#line 601 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
   }
-#line 596 "mqa_fwd.cu"
+#line 605 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 22 "mqa_fwd.tl"
   CUTE_NO_UNROLL
 #line 22 "mqa_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 602 "mqa_fwd.cu"
+#line 611 "mqa_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mqa_fwd.tl"
-    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mqa_fwd.tl"
     clear(acc_s);
-#line 608 "mqa_fwd.cu"
+#line 617 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 22 "mqa_fwd.tl"
     cute::cp_async_wait<1>();
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 614 "mqa_fwd.cu"
+#line 623 "mqa_fwd.cu"
     // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 23 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -620,7 +629,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mqa_fwd.tl"
     }
-#line 624 "mqa_fwd.cu"
+#line 633 "mqa_fwd.cu"
     // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 29 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -630,7 +639,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 29 "mqa_fwd.tl"
     }
-#line 634 "mqa_fwd.cu"
+#line 643 "mqa_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mqa_fwd.tl"
     cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
@@ -652,13 +661,13 @@ int window_right) {
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mqa_fwd.tl"
     }
-#line 656 "mqa_fwd.cu"
+#line 665 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mqa_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 662 "mqa_fwd.cu"
+#line 671 "mqa_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mqa_fwd.tl"
@@ -709,13 +718,13 @@ int window_right) {
       }
 #line 27 "mqa_fwd.tl"
     }
-#line 713 "mqa_fwd.cu"
+#line 722 "mqa_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mqa_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mqa_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 719 "mqa_fwd.cu"
+#line 728 "mqa_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mqa_fwd.tl"
     cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
@@ -733,15 +742,15 @@ int window_right) {
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mqa_fwd.tl"
     }
-#line 737 "mqa_fwd.cu"
+#line 746 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
     stage ^= 1;
-#line 741 "mqa_fwd.cu"
+#line 750 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
   }
-#line 745 "mqa_fwd.cu"
+#line 754 "mqa_fwd.cu"
 
   // TL:33  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 33 "mqa_fwd.tl"
@@ -766,7 +775,7 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 33 "mqa_fwd.tl"
   }
-#line 770 "mqa_fwd.cu"
+#line 779 "mqa_fwd.cu"
 
   // TL:34  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 34 "mqa_fwd.tl"
@@ -779,7 +788,7 @@ int window_right) {
   auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
 #line 34 "mqa_fwd.tl"
   cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 783 "mqa_fwd.cu"
+#line 792 "mqa_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 34 "mqa_fwd.tl"
@@ -804,7 +813,7 @@ int window_right) {
   }
 #line 34 "mqa_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 808 "mqa_fwd.cu"
+#line 817 "mqa_fwd.cu"
 
 #line 34 "mqa_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -834,5 +843,5 @@ int window_right) {
     }
 #line 34 "mqa_fwd.tl"
   }
-#line 838 "mqa_fwd.cu"
+#line 847 "mqa_fwd.cu"
 }

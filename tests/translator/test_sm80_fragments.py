@@ -1,0 +1,99 @@
+"""The sm_80 forward's register fragments written out (`translator/backends/sm80_steps.py`,
+`fragment_layouts`): the layouts the kernel builds without CuTe's `partition_fragment_A / _B / _C` and the
+ldmatrix copies' `retile_D`, checked on the host against what those give (the layouts are fully static:
+the same type for every thread), at tile shapes that reach each mode: one and two atoms of 64 columns,
+32-column atoms (d 96), one MMA_M (BM 64, 8 warps), d_qk ≠ d_v (mla), long key tiles, d 256."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.build import translate_text
+from pipeline.variants import variant
+
+ROOT = Path(__file__).resolve().parents[2]
+NVCC = "/usr/local/cuda/bin/nvcc"
+
+CONFIGS: dict[str, tuple[str, dict[str, int]]] = {
+    "c_mha": ("mha_fwd.tl", {}),
+    "c_d64": ("mha_fwd.tl", {"d": 64}),
+    "c_mla": ("mla_fwd.tl", {}),
+    "c_d96": ("mha_fwd.tl", {"d": 96}),
+    "c_bm64": ("mha_fwd.tl", {"BM": 64, "BN": 128}),
+    "c_d256": ("mha_fwd.tl", {"d": 256, "BN": 32, "stages": 1}),
+    "c_w8": ("mha_fwd.tl", {"warps": 8, "BN": 32}),
+    "c_bn160": ("mha_fwd.tl", {"warps": 8, "BN": 160}),  # softcap's tile: Int<20> n8 tiles
+}
+
+CHECK = r"""
+template <class Traits> void check() {
+  using Element = typename Traits::Element;
+  static Element buf[1 << 17];
+  Tensor sQ = make_tensor(make_smem_ptr(buf), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutV{});
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(0);
+  Tensor tSrQ = thr_mma.partition_fragment_A(
+      make_tensor(sQ.data().get(), typename Traits::SmemLayoutQNoSwizzle{}));
+  auto copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma).get_thread_slice(0);
+  Tensor tSrK = thr_mma.partition_fragment_B(
+      make_tensor(sK.data().get(), typename Traits::SmemLayoutKNoSwizzle{})(_, _, 0));
+  auto copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma).get_thread_slice(0);
+  Tensor sVtNoSwizzle = make_tensor(sV.data().get(), typename Traits::SmemLayoutVtNoSwizzle{});
+  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));
+  auto copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma).get_thread_slice(0);
+  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDimV>>{});
+  Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{});
+  using std::is_same_v;
+  static_assert(is_same_v<decltype(tSrQ.layout()), typename Traits::FragLayoutQ>);
+  static_assert(is_same_v<decltype(copy_Q.retile_D(tSrQ).layout()), typename Traits::FragLayoutQView>);
+  static_assert(is_same_v<decltype(tSrK.layout()), typename Traits::FragLayoutK>);
+  static_assert(is_same_v<decltype(copy_K.retile_D(tSrK).layout()), typename Traits::FragLayoutKView>);
+  static_assert(is_same_v<decltype(tOrVt.layout()), typename Traits::FragLayoutVt>);
+  static_assert(is_same_v<decltype(copy_V.retile_D(tOrVt).layout()), typename Traits::FragLayoutVtView>);
+  static_assert(is_same_v<decltype(acc_o.layout()), typename Traits::AccLayoutO>);
+  static_assert(is_same_v<decltype(acc_s.layout()), typename Traits::AccLayoutS>);
+}
+"""
+
+
+def _traits(name: str, example: str, params: dict[str, int]) -> str:
+    text = variant((ROOT / "examples" / example).read_text(), target="sm_80", kernel=name, params=params)
+    source = translate_text(text, Path(example)).source
+    source = "\n".join(line for line in source.splitlines() if not line.startswith("#line"))
+    m = re.search(r"struct \w+_traits \{.*?\n\};", source, re.S)
+    assert m is not None
+    assert "using FragLayoutQ = " in m.group(0)
+    return m.group(0)
+
+
+def test_the_forward_builds_its_fragments_without_partitions():
+    text = variant((ROOT / "examples" / "mha_fwd.tl").read_text(), target="sm_80")
+    source = translate_text(text, Path("mha_fwd.tl")).source
+    body = source.split('extern "C"', 1)[1]
+    assert "partition_fragment_" not in body and "retile_D" not in body
+    assert "make_tensor<Element>(Traits::FragLayoutQ{})" in body
+
+
+@pytest.mark.skipif(shutil.which(NVCC) is None and not Path(NVCC).exists(), reason="needs nvcc")
+def test_written_fragments_are_cutes(tmp_path: Path):
+    cutlass_library = pytest.importorskip("cutlass_library")
+    include = Path(cutlass_library.__file__).parent / "source" / "include"
+    parts = ["#include <cute/tensor.hpp>", "#include <type_traits>", "using namespace cute;"]
+    parts += [_traits(name, ex, params) for name, (ex, params) in CONFIGS.items()]
+    parts.append(CHECK)
+    parts.append("int main() {" + "".join(f" check<{name}_traits>();" for name in CONFIGS) + " }")
+    cu = tmp_path / "fragments.cu"
+    cu.write_text("\n".join(parts))
+    run = subprocess.run(
+        [NVCC, "-std=c++17", f"-I{include}", "-c", "-o", str(tmp_path / "fragments.o"), str(cu)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
