@@ -27,7 +27,7 @@ CONFIGS: dict[str, tuple[str, dict[str, int]]] = {
     "c_bm64": ("mha_fwd.tl", {"BM": 64, "BN": 128}),
     "c_d256": ("mha_fwd.tl", {"d": 256, "BN": 32, "stages": 1}),
     "c_w8": ("mha_fwd.tl", {"warps": 8, "BN": 32}),
-    "c_bn160": ("mha_fwd.tl", {"warps": 8, "BN": 160}),  # softcap's tile: Int<20> n8 tiles
+    "c_bn160": ("mha_fwd.tl", {"warps": 8, "BN": 160, "stages": 1}),  # softcap's tile: Int<20> n8 tiles
 }
 
 CHECK = r"""
