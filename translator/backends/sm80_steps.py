@@ -333,51 +333,44 @@ def _load_v(e: Emit, phase: str) -> None:
             e.fence()
 
 
+def _operand_to_reg(e: Emit, x: str, mn: str, derived: str, copy: str, smem_dims: str) -> None:
+    """Q's or K's register fragment (written out where `fragment_layouts` has it, else CuTe's `derived`
+    partition) and its ldmatrix copy from shared memory, with the fragment's view for the copy."""
+    w = e.w
+    frag, view = f"tSr{x}", f"tSr{x}_view"
+    if fragment_layouts(e.plan, e.facts):
+        w.line(f"Tensor {frag} = make_tensor<Element>(Traits::FragLayout{x}{{}});  // (MMA, MMA_{mn}, MMA_K)")
+    else:
+        w.line(f"Tensor {frag} = {derived};  // (MMA, MMA_{mn}, MMA_K)")
+    w.line(f"auto smem_tiled_copy_{x} = {copy}(typename Traits::SmemCopyAtom{{}}, tiled_mma);")
+    w.line(f"auto smem_thr_copy_{x} = smem_tiled_copy_{x}.get_thread_slice(tidx);")
+    w.line(f"Tensor tSs{x} = smem_thr_copy_{x}.partition_S(s{x});  // {smem_dims}")
+    if fragment_layouts(e.plan, e.facts):
+        w.line(
+            f"Tensor {view} = make_tensor({frag}.data(), Traits::FragLayout{x}View{{}});"
+            f"  // (CPY, CPY_{mn}, CPY_K)"
+        )
+    else:
+        w.line(f"Tensor {view} = smem_thr_copy_{x}.retile_D({frag});  // (CPY, CPY_{mn}, CPY_K)")
+
+
 def _q_to_reg(e: Emit, phase: str) -> None:
     w = e.w
     w.line()
     with e.tag("q_to_reg", "ldmatrix; slices are loaded inside the GEMM, one k-step ahead"):
         w.line("typename Traits::TiledMma tiled_mma;")
         w.line("auto thr_mma = tiled_mma.get_thread_slice(tidx);")
-        if fragment_layouts(e.plan, e.facts):
-            w.line("Tensor tSrQ = make_tensor<Element>(Traits::FragLayoutQ{});  // (MMA, MMA_M, MMA_K)")
-        else:
-            w.line(
-                "Tensor tSrQ = thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), "
-                "Traits::SmemLayoutQNoSwizzle{}));  // (MMA, MMA_M, MMA_K)"
-            )
-        w.line("auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);")
-        w.line("auto smem_thr_copy_Q = smem_tiled_copy_Q.get_thread_slice(tidx);")
-        w.line("Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)")
-        if fragment_layouts(e.plan, e.facts):
-            w.line(
-                "Tensor tSrQ_view = make_tensor(tSrQ.data(), Traits::FragLayoutQView{});"
-                "  // (CPY, CPY_M, CPY_K)"
-            )
-        else:
-            w.line("Tensor tSrQ_view = smem_thr_copy_Q.retile_D(tSrQ);  // (CPY, CPY_M, CPY_K)")
+        derived = "thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}))"
+        _operand_to_reg(e, "Q", "M", derived, "make_tiled_copy_A", "(CPY, CPY_M, CPY_K)")
 
 
 def _k_to_reg(e: Emit, phase: str) -> None:
-    w = e.w
     with e.tag("k_to_reg", "ldmatrix, inside the GEMM"):
-        if fragment_layouts(e.plan, e.facts):
-            w.line("Tensor tSrK = make_tensor<Element>(Traits::FragLayoutK{});  // (MMA, MMA_N, MMA_K)")
-        else:
-            w.line(
-                "Tensor tSrK = thr_mma.partition_fragment_B(make_tensor(sK.data().get(), "
-                "Traits::SmemLayoutKNoSwizzle{})(_, _, 0));  // (MMA, MMA_N, MMA_K)"
-            )
-        w.line("auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);")
-        w.line("auto smem_thr_copy_K = smem_tiled_copy_K.get_thread_slice(tidx);")
-        w.line("Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)")
-        if fragment_layouts(e.plan, e.facts):
-            w.line(
-                "Tensor tSrK_view = make_tensor(tSrK.data(), Traits::FragLayoutKView{});"
-                "  // (CPY, CPY_N, CPY_K)"
-            )
-        else:
-            w.line("Tensor tSrK_view = smem_thr_copy_K.retile_D(tSrK);  // (CPY, CPY_N, CPY_K)")
+        derived = (
+            "thr_mma.partition_fragment_B("
+            "make_tensor(sK.data().get(), Traits::SmemLayoutKNoSwizzle{})(_, _, 0))"
+        )
+        _operand_to_reg(e, "K", "N", derived, "make_tiled_copy_B", "(CPY, CPY_N, CPY_K, kStages)")
 
 
 def _v_to_reg(e: Emit, phase: str) -> None:
