@@ -75,8 +75,10 @@ def for_shape(text: str, dtype: str, hdim: int) -> str:
             text = with_param(with_param(text, "BM", "?"), "consumers", "?")
         text = fill(text).text
         if redim:
+            from tl_language.resources import default_consumers
+
             rows = re.search(r"(?m)^Param BM = (\d+)", text)
-            text = with_param(text, "consumers", str(int(rows.group(1)) // 64 if rows else 2))
+            text = with_param(text, "consumers", str(default_consumers(int(rows.group(1)) if rows else None)))
     return text
 
 

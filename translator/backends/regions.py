@@ -808,6 +808,12 @@ def emit_block_mask_kernel(
                 w.line("if (threadIdx.x == 0) *out = 0;")
                 w.line("return;  // uniform: every thread takes it")
             w.line("int any = 0, all = 1;")
+
+            def accumulate() -> None:  # one score's keep into the block's any / all
+                w.line(f"const bool keep = {' && '.join(reg.c(m) for m in masks)};")
+                w.line("any |= keep;")
+                w.line("all &= keep;")
+
             if block_n <= BLOCK_MASK_THREADS:
                 w.comment("each thread keeps one key column, its per-key values read once, and walks the")
                 w.comment("rows with the others of its column (a warp's row values: one broadcast read)")
@@ -821,18 +827,14 @@ def emit_block_mask_kernel(
                         w.line("if (row >= seqlen_q) break;  // padding rows are never stored")
                         w.line("if (!col_in) { all = 0; continue; }")
                         reg.hoist(w, masks, "row", prefix="tl_r")
-                        w.line(f"const bool keep = {' && '.join(reg.c(m) for m in masks)};")
-                        w.line("any |= keep;")
-                        w.line("all &= keep;")
+                        accumulate()
             else:
                 with w.block("for (int i = threadIdx.x; i < kBlockM * kBlockN; i += blockDim.x)"):
                     w.line("const int row = m_block * kBlockM + i / kBlockN;")
                     w.line("const int col = n_block * kBlockN + i % kBlockN;")
                     w.line("if (row >= seqlen_q) continue;  // padding rows are never stored")
                     w.line("if (col >= seqlen_k) { all = 0; continue; }")
-                    w.line(f"const bool keep = {' && '.join(reg.c(m) for m in masks)};")
-                    w.line("any |= keep;")
-                    w.line("all &= keep;")
+                    accumulate()
             w.line("any = __syncthreads_or(any);")
             w.line("all = __syncthreads_and(all);")
             w.line("if (threadIdx.x == 0) *out = !any ? 0 : (all ? 2 : 1);")

@@ -8,6 +8,7 @@ overlaps a GEMM. Every emitted block is tagged with the TL line of the step it i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +31,11 @@ class Emit:
     def __post_init__(self) -> None:
         if not self.plan.ir.plain:
             self.reg = Regions(self.plan.ir)
+
+    @functools.cached_property
+    def fragments_written(self) -> bool:
+        """The traits carry the register fragments' layouts (`fragment_layouts`)."""
+        return fragment_layouts(self.plan, self.facts) is not None
 
     @property
     def by_class(self) -> bool:
@@ -338,14 +344,14 @@ def _operand_to_reg(e: Emit, x: str, mn: str, derived: str, copy: str, smem_dims
     partition) and its ldmatrix copy from shared memory, with the fragment's view for the copy."""
     w = e.w
     frag, view = f"tSr{x}", f"tSr{x}_view"
-    if fragment_layouts(e.plan, e.facts):
+    if e.fragments_written:
         w.line(f"Tensor {frag} = make_tensor<Element>(Traits::FragLayout{x}{{}});  // (MMA, MMA_{mn}, MMA_K)")
     else:
         w.line(f"Tensor {frag} = {derived};  // (MMA, MMA_{mn}, MMA_K)")
     w.line(f"auto smem_tiled_copy_{x} = {copy}(typename Traits::SmemCopyAtom{{}}, tiled_mma);")
     w.line(f"auto smem_thr_copy_{x} = smem_tiled_copy_{x}.get_thread_slice(tidx);")
     w.line(f"Tensor tSs{x} = smem_thr_copy_{x}.partition_S(s{x});  // {smem_dims}")
-    if fragment_layouts(e.plan, e.facts):
+    if e.fragments_written:
         w.line(
             f"Tensor {view} = make_tensor({frag}.data(), Traits::FragLayout{x}View{{}});"
             f"  // (CPY, CPY_{mn}, CPY_K)"
@@ -381,8 +387,7 @@ def _v_to_reg(e: Emit, phase: str) -> None:
         w.line(
             "Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)"
         )
-        written = fragment_layouts(e.plan, e.facts) is not None
-        if written:
+        if e.fragments_written:
             w.line("Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)")
         else:
             w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
@@ -396,7 +401,7 @@ def _v_to_reg(e: Emit, phase: str) -> None:
         )
         w.line("auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);")
         w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)")
-        if written:
+        if e.fragments_written:
             w.line("Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});")
         else:
             w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
@@ -406,7 +411,7 @@ def _alloc_acc_o(e: Emit, phase: str) -> None:
     w = e.w
     w.line()
     with e.tag("alloc_acc_o", "fp32 accumulator fragment"):
-        if fragment_layouts(e.plan, e.facts):
+        if e.fragments_written:
             w.line("Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N_V)")
         else:
             w.line(
@@ -418,7 +423,7 @@ def _alloc_acc_o(e: Emit, phase: str) -> None:
 
 def _alloc_s(e: Emit, phase: str) -> None:
     with e.tag("alloc_s", "fp32 scores of this key block"):
-        if fragment_layouts(e.plan, e.facts):
+        if e.fragments_written:
             e.w.line("Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)")
         else:
             e.w.line(

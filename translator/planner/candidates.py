@@ -15,12 +15,13 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from kernel_ir.program import Forward
 from tl_language import gpu
 from tl_language import resources as core_resources
 from tl_language.model import Model
 from translator.plan import copy_threads_per_row
 from translator.planner.cost import DEFAULT_SHAPE, Shape, estimate
-from translator.planner.masks import Masks, masks_of
+from translator.planner.masks import Masks, lowered, masks_in
 from translator.planner.query_rows import hopper_rows
 from translator.planner.resources import Resources, Tiling, register_budget, resources
 from translator.planner.roles import Roles, find_roles
@@ -174,7 +175,8 @@ def plan(
     if roles.name("d_v") and model.params[roles.params["d_v"]].hole:
         d_v_space = None
     causal = model.mask == "causal"
-    masks = masks_of(model)  # a mask region: its own key blocks and kept pairs (translator.planner.masks)
+    ir = lowered(model)
+    masks = masks_in(ir)  # a mask region: its own key blocks and kept pairs (translator.planner.masks)
 
     out: list[Candidate] = []
     rejected: dict[str, int] = {}
@@ -204,7 +206,7 @@ def plan(
             holes = {n: v for n, v in values.items() if model.params[n].hole}
             out.append(Candidate(0, values, holes, t, res, cost.score, cost.breakdown))
     if target.wgmma:
-        _mark_measured(out, model, masks, shape)
+        _mark_measured(out, model.mask, ir, masks, shape)
     out.sort(
         key=lambda c: (
             not c.measured,
@@ -232,7 +234,9 @@ def plan(
     return Plan(out, roles, problems, rejected)
 
 
-def _mark_measured(out: list[Candidate], model: Model, masks: Masks | None, shape: Shape) -> None:
+def _mark_measured(
+    out: list[Candidate], header: str, ir: Forward | None, masks: Masks | None, shape: Shape
+) -> None:
     """Flag the candidates whose tile is the measured one for their head dim (measurement beats the model
     where both exist): `hopper_tile`'s for the plain kernels, and at head dim ≤ 64 also for programs with a
     score or mask region, whose query rows `hopper_rows` decides. Above 64 such programs are the model's."""
@@ -241,10 +245,10 @@ def _mark_measured(out: list[Candidate], model: Model, masks: Masks | None, shap
     for c in out:
         t = c.tiling
         d = max(t.d_qk, t.d_v)
-        best = core_resources.hopper_tile(d, model.mask)
+        best = core_resources.hopper_tile(d, header)
         if d <= 64:
             if d not in rows:
-                rows[d] = hopper_rows(model, d, masks, shape)
+                rows[d] = hopper_rows(ir, header, d, masks, shape)
             best = {**best, "BM": rows[d], "BN": best["BN"] if len(key_tiles) > 1 else t.block_n}
         elif masks is not None:
             continue

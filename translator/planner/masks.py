@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kernel_ir import passes
 from kernel_ir.expr import Expr
+from kernel_ir.program import Forward
 from tl_language.model import Model
 from translator.errors import TranslateError
 
@@ -39,19 +40,31 @@ class Blocks:
     masked: float  # of which the classification could not prove whole (masked per score)
 
 
-def masks_of(model: Model) -> Masks | None:
-    """The masks of `model`'s mask region (None without one, or where the program does not lower yet: a
-    half-written file is planned as its header says)."""
+def lowered(model: Model) -> Forward | None:
+    """`model`'s kernel IR as the translator lowers it (`Param fast_tanh` included), or None where the
+    program does not lower yet: a half-written file is planned as its header says."""
     from translator.lower import lower_forward
     from translator.pattern import match_attention
 
+    fast_tanh = model.params.get("fast_tanh")
     try:
-        ir = lower_forward(model, match_attention(model), {})
+        return lower_forward(
+            model, match_attention(model), {}, fast_tanh=bool(fast_tanh is not None and fast_tanh.value)
+        )
     except (TranslateError, KeyError, ValueError, TypeError, AttributeError):
         return None
-    if ir.header_mask != "expr" or not ir.masks:
+
+
+def masks_in(ir: Forward | None) -> Masks | None:
+    """The masks of the mask region of `ir` (`lowered`'s), None without one."""
+    if ir is None or ir.header_mask != "expr" or not ir.masks:
         return None
     return Masks(tuple(ir.masks), tuple((s.name, s.default) for s in ir.scalars))
+
+
+def masks_of(model: Model) -> Masks | None:
+    """The masks of `model`'s mask region (None without one, or where the program does not lower yet)."""
+    return masks_in(lowered(model))
 
 
 Classes = Callable[[tuple[int, int], tuple[int, int]], tuple[bool, bool]]

@@ -24,8 +24,6 @@ from kernel_ir import passes
 from kernel_ir.expr import Op
 from kernel_ir.program import Forward
 from tl_language import resources as core_resources
-from tl_language.model import Model
-from translator.errors import TranslateError
 from translator.planner.cost import Shape
 from translator.planner.masks import Masks, blocks
 
@@ -35,12 +33,12 @@ NARROW_ROWS = 128
 BAND_GROWTH = 1.08
 
 
-def hopper_rows(model: Model, head_dim: int, masks: Masks | None, shape: Shape) -> int:
-    """Query rows of the measured sm_90 tile for `model` at `head_dim` (`hopper_tile`'s where it has 128)."""
-    wide = core_resources.hopper_tile(head_dim, model.mask)
+def hopper_rows(ir: Forward | None, header: str, head_dim: int, masks: Masks | None, shape: Shape) -> int:
+    """Query rows of the measured sm_90 tile at `head_dim` for the program lowered to `ir` (None: it does
+    not lower yet) under the `Mask` header `header` (`hopper_tile`'s where it has 128)."""
+    wide = core_resources.hopper_tile(head_dim, header)
     if wide["BM"] <= NARROW_ROWS:
         return wide["BM"]
-    ir = _lowered(model)
     if ir is None or ir.plain:
         return wide["BM"]
     if _extra_transcendentals(ir) > 0 or ir.block_mask:
@@ -51,19 +49,6 @@ def hopper_rows(model: Model, head_dim: int, masks: Masks | None, shape: Shape) 
         if tall > BAND_GROWTH * short:
             return NARROW_ROWS
     return wide["BM"]
-
-
-def _lowered(model: Model) -> Forward | None:
-    from translator.lower import lower_forward
-    from translator.pattern import match_attention
-
-    fast_tanh = model.params.get("fast_tanh")
-    try:
-        return lower_forward(
-            model, match_attention(model), {}, fast_tanh=bool(fast_tanh is not None and fast_tanh.value)
-        )
-    except (TranslateError, KeyError, ValueError, TypeError, AttributeError):
-        return None
 
 
 def _extra_transcendentals(ir: Forward) -> int:
