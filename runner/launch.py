@@ -311,11 +311,15 @@ def launch(
     window: tuple[int, int] | None = None,
     tensor_maps: Any = None,
     extras: dict[str, Any] | None = None,
+    block_classes: Any = None,
 ) -> None:
     """Launch into preallocated `o` (batch, seqlen_q, heads, d_v) and `lse` (batch, heads, seqlen_q) fp32.
 
     A kernel whose spec lists `TMA_PARAMS` (sm_90) also gets TMA descriptors of q, k, v, o: `tensor_maps`
-    if given (`runner.tma.attention_tensor_maps`), else built (and cached) here."""
+    if given (`runner.tma.attention_tensor_maps`), else built (and cached) here. A program whose masks
+    read per-token side tensors classifies its blocks at every launch, unless `block_classes` (from
+    `block_classes(...)` on the same side tensors and lengths) is given: build them once for a batch and
+    reuse them across layers, as FlexAttention's `create_block_mask`."""
     import torch
 
     spec = loaded.spec
@@ -344,7 +348,13 @@ def launch(
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
     if block_mask_kind(spec.program):
-        tail.append(("uintp", _launch_block_mask(loaded, args, tail, q, k)))
+        if block_classes is None:
+            tail.append(("uintp", _launch_block_mask(loaded, args, tail, q, k)))
+        else:
+            _check_block_classes(loaded, block_classes, q, k)
+            tail.append(("uintp", _pointer(block_classes)))
+    elif block_classes is not None:
+        raise LaunchError(f"{spec.kernel_name}: its masks read no side tensor, so it takes no block_classes")
     grid_xyz = grid(spec, batch, seqlen_q, heads, sm_count(q.device.index) if spec.persistent else 0)
     if spec.uses_tma:
         _launch_tma(loaded, args, (q, k, v, o), grid_xyz, tensor_maps, tail)
@@ -362,7 +372,6 @@ def _launch_block_mask(
     """Classify every (query block, key block) with the masks on the current stream; returns the buffer's
     pointer (numpy) for the attention kernel. The buffer stays valid for kernels queued after this one on
     the same stream (PyTorch's allocator is stream-ordered)."""
-    import numpy as np
 
     from runner.abi import BLOCK_MASK_PARAMS
 
@@ -380,7 +389,61 @@ def _launch_block_mask(
         per_head=block_mask_kind(spec.program) == "per_head",
     )
     loaded.block_mask_buffer = buf
-    return np.uintp(buf.data_ptr())
+    return _pointer(buf)
+
+
+def block_classes(
+    loaded: LoadedKernel,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    softmax_scale: float | None = None,
+    extras: dict[str, Any] | None = None,
+) -> Any:
+    """The (batch, heads or 1, m_blocks, n_blocks) uint8 block classes of `loaded`'s masks for these
+    lengths and side tensors (`extras`), for `launch(..., block_classes=...)`: they stay valid while the
+    side tensors, scalars, batch, heads and lengths do (q and k give the shapes; their values are not
+    read)."""
+    import torch
+
+    spec = loaded.spec
+    if not block_mask_kind(spec.program):
+        raise LaunchError(f"{spec.kernel_name}: its masks read no side tensor, so it has no block classes")
+    batch, seqlen_q, _, heads, _ = check_inputs(spec, q, k, v)
+    dummy = torch.empty((batch, seqlen_q, heads, spec.head_dim_v), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
+    args = kernel_args(spec, q, k, v, dummy, lse, softmax_scale=scale, window=(-1, -1))
+    tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
+    _launch_block_mask(loaded, args, tail, q, k)
+    return loaded.block_mask_buffer
+
+
+def _pointer(t: Any) -> Any:
+    import numpy as np
+
+    return np.uintp(t.data_ptr())
+
+
+def _check_block_classes(loaded: LoadedKernel, classes: Any, q: Any, k: Any) -> None:
+    import torch
+
+    spec = loaded.spec
+    planes = q.shape[2] if block_mask_kind(spec.program) == "per_head" else 1
+    want = (q.shape[0], planes, math.ceil(q.shape[1] / spec.block_m), math.ceil(k.shape[1] / spec.block_n))
+    if (
+        not isinstance(classes, torch.Tensor)
+        or classes.dtype != torch.uint8
+        or tuple(classes.shape) != want
+        or not classes.is_contiguous()
+        or classes.device != q.device
+    ):
+        got = (getattr(classes, "dtype", type(classes).__name__), tuple(getattr(classes, "shape", ())))
+        raise LaunchError(
+            f"block_classes: expected contiguous uint8 {want} on {q.device} (runner.launch.block_classes "
+            f"for these lengths), got {got}"
+        )
 
 
 def launch_block_classes(
