@@ -81,12 +81,25 @@ class BackwardBuild:
         scale: float | None = None,
         window: tuple[int, int] | None = None,
         extras: dict[str, Any] | None = None,
+        block_classes: Any = None,
     ) -> tuple[Any, Any, Any, dict[str, Any]]:
         """(dq, dk, dv, {learnable side tensor: fp32 gradient}) on torch's current stream; see
-        `runner.backward.backward`."""
+        `runner.backward.backward` (`block_classes`: this build's `block_classes`, else built per call)."""
         from runner.backward import backward
 
-        return backward(self.load(), q, k, v, o, lse, do, softmax_scale=scale, window=window, extras=extras)
+        return backward(
+            self.load(), q, k, v, o, lse, do,
+            softmax_scale=scale, window=window, extras=extras, block_classes=block_classes,
+        )  # fmt: skip
+
+    def block_classes(
+        self, q: Any, k: Any, *, window: tuple[int, int] | None = None, extras: dict[str, Any] | None = None
+    ) -> Any:
+        """The backward's block classes for these lengths and side tensors, to pass to `run` for every
+        layer of a batch (`runner.backward.backward_block_classes`)."""
+        from runner.backward import backward_block_classes
+
+        return backward_block_classes(self.load(), q, k, window=window, extras=extras)
 
     def write(self) -> tuple[Path, Path]:
         """FILE.bwd.cu and FILE.bwd.launch.json beside the TL file."""
@@ -240,7 +253,18 @@ def backward_provider(kernel: Any) -> Any:
             return None
         _BUILDS[key] = build
 
-    def fn(
+    return _Provided(build)
+
+
+@dataclass(frozen=True)
+class _Provided:
+    """`backward_provider`'s answer: the `tl_attention.backward.BackwardFn` of one build, which also
+    builds its block classes once for a batch (`tl_attention.Kernel.block_mask`)."""
+
+    build: BackwardBuild
+
+    def __call__(
+        self,
         q: Any,
         k: Any,
         v: Any,
@@ -252,7 +276,14 @@ def backward_provider(kernel: Any) -> Any:
         window: tuple[int, int],
         tensors: dict[str, Any],
         scalars: dict[str, float],
+        block_classes: Any = None,
     ) -> tuple[Any, Any, Any, dict[str, Any]]:
-        return build.run(q, k, v, o, lse, grad_o, scale=scale, window=window, extras={**tensors, **scalars})
+        extras = {**tensors, **scalars}
+        return self.build.run(
+            q, k, v, o, lse, grad_o, scale=scale, window=window, extras=extras, block_classes=block_classes
+        )
 
-    return fn
+    def block_classes(
+        self, q: Any, k: Any, *, window: tuple[int, int], tensors: dict[str, Any], scalars: dict[str, float]
+    ) -> Any:
+        return self.build.block_classes(q, k, window=window, extras={**tensors, **scalars})

@@ -24,6 +24,7 @@ from runner.launch import (
     _check_tensor,
     _opt_in_shared_memory,
     _torch_stream,
+    check_block_classes,
     launch_block_classes,
     program_args,
     require_device,
@@ -94,11 +95,14 @@ def backward(
     window: tuple[int, int] | None = None,
     extras: dict[str, Any] | None = None,
     out: tuple[Any, Any, Any] | None = None,
+    block_classes: Any = None,
 ) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(dq, dk, dv, side-tensor gradients). q (batch, seqlen_q, heads, d), k / v (batch, seqlen_k,
     heads_kv, d), o / do like q, lse (batch, heads, seqlen_q) fp32 contiguous; `extras`: the program's
     runtime scalars and side tensors by their TL names. `out`: preallocated (dq, dk, dv) (the
-    verification passes NaN-filled ones). Raises LaunchError before launching anything on bad input."""
+    verification passes NaN-filled ones). `block_classes`: where the masks read side tensors, the
+    classes `backward_block_classes` built for these side tensors and lengths (else classified here at
+    every call). Raises LaunchError before launching anything on bad input."""
     import numpy as np
     import torch
     from cuda.core import LaunchConfig
@@ -127,10 +131,7 @@ def backward(
         raise LaunchError(
             f"tensors are on cuda:{q.device.index}, the kernels were loaded on cuda:{loaded.device_id}"
         )
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
-    win = tuple(window if window is not None else spec.window) if spec.mask == "window" else (-1, -1)
-    view = SimpleNamespace(program=spec.program, kernel_name=spec.kernel("dq_dk_dv"))
-    tail = program_args(view, q, {**(extras or {}), "_seqlen_k": seqlen_k, "_heads_kv": heads_kv})  # type: ignore[arg-type]
+    scale, sizes, common, program = _scalar_args(spec, q, k, softmax_scale, window, extras)
     grads: dict[str, Any] = {}
     for name in spec.learnable:
         grads[name] = torch.zeros_like((extras or {})[name], dtype=torch.float32)
@@ -142,6 +143,12 @@ def backward(
                 raise LaunchError(f"{name}: shape {tuple(t.shape)}, expected {tuple(like.shape)}")
     else:
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    mask_kind = block_mask_kind(spec.program)
+    if block_classes is not None:
+        if not mask_kind:
+            raise LaunchError(f"{spec.kernel('dq_dk_dv')}: its masks read no side tensor: no block_classes")
+        tiles = (spec.block_m, spec.block_n)
+        check_block_classes(block_classes, q, k, tiles=tiles, per_head=mask_kind == "per_head")
     if batch == 0 or heads == 0:
         return dq, dk, dv, grads
     if seqlen_q == 0 or seqlen_k == 0:
@@ -164,21 +171,10 @@ def backward(
     )
     lse_arg = lse if softmax else dpsum  # without a softmax the kernels read no LSE
     stream = _torch_stream(q.device)
-    sizes = [np.int32(batch), np.int32(seqlen_q), np.int32(seqlen_k), np.int32(heads), np.int32(heads_kv)]
-    common = [np.float32(scale), np.int32(win[0]), np.int32(win[1])]
-    program = [value for _, value in tail]
-    classes = None
-    mask_kind = block_mask_kind(spec.program)
+    classes = block_classes
     if mask_kind:
-        classes = launch_block_classes(
-            loaded.kernels[BLOCK_MASK],
-            sizes + common,  # BLOCK_MASK_PARAMS
-            program,
-            q,
-            k,
-            tiles=(spec.block_m, spec.block_n),
-            per_head=mask_kind == "per_head",
-        )
+        if classes is None:
+            classes = _classify(loaded, sizes + common, program, q, k)
         program.append(np.uintp(classes.data_ptr()))
     program += [np.uintp(g.data_ptr()) for g in grads.values()]
     if row_sums is not None:
@@ -220,6 +216,59 @@ def backward(
         cu_launch(stream, LaunchConfig(grid=grid, block=spec.threads), loaded.kernels[ROW_GRADS], *main)
     loaded.buffers = {"dpsum": dpsum, "dq_accum": dq_accum, "row_sums": row_sums, "block_classes": classes}
     return dq, dk, dv, grads
+
+
+def _classify(loaded: LoadedBackward, head: list[Any], program: list[Any], q: Any, k: Any) -> Any:
+    """The backward's block classes at its own tiles (`head`: BLOCK_MASK_PARAMS' values)."""
+    spec = loaded.spec
+    per_head = block_mask_kind(spec.program) == "per_head"
+    kernel = loaded.kernels[BLOCK_MASK]
+    tiles = (spec.block_m, spec.block_n)
+    return launch_block_classes(kernel, head, program, q, k, tiles=tiles, per_head=per_head)
+
+
+def backward_block_classes(
+    loaded: LoadedBackward,
+    q: Any,
+    k: Any,
+    *,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    extras: dict[str, Any] | None = None,
+) -> Any:
+    """The backward's (batch, heads or 1, m_blocks, n_blocks) uint8 block classes at its own tiles for
+    these lengths, window and side tensors, for `backward(..., block_classes=...)`: built once for a
+    batch and reused by every layer's backward while the side tensors, scalars and lengths stay (q and k
+    give the shapes; their values are not read)."""
+    spec = loaded.spec
+    if not block_mask_kind(spec.program):
+        raise LaunchError(f"{spec.kernel('dq_dk_dv')}: its masks read no side tensor: no block classes")
+    _, sizes, common, program = _scalar_args(spec, q, k, softmax_scale, window, extras)
+    return _classify(loaded, sizes + common, program, q, k)
+
+
+def _scalar_args(
+    spec: BackwardSpec,
+    q: Any,
+    k: Any,
+    softmax_scale: float | None,
+    window: tuple[int, int] | None,
+    extras: dict[str, Any] | None,
+) -> tuple[float, list[Any], list[Any], list[Any]]:
+    """(the softmax scale, the sizes, (scale, window), the program's scalars and side-tensor pointers):
+    the arguments every backward kernel takes in that order (`runner.abi.BACKWARD_PARAMS`); raises
+    LaunchError on a missing or malformed side tensor."""
+    import numpy as np
+
+    batch, seqlen_q, heads = q.shape[0], q.shape[1], q.shape[2]
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
+    win = tuple(window if window is not None else spec.window) if spec.mask == "window" else (-1, -1)
+    view = SimpleNamespace(program=spec.program, kernel_name=spec.kernel("dq_dk_dv"))
+    tail = program_args(view, q, {**(extras or {}), "_seqlen_k": seqlen_k, "_heads_kv": heads_kv})  # type: ignore[arg-type]
+    sizes = [np.int32(batch), np.int32(seqlen_q), np.int32(seqlen_k), np.int32(heads), np.int32(heads_kv)]
+    common = [np.float32(scale), np.int32(win[0]), np.int32(win[1])]
+    return scale, sizes, common, [value for _, value in tail]
 
 
 def _launch_main_tma(

@@ -399,12 +399,13 @@ def block_classes(
     v: Any,
     *,
     softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
     extras: dict[str, Any] | None = None,
 ) -> Any:
     """The (batch, heads or 1, m_blocks, n_blocks) uint8 block classes of `loaded`'s masks for these
-    lengths and side tensors (`extras`), for `launch(..., block_classes=...)`: they stay valid while the
-    side tensors, scalars, batch, heads and lengths do (q and k give the shapes; their values are not
-    read)."""
+    lengths, window and side tensors (`extras`), for `launch(..., block_classes=...)`: they stay valid
+    while the side tensors, scalars, window, batch, heads and lengths do (q and k give the shapes; their
+    values are not read)."""
     import torch
 
     spec = loaded.spec
@@ -414,7 +415,8 @@ def block_classes(
     dummy = torch.empty((batch, seqlen_q, heads, spec.head_dim_v), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
-    args = kernel_args(spec, q, k, v, dummy, lse, softmax_scale=scale, window=(-1, -1))
+    win = (window if window is not None else tuple(spec.window)) if spec.mask == "window" else (-1, -1)
+    args = kernel_args(spec, q, k, v, dummy, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
     tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
     _launch_block_mask(loaded, args, tail, q, k)
     return loaded.block_mask_buffer
@@ -427,11 +429,18 @@ def _pointer(t: Any) -> Any:
 
 
 def _check_block_classes(loaded: LoadedKernel, classes: Any, q: Any, k: Any) -> None:
+    spec = loaded.spec
+    per_head = block_mask_kind(spec.program) == "per_head"
+    check_block_classes(classes, q, k, tiles=(spec.block_m, spec.block_n), per_head=per_head)
+
+
+def check_block_classes(classes: Any, q: Any, k: Any, *, tiles: tuple[int, int], per_head: bool) -> None:
+    """Raise LaunchError unless `classes` can be a kernel's (batch, heads or 1, m_blocks, n_blocks) uint8
+    block classes at `tiles` for q's and k's lengths (what `launch_block_classes` returns)."""
     import torch
 
-    spec = loaded.spec
-    planes = q.shape[2] if block_mask_kind(spec.program) == "per_head" else 1
-    want = (q.shape[0], planes, math.ceil(q.shape[1] / spec.block_m), math.ceil(k.shape[1] / spec.block_n))
+    planes = q.shape[2] if per_head else 1
+    want = (q.shape[0], planes, math.ceil(q.shape[1] / tiles[0]), math.ceil(k.shape[1] / tiles[1]))
     if (
         not isinstance(classes, torch.Tensor)
         or classes.dtype != torch.uint8
@@ -441,8 +450,8 @@ def _check_block_classes(loaded: LoadedKernel, classes: Any, q: Any, k: Any) -> 
     ):
         got = (getattr(classes, "dtype", type(classes).__name__), tuple(getattr(classes, "shape", ())))
         raise LaunchError(
-            f"block_classes: expected contiguous uint8 {want} on {q.device} (runner.launch.block_classes "
-            f"for these lengths), got {got}"
+            f"block_classes: expected contiguous uint8 {want} on {q.device} (built for these lengths and "
+            f"this kernel's {tiles[0]} x {tiles[1]} tiles), got {got}"
         )
 
 
@@ -530,13 +539,17 @@ def attention(
     softmax_scale: float | None = None,
     window: tuple[int, int] | None = None,
     extras: dict[str, Any] | None = None,
+    block_classes: Any = None,
 ) -> tuple[Any, Any]:
     """Run the kernel: (o (batch, seqlen_q, heads, d_v), lse fp32 (batch, heads, seqlen_q)). `extras`:
-    the variant's runtime scalars and side tensors by their TL names."""
+    the variant's runtime scalars and side tensors by their TL names; `block_classes`: see `launch`."""
     import torch
 
     batch, seqlen_q, _, heads, _ = check_inputs(loaded.spec, q, k, v)
     o = torch.empty(batch, seqlen_q, heads, loaded.spec.head_dim_v, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
-    launch(loaded, q, k, v, o, lse, softmax_scale=softmax_scale, window=window, extras=extras)
+    launch(
+        loaded, q, k, v, o, lse,
+        softmax_scale=softmax_scale, window=window, extras=extras, block_classes=block_classes,
+    )  # fmt: skip
     return o, lse

@@ -31,6 +31,7 @@ from runner.abi import LaunchSpec
 from runner.compile import CompiledKernel
 from runner.toolchain import ToolchainError, compile_target
 from tl_attention import checks
+from tl_attention.backward import find_backward
 from tl_attention.ops import forward_op, register_kernel, resolve
 
 
@@ -40,6 +41,16 @@ class TLError(ValueError):
     def __init__(self, message: str, diagnostics: list[Any]) -> None:
         super().__init__(message)
         self.diagnostics = diagnostics
+
+
+@dataclass(frozen=True)
+class BlockMask:
+    """`Kernel.block_mask`'s answer: the (batch, heads or 1, query blocks, key blocks) uint8 block classes
+    of the forward and (None where no backward builds them) of the backward, for the kernel `key`."""
+
+    key: str
+    forward: Any
+    backward: Any = None
 
 
 class TLBuildError(RuntimeError):
@@ -110,11 +121,14 @@ class Kernel:
         return_lse: bool = False,
         layout: str = "bhsd",
         window: tuple[int, int] | None = None,
+        block_mask: BlockMask | None = None,
         **extras: Any,
     ) -> Any:
         """Attention of q, k, v in `layout` ('bhsd' like SDPA, 'bshd' like FlashAttention); GQA when k and
         v have fewer heads than q. `extras`: the TL's runtime Scalars and side tensors by name. Returns o in
-        `layout`, and with `return_lse` also lse float32 (batch, heads, seqlen_q)."""
+        `layout`, and with `return_lse` also lse float32 (batch, heads, seqlen_q). `block_mask`: this
+        kernel's `block_mask(...)` for the same side tensors, scalars and lengths (else a kernel whose
+        masks read side tensors classifies its blocks at every call, forward and backward)."""
         spec = self.spec
         shapes = checks.check_qkv(spec, q, k, v, layout)
         softmax_scale = checks.check_scale(scale, spec)
@@ -122,14 +136,70 @@ class Kernel:
         tensors, scalars = checks.check_extras(spec, shapes, q.device, extras)
         if return_lse and not spec.writes_lse:
             raise ValueError(f"return_lse: {self.name} has no softmax, so it has no log-sum-exp to return")
-        if layout == "bhsd":
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        if block_mask is not None and block_mask.key != self.key:
+            raise ValueError(f"block_mask: built by another kernel ({block_mask.key}), not {self.name}")
+        q, k, v = self._native(q, k, v, layout)
         tensors = [t.contiguous() for t in tensors]
-        o, lse = forward_op(self.key, q, k, v, softmax_scale, win, tensors, scalars)
+        classes = (block_mask.forward, block_mask.backward) if block_mask is not None else (None, None)
+        o, lse = forward_op(self.key, q, k, v, softmax_scale, win, tensors, scalars, *classes)
         if layout == "bhsd":
             o = o.transpose(1, 2)
         return (o, lse) if return_lse else o
+
+    def block_mask(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        *,
+        layout: str = "bhsd",
+        window: tuple[int, int] | None = None,
+        backward: bool = True,
+        **extras: Any,
+    ) -> BlockMask:
+        """The block classes of this kernel's masks for these side tensors and scalars (`extras`, as the
+        call takes them) and q's and k's lengths, built once and passed to every call of a batch as
+        `block_mask=` (FlexAttention's `create_block_mask`): the forward's at its tiles and, with
+        `backward` and a backward provider that builds them, the backward's at its own. Valid while the
+        side tensors, scalars, window, batch, heads and lengths stay; q, k and v give the shapes only. Only
+        for a kernel whose masks read side tensors (documents, flags), on CUDA tensors."""
+        from runner.abi import block_mask_kind
+        from runner.launch import block_classes
+
+        spec = self.spec
+        if not block_mask_kind(spec.program):
+            raise ValueError(f"block_mask: {self.name}'s masks read no side tensor: it has no block classes")
+        shapes = checks.check_qkv(spec, q, k, v, layout)
+        softmax_scale = checks.check_scale(None, spec)
+        win = checks.check_window(window, spec)
+        tensors, scalars = checks.check_extras(spec, shapes, q.device, extras)
+        if q.device.type != "cuda":
+            raise ValueError(f"block_mask: the classes are built on the GPU; q is on {q.device}")
+        q, k, v = self._native(q, k, v, layout)
+        named = dict(zip(self.tensor_names, (t.contiguous() for t in tensors), strict=True))
+        typed = self._scalars(scalars)
+        forward = block_classes(
+            self.load(q.device), q, k, v, softmax_scale=softmax_scale, window=(win[0], win[1]),
+            extras={**named, **typed},
+        )  # fmt: skip
+        grads = find_backward(self) if backward else None
+        build = getattr(grads, "block_classes", None)
+        back = build(q, k, window=(win[0], win[1]), tensors=named, scalars=typed) if build else None
+        return BlockMask(self.key, forward, back)
+
+    @staticmethod
+    def _native(q: Any, k: Any, v: Any, layout: str) -> tuple[Any, Any, Any]:
+        """q, k, v as the kernels take them: (batch, seqlen, heads, dim), unit stride in dim."""
+        if layout == "bhsd":
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        return tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))  # type: ignore[return-value]
+
+    def _scalars(self, scalars: list[float]) -> dict[str, Any]:
+        """The runtime Scalars by name, int32 ones as ints (the op carries every scalar as a float)."""
+        out: dict[str, Any] = {}
+        for (name, ty, _), value in zip((self.spec.program or {}).get("scalars", ()), scalars, strict=True):
+            out[name] = value if ty == "f32" else int(value)
+        return out
 
     # ---- build and load ----------------------------------------------------------------------------
 
@@ -182,15 +252,17 @@ class Kernel:
         window: list[int],
         tensors: list[Any],
         scalars: list[float],
+        classes: Any = None,
     ) -> tuple[Any, Any]:
-        """The op's CUDA kernel: tensors already checked, in (batch, seqlen, heads, dim)."""
+        """The op's CUDA kernel: tensors already checked, in (batch, seqlen, heads, dim); `classes`: the
+        forward's prebuilt block classes, or None."""
         from runner.launch import attention
 
         loaded = self.load(q.device)
-        extras: dict[str, Any] = dict(zip(self.tensor_names, tensors, strict=True))
-        for (name, ty, _), value in zip((self.spec.program or {}).get("scalars", ()), scalars, strict=True):
-            extras[name] = value if ty == "f32" else int(value)
-        o, lse = attention(loaded, q, k, v, softmax_scale=scale, window=(window[0], window[1]), extras=extras)
+        extras = {**dict(zip(self.tensor_names, tensors, strict=True)), **self._scalars(scalars)}
+        win = (window[0], window[1])
+        kw = {"softmax_scale": scale, "window": win, "extras": extras, "block_classes": classes}
+        o, lse = attention(loaded, q, k, v, **kw)
         if not self.spec.writes_lse:
             lse.fill_(float("nan"))  # no softmax, no log-sum-exp: never hand out uninitialised memory
         return o, lse

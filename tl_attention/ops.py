@@ -68,9 +68,13 @@ def forward_op(
     window: list[int],
     tensors: list[Tensor],
     scalars: list[float],
+    classes: Tensor | None = None,
+    classes_bwd: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """o (batch, seqlen_q, heads, d_v) in q's dtype and lse float32 (batch, heads, seqlen_q)."""
-    return resolve(key).launch(q, k, v, scale, window, tensors, scalars)
+    """o (batch, seqlen_q, heads, d_v) in q's dtype and lse float32 (batch, heads, seqlen_q). `classes`:
+    prebuilt block classes of the forward (`Kernel.block_mask`), `classes_bwd` the backward's, kept for
+    it; None: each kernel classifies the blocks itself (programs whose masks read side tensors)."""
+    return resolve(key).launch(q, k, v, scale, window, tensors, scalars, classes)
 
 
 @forward_op.register_fake
@@ -83,6 +87,8 @@ def _forward_fake(
     window: list[int],
     tensors: list[Tensor],
     scalars: list[float],
+    classes: Tensor | None = None,
+    classes_bwd: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     batch, seqlen_q, heads, _ = q.shape
     o = q.new_empty(batch, seqlen_q, heads, v.shape[3])
@@ -102,9 +108,11 @@ def run_backward(
     window: list[int],
     tensors: list[Tensor],
     scalars: list[float],
+    classes: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
     """(dq, dk, dv, gradients of the float32 side tensors in order) from the kernel's backward provider,
-    with the strides the fake kernel promises: the body of `tl_attention::backward`."""
+    with the strides the fake kernel promises: the body of `tl_attention::backward`. `classes`: the
+    backward's prebuilt block classes (passed to the provider only when given)."""
     kernel = resolve(key)
     fn = require_backward(kernel)
     names = kernel.tensor_names
@@ -119,6 +127,7 @@ def run_backward(
         window=(window[0], window[1]),
         tensors=dict(zip(names, tensors, strict=True)),
         scalars=dict(zip(kernel.scalar_names, scalars, strict=True)),
+        **({"block_classes": classes} if classes is not None else {}),
     )
     grads = [
         _like(side[name], t) if name in side else torch.zeros_like(t)
@@ -155,29 +164,36 @@ def _backward_fake(
     window: list[int],
     tensors: list[Tensor],
     scalars: list[float],
+    classes: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
     grads = [torch.empty_like(t) for t in tensors if t.dtype == torch.float32]
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), grads
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    key, q, k, v, scale, window, tensors, scalars = inputs
+    key, q, k, v, scale, window, tensors, scalars, *classes = inputs
+    classes_bwd = classes[1] if len(classes) > 1 else None
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, *tensors)
+    ctx.save_for_backward(q, k, v, o, lse, *tensors, *([classes_bwd] if classes_bwd is not None else []))
     ctx.key, ctx.scale, ctx.window, ctx.scalars = key, scale, list(window), list(scalars)
+    ctx.side_tensors = len(tensors)
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx: Any, grad_o: Tensor, _grad_lse: Tensor | None) -> tuple[Any, ...]:
-    q, k, v, o, lse, *tensors = ctx.saved_tensors
+    q, k, v, o, lse, *rest = ctx.saved_tensors
+    tensors, classes = rest[: ctx.side_tensors], rest[ctx.side_tensors :]
     dq, dk, dv, grads = backward_op(
-        ctx.key, q, k, v, o, lse, grad_o.contiguous(), ctx.scale, ctx.window, tensors, ctx.scalars
-    )
+        ctx.key, q, k, v, o, lse, grad_o.contiguous(), ctx.scale, ctx.window, tensors, ctx.scalars,
+        classes[0] if classes else None,
+    )  # fmt: skip
     it = iter(grads)
     side = [next(it) if t.dtype == torch.float32 else None for t in tensors]
     # torch's pytree reads an empty list as a list of (optional) tensors, whose gradient is a list too.
     no_grad_scalars = [] if not ctx.scalars else None
-    return None, dq, dk, dv, None, None, side, no_grad_scalars
+    grads_in = (None, dq, dk, dv, None, None, side, no_grad_scalars, None, None)  # nothing for the classes
+    # one per argument the call passed: torch leaves defaulted trailing arguments out of the structure
+    return grads_in[: len(ctx.needs_input_grad)]
 
 
 torch.library.register_autograd("tl_attention::forward", _backward, setup_context=_setup_context)

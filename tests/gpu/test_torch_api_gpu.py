@@ -51,8 +51,9 @@ def suite_kernels() -> list[tl_attention.Kernel]:
     hf.register()
     softcap = tl_attention.compile("softcap.tl", lazy=True)
     alibi = tl_attention.compile("alibi.tl", lazy=True)
+    documents = tl_attention.compile("document_mask.tl", lazy=True)
     layers = [k for cfg in model_configs().values() for k in hf.kernels_for(cfg, BF16)]
-    return list(dict.fromkeys([softcap, alibi, *layers]))
+    return list(dict.fromkeys([softcap, alibi, documents, *layers]))
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def kernels() -> dict[str, Any]:
     start = time.perf_counter()
     tl_attention.load_many(every)
     print(f"\ntl_attention GPU suite: {len(every)} kernels ready in {time.perf_counter() - start:.1f} s")
-    return {"softcap": every[0], "alibi": every[1]}
+    return {"softcap": every[0], "alibi": every[1], "documents": every[2]}
 
 
 def reference(q: Any, k: Any, v: Any, scale: float, cap: float) -> tuple[Any, Any]:
@@ -154,6 +155,33 @@ def test_kernel_gradients_match_reference(kernels: dict[str, Any]) -> None:
     for name, got, want in zip("qkv", (q.grad, k.grad, v.grad), (t.grad for t in leaves), strict=True):
         assert got is not None and want is not None, name
         torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2, msg=f"d{name}")
+
+
+def test_a_prebuilt_block_mask_gives_the_per_call_results(kernels: dict[str, Any]) -> None:
+    """document_mask.tl with its block classes built once (`Kernel.block_mask`) and passed to the call:
+    the output bit for bit and the gradients (dQ's float32 atomics aside) as when every kernel classifies
+    the blocks itself; classes for other lengths are refused before any launch."""
+    kernel = kernels["documents"]
+    q, k, v = (t.requires_grad_() for t in qkv(seqlen=1000, seed=7))
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    doc = torch.sort(torch.randint(0, 6, (2, 1000), generator=gen, device="cuda"), dim=1).values.int()
+    grad_o = torch.randn(q.shape, generator=gen, device="cuda", dtype=BF16)
+    runs = []
+    for mask in (None, kernel.block_mask(q, k, v, doc=doc)):
+        for t in (q, k, v):
+            t.grad = None
+        o = kernel(q, k, v, scale=0.1, doc=doc, block_mask=mask)
+        o.backward(grad_o)
+        runs.append((o.detach(), *(t.grad for t in (q, k, v))))
+    (o1, dq1, dk1, dv1), (o2, dq2, dk2, dv2) = runs
+    assert not o1.isnan().any() and torch.equal(o1, o2)
+    if find_backward(kernel) is not None:
+        assert kernel.block_mask(q, k, v, doc=doc).backward is not None
+        assert torch.equal(dk1, dk2) and torch.equal(dv1, dv2)
+        torch.testing.assert_close(dq1, dq2, atol=1e-2, rtol=1e-2)
+    short = kernel.block_mask(q[:, :, :500], k[:, :, :500], v[:, :, :500], doc=doc[:, :500])
+    with pytest.raises(ValueError, match="block_classes"):
+        kernel(q, k, v, doc=doc, block_mask=short)
 
 
 def alibi_reference(q: Any, k: Any, v: Any, scale: float, slopes: Any) -> Any:

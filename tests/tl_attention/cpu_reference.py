@@ -31,6 +31,8 @@ def reference_forward(
     window: list[int],
     tensors: list[torch.Tensor],
     scalars: list[float],
+    classes: torch.Tensor | None = None,
+    classes_bwd: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     kernel = ops.resolve(key)
     if kernel.spec.program is None:

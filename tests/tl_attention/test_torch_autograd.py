@@ -87,3 +87,35 @@ def test_opcheck_with_real_cpu_kernels() -> None:
     )
     slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], requires_grad=True)
     torch.library.opcheck(ops.forward_op, (kernel.key, q, k, v, 0.1, [-1, -1], [slopes], []))
+
+
+@pytest.mark.usefixtures("on_cpu", "no_providers")
+def test_a_block_mask_reaches_the_forward_and_the_backward() -> None:
+    """`block_mask=`: its forward classes go to the forward op and its backward classes, saved for the
+    backward, reach the provider as `block_classes` (and nothing when no mask is given)."""
+    from tl_attention.backward import register_backward_provider
+    from tl_attention.kernel import BlockMask
+
+    kernel = tl_attention.compile("document_mask.tl")
+    seen: list[object] = []
+
+    def provider(k: object) -> object:
+        def fn(q, k, v, o, lse, grad_o, **kw):  # type: ignore[no-untyped-def]
+            seen.append(kw.get("block_classes"))
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), {}
+
+        return fn
+
+    register_backward_provider(provider)
+    q, k, v = inputs((1, 2, 16, 128), (1, 2, 16, 128), (1, 2, 16, 128), seed=3)
+    doc = torch.tensor([[0] * 9 + [1] * 7], dtype=torch.int32)
+    back = torch.ones(1, 1, 1, 1, dtype=torch.uint8)
+    mask = BlockMask(kernel.key, torch.zeros(1, 1, 1, 1, dtype=torch.uint8), back)
+    kernel(q, k, v, doc=doc, block_mask=mask).float().sum().backward()
+    kernel(q, k, v, doc=doc).float().sum().backward()
+    assert seen[0] is not None and torch.equal(seen[0], back) and seen[1] is None
+    other = tl_attention.compile("softcap.tl")
+    with pytest.raises(ValueError, match="another kernel"):
+        kernel(q, k, v, doc=doc, block_mask=BlockMask(other.key, back))
+    with pytest.raises(ValueError, match="no side tensor"):
+        other.block_mask(q, k, v, cap=5.0)
