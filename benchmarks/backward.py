@@ -19,6 +19,9 @@ tensors, its backward through autograd like the SDPA baselines'. When it does no
 skipped with a note (`--no-fa4` skips it outright). At each shape its dq, dk, dv are first checked against
 SDPA flash's on the same inputs (max |difference| ≤ 2e-2 · max |SDPA flash's|, per gradient); one that
 disagrees is not timed and the row says why (`fa4_note`). Rows with FA4 carry `<tl column>/fa4` ratios.
+Our backwards (`tl`, `tl<suffix>`) pass the same check before they are timed, or are left out, saying so.
+`--dims 256` without `--prebuilt` builds the sm_90 files' own default backward (the mma.sync skeleton on
+64 × 64 tiles within sm_90's shared memory; the wgmma skeleton covers d 64 and 128).
 """
 
 from __future__ import annotations
@@ -110,7 +113,9 @@ def _ours(
         from pipeline.backward import build_backward
 
         text = (ROOT / PROGRAMS[causal]).read_text().replace("Param d = 128", f"Param d = {d}")
-        bwd = build_backward(text, dtype="bf16", arch="sm_80").load()
+        # d ≤ 128: the mma.sync skeleton (`--also _sm90` adds the wgmma one); above, the sm_90 file's own
+        # default backward (that skeleton within sm_90's shared memory: sm_80's does not hold d 256's tiles)
+        bwd = build_backward(text, dtype="bf16", arch="sm_80" if d <= 128 else None).load()
     fwd = None
     if prebuilt is not None and (prebuilt / f"{tag}.fwd.cubin").exists():
         fspec = LaunchSpec.from_json((prebuilt / f"{tag}.fwd.json").read_text())
@@ -259,6 +264,22 @@ def _add_fa4(
     return {**info, "fa4": None, "fa4_note": note}
 
 
+def _check_ours(cand_b: dict[str, Any], cand_fb: dict[str, Any]) -> None:
+    """Drop every tl candidate whose dq, dk, dv disagree with SDPA flash's on these inputs (the tolerance
+    FA4's check uses), saying so; print the agreement of the others."""
+    ref = cand_b.get("sdpa-flash")
+    if ref is None:
+        return
+    want = [g.transpose(1, 2) for g in ref(0)]
+    for name in [n for n in cand_b if n.startswith("tl")]:
+        check = grad_check(cand_b[name](0)[:3], want)
+        verdict = "agree" if check["ok"] else "DISAGREE: not timed"
+        print(f"  {name} vs sdpa-flash gradients: {_check_text(check)}: {verdict}", flush=True)
+        if not check["ok"]:
+            del cand_b[name]
+            cand_fb.pop(name, None)
+
+
 def run(
     prebuilt: Path | None,
     seqlens: list[int],
@@ -391,6 +412,7 @@ def _one_config(
         except Exception as exc:
             print(f"  {names[kind]}: n/a ({type(exc).__name__}: {str(exc)[:120]})")
     fa4_info = _add_fa4(fa4, cand_b, cand_fb, q, k, v, do, causal, scale) if fa4 is not None else {}
+    _check_ours(cand_b, cand_fb)
     flops = attention_flops(b, HEADS, s, s, d, mask="causal" if causal else "none")
     rows = []
     for what, cands, factor in (("bwd", cand_b, 2.5), ("fwd+bwd", cand_fb, 3.5)):
