@@ -115,7 +115,9 @@ def _ours(
         text = (ROOT / PROGRAMS[causal]).read_text().replace("Param d = 128", f"Param d = {d}")
         # d ≤ 128: the mma.sync skeleton (`--also _sm90` adds the wgmma one); above, the sm_90 file's own
         # default backward (that skeleton within sm_90's shared memory: sm_80's does not hold d 256's tiles)
-        bwd = build_backward(text, dtype="bf16", arch="sm_80" if d <= 128 else None).load()
+        if d > 128:
+            text = text.replace("Target sm_80", "Target sm_90")
+        bwd = build_backward(text, dtype="bf16", arch="sm_80" if d <= 128 else "sm_90").load()
     fwd = None
     if prebuilt is not None and (prebuilt / f"{tag}.fwd.cubin").exists():
         fspec = LaunchSpec.from_json((prebuilt / f"{tag}.fwd.json").read_text())
