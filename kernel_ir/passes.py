@@ -219,7 +219,7 @@ def separate(e: Expr) -> Expr:
     return op(e.op, *(separate(a) for a in e.args))
 
 
-def _nonneg(e: Expr) -> bool:
+def nonneg(e: Expr) -> bool:
     """Whether an integer expression is provably ≥ 0: the query and key indices, non-negative constants,
     and sums and products of such (the indices stay far below 2^31, so none of these wraps)."""
     if isinstance(e, Const):
@@ -227,7 +227,7 @@ def _nonneg(e: Expr) -> bool:
     if isinstance(e, Var):
         return e.name in ("q_idx", "kv_idx")
     if isinstance(e, Op) and e.type == I32 and e.op in ("add", "mul"):
-        return all(_nonneg(a) for a in e.args)
+        return all(nonneg(a) for a in e.args)
     return False
 
 
@@ -238,7 +238,7 @@ def _divisible(x: Expr, d: Expr) -> Expr | None:
     if not (isinstance(x, Op) and x.op == "sub" and x.type == I32 and d.type == I32):
         return None
     a, b = x.args
-    if not (_nonneg(a) and _nonneg(b)) or level(a) == level(b) or level(d) != "uniform":
+    if not (nonneg(a) and nonneg(b)) or level(a) == level(b) or level(d) != "uniform":
         return None
     return op("eq", op("mod", a, d), op("mod", b, d))
 

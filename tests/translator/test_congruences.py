@@ -71,6 +71,61 @@ def test_the_dilated_window_kernel_hoists_both_remainders():
     text_ = for_shape((ROOT / "examples" / "variants" / "dilated_window.tl").read_text(), "bf16", 128)
     src = translate_text(text_, Path("dilated_window.tl")).source
     lam = src[src.index("auto apply_score") :]
-    assert re.search(r"tl_c\d+\[c\] = \(col % scalar_dil\);", lam)  # once a block per key
-    assert re.search(r"const int tl_r\d+ = \(row % scalar_dil\);", lam)  # once a row
+    assert re.search(r"tl_c\d+\[c\] = tl::mod_nonneg\(col, scalar_dil\);", lam)  # once a block per key
+    assert re.search(r"const int tl_r\d+ = tl::mod_nonneg\(row, scalar_dil\);", lam)  # once a row
     assert "tl_e1 % scalar_dil" not in lam and not re.search(r"tl_e\d+ % scalar_dil", lam)
+
+
+def test_a_remainder_by_a_scalar_of_an_index_uses_mod_nonneg():
+    """The renderers write `x % d` as `tl::mod_nonneg` where x is provably ≥ 0 and d the same for the
+    whole launch; a dividend of any sign, or a constant divisor, keeps C's `%`."""
+    from translator.backends.regions import _op
+
+    assert _op("mod", ["q", "d"], op("mod", Q, DIL)) == "tl::mod_nonneg(q, d)"
+    assert _op("mod", ["x", "d"], op("mod", op("sub", Q, K), DIL)) == "(x % d)"
+    assert _op("mod", ["q", "2"], op("mod", Q, const(2))) == "(q % 2)"
+
+
+def test_mod_nonneg_is_cs_remainder_of_a_non_negative_dividend(tmp_path: Path):
+    """The emitted `tl::mod_nonneg` against C's `%` (g++, `__umulhi` as the 64-bit product's high word) for
+    dividends up to 2^31 − 1 and divisors 1 … 2^31 − 1 of either sign: every pair of an edge grid and a
+    pseudo-random sample."""
+    import shutil
+    import subprocess
+
+    from translator.backends.regions import emit_region_helpers
+    from translator.writer import CodeWriter
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    w = CodeWriter()
+    emit_region_helpers(w)
+    helper = re.search(r"(?s)CUTE_DEVICE int mod_nonneg\(.*?\n}\n", w.render(line_directives=False)[0] + "\n")
+    assert helper, "emit_region_helpers emits no mod_nonneg"
+    src = tmp_path / "mod.cpp"
+    src.write_text(
+        "#include <cstdio>\n#include <cstdlib>\n#include <cstdint>\n#define CUTE_DEVICE static inline\n"
+        "static unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }\n"
+        + helper.group(0)
+        + """
+int main() {
+  const int xs[] = {0, 1, 2, 3, 7, 8, 127, 128, 4095, 4096, 65535, 65536, 1 << 24, (1 << 30) + 7,
+                    2147483646, 2147483647};
+  const int ds[] = {1, 2, 3, 5, 7, 16, 100, 4096, 65537, 1 << 24, 2147483647};
+  long bad = 0;
+  const int signs[] = {1, -1};
+  for (int x : xs) for (int d : ds) for (int s : signs) bad += mod_nonneg(x, s * d) != x % (s * d);
+  uint64_t r = 88172645463325252ull;
+  for (int i = 0; i < 2000000; ++i) {
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    const int x = (int)(r & 0x7fffffff), d = (int)((r >> 32) % ((i % 3 == 0) ? 2147483647u : 1000u)) + 1;
+    bad += mod_nonneg(x, d) != x % d;
+  }
+  printf("%ld\\n", bad);
+  return 0;
+}
+"""
+    )
+    exe = tmp_path / "mod"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(exe), str(src)], check=True, capture_output=True)
+    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.strip() == "0"

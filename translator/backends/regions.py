@@ -207,6 +207,8 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
 
 def _op(name: str, a: list[str], e: Op, fma: str = "false", *, fast_tanh: bool = False) -> str:
     f32 = e.type == F32 or (e.args and e.args[0].type == F32)
+    if name == "mod" and _mod_by_uniform(e):
+        return f"tl::mod_nonneg({a[0]}, {a[1]})"
     if name in _INFIX:
         return f"({a[0]} {_INFIX[name]} {a[1]})"
     if name == "neg":
@@ -240,6 +242,15 @@ def _op(name: str, a: list[str], e: Op, fma: str = "false", *, fast_tanh: bool =
     raise ValueError(f"no CUDA for IR op {name!r}")
 
 
+def _mod_by_uniform(e: Op) -> bool:
+    """An integer remainder of a provably non-negative dividend by a divisor that is the same for the whole
+    launch (a runtime Scalar): `tl::mod_nonneg`, a multiply-high and one correction against the reciprocal
+    the compiler hoists out of the loops, instead of a signed division sequence per use (the dilated
+    window's `kv_idx % dil` per key column; docs/performance.md). Constant divisors stay C's `%`."""
+    x, d = e.args
+    return e.type == I32 and not isinstance(d, Const) and passes.level(d) == "uniform" and passes.nonneg(x)
+
+
 def _exp2(x: str, fma: str) -> str:
     """2^x on the SFU, or where `fma` (a C predicate) says so on the FP32 pipe."""
     return f"tl::exp2_approx({x})" if fma == "false" else f"tl::exp2_on({x}, {fma})"
@@ -269,6 +280,14 @@ def emit_region_helpers(w: CodeWriter) -> None:
     """Device functions the score regions call (inside `namespace tl`, after `exp2_approx`)."""
     emit_exp2_fma(w)
     emit_column_bits(w)
+    w.comment("x % d for x ≥ 0 and a divisor the same for the whole launch: the quotient from a")
+    w.comment("multiply-high by floor((2^32 − 1) / |d|), at most one short (x < 2^32), then one correction;")
+    w.comment("the compiler hoists the reciprocal out of the loops. C's x % d for x ≥ 0, d ≠ 0 is x mod |d|.")
+    with w.block("CUTE_DEVICE int mod_nonneg(int x, int d)"):
+        w.line("const unsigned ux = static_cast<unsigned>(x), ud = static_cast<unsigned>(abs(d));")
+        w.line("const unsigned r = ux - __umulhi(ux, 0xffffffffu / ud) * ud;")
+        w.line("return static_cast<int>(r >= ud ? r - ud : r);")
+    w.line()
     w.comment("tanh and sigmoid from one exp2 and a fast division: exact to a few ulp of fp32 (tanh.approx's")
     w.comment("2^-11 moves a logit near a cap of 30 by up to 1.5e-2; `Param fast_tanh` opts in). `fma`: the")
     w.comment("exp2 runs on the FP32 pipe (a compile-time constant once the column loop is unrolled).")
