@@ -337,14 +337,7 @@ def launch(
         raise LaunchError(
             f"tensors are on cuda:{q.device.index}, the kernel was loaded on cuda:{loaded.device_id}"
         )
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
-    win = window if window is not None else tuple(spec.window)
-    if spec.mask != "window":
-        win = (-1, -1)
-    if scale <= 0:
-        raise LaunchError(f"softmax_scale must be positive (the kernels fold it into exp2), got {scale}")
-    args = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
-    tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
+    args, tail = _arguments(spec, q, k, v, o, lse, softmax_scale, window, extras)
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
     if block_mask_kind(spec.program):
@@ -406,20 +399,48 @@ def block_classes(
     lengths, window and side tensors (`extras`), for `launch(..., block_classes=...)`: they stay valid
     while the side tensors, scalars, window, batch, heads and lengths do (q and k give the shapes; their
     values are not read)."""
-    import torch
 
     spec = loaded.spec
     if not block_mask_kind(spec.program):
         raise LaunchError(f"{spec.kernel_name}: its masks read no side tensor, so it has no block classes")
-    batch, seqlen_q, _, heads, _ = check_inputs(spec, q, k, v)
-    dummy = torch.empty((batch, seqlen_q, heads, spec.head_dim_v), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
-    win = (window if window is not None else tuple(spec.window)) if spec.mask == "window" else (-1, -1)
-    args = kernel_args(spec, q, k, v, dummy, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
-    tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
+    o, lse = _outputs(spec, q, k, v)  # the block-mask kernel takes the attention kernel's arguments
+    args, tail = _arguments(spec, q, k, v, o, lse, softmax_scale, window, extras)
     _launch_block_mask(loaded, args, tail, q, k)
     return loaded.block_mask_buffer
+
+
+def _arguments(
+    spec: LaunchSpec,
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    lse: Any,
+    softmax_scale: float | None,
+    window: tuple[int, int] | None,
+    extras: dict[str, Any] | None,
+) -> tuple[list[Any], list[tuple[str, Any]]]:
+    """The attention kernel's `ATTENTION_PARAMS` values and its program's (kind, value) tail: the scale
+    (1/√d unless given), the window (the spec's unless given; none without a window mask), the extras."""
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim_qk)
+    win = window if window is not None else tuple(spec.window)
+    if spec.mask != "window":
+        win = (-1, -1)
+    if scale <= 0:
+        raise LaunchError(f"softmax_scale must be positive (the kernels fold it into exp2), got {scale}")
+    args = kernel_args(spec, q, k, v, o, lse, softmax_scale=scale, window=(int(win[0]), int(win[1])))
+    tail = program_args(spec, q, {**(extras or {}), "_seqlen_k": k.shape[1], "_heads_kv": k.shape[2]})
+    return args, tail
+
+
+def _outputs(spec: LaunchSpec, q: Any, k: Any, v: Any) -> tuple[Any, Any]:
+    """Empty o (batch, seqlen_q, heads, d_v) in q's dtype and lse (batch, heads, seqlen_q) float32."""
+    import torch
+
+    batch, seqlen_q, _, heads, _ = check_inputs(spec, q, k, v)
+    o = torch.empty(batch, seqlen_q, heads, spec.head_dim_v, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
+    return o, lse
 
 
 def _pointer(t: Any) -> Any:
@@ -543,11 +564,7 @@ def attention(
 ) -> tuple[Any, Any]:
     """Run the kernel: (o (batch, seqlen_q, heads, d_v), lse fp32 (batch, heads, seqlen_q)). `extras`:
     the variant's runtime scalars and side tensors by their TL names; `block_classes`: see `launch`."""
-    import torch
-
-    batch, seqlen_q, _, heads, _ = check_inputs(loaded.spec, q, k, v)
-    o = torch.empty(batch, seqlen_q, heads, loaded.spec.head_dim_v, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
+    o, lse = _outputs(loaded.spec, q, k, v)
     launch(
         loaded, q, k, v, o, lse,
         softmax_scale=softmax_scale, window=window, extras=extras, block_classes=block_classes,

@@ -900,13 +900,13 @@ def test_the_backward_tests_divisibility_by_hoisted_remainders_and_keeps_per_key
         main,
         "constexpr int kCols = decltype(size<1>(scores))::value;",
         f"const int col = n_block * kBlockN + {key}(coords(0, c));",
-        "tl_c0[c] = (col % scalar_dil);  // (kv_idx % dil)",
+        "tl_c0[c] = tl::mod_nonneg(col, scalar_dil);  // (kv_idx % dil)",
         "for (int r = 0; r < size<0>(scores); ++r) {",
-        "= (row % scalar_dil);  // (q_idx % dil)",
+        "= tl::mod_nonneg(row, scalar_dil);  // (q_idx % dil)",
         "== tl_c0[c]);  // ((q_idx % dil) == (kv_idx % dil))",
     )
     per_score = main.split("for (int c = 0; c < size<1>(scores); ++c) {")[1:]
-    assert per_score and not any("% scalar_dil" in loop.split("dscores(r, c) = ")[0] for loop in per_score)
+    assert per_score and not any("scalar_dil" in loop.split("dscores(r, c) = ")[0] for loop in per_score)
 
 
 def test_head_sections_is_refused_beside_a_head_major_or_heavy_columns_order():
