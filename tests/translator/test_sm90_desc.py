@@ -1,8 +1,10 @@
-"""The sm_90 forward's wgmma operands and O's stmatrix written out (`translator/backends/sm90/emit.py`,
-`_desc_layouts`, `_stsm_o`): the GMMA descriptors of Q, K and Vᵀ, the accumulator shapes and O's
-stmatrix partitions the kernel builds without CuTe's `partition_fragment_A / _B / _C` and
-`make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against what those give for every
-consumer warp group and thread, at tile shapes that reach each mode of the layouts."""
+"""The sm_90 forward's wgmma operands, identity partitions and O's stmatrix written out
+(`translator/backends/sm90/emit.py`, `_desc_layouts`, `_coord_layout`, `_stsm_o`): the GMMA descriptors of
+Q, K and Vᵀ, the accumulator shapes, the (row, col)s of S and O (thrfrg_C's layout, sliced by
+`tl::partition_C`) and O's stmatrix partitions the kernel builds without CuTe's `partition_fragment_A /
+_B / _C`, `thrfrg_C` and `make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against
+what those give for every consumer warp group and thread, at tile shapes that reach each mode of the
+layouts."""
 
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ def test_the_forward_builds_its_operand_descriptors_without_partitions():
     code = re.sub(r"//.*", "", source)
     assert "partition_fragment_" not in code and "get_thread_slice(consumer_wg" not in code
     assert "make_tiled_copy_C" not in code and "partition_D" not in code  # O's stmatrix written out
+    assert ".partition_C(" not in code  # the identity partitions on the traits' thrfrg_C layouts
     desc = _descriptors(source)
     assert desc["tSrQ"][0] == "smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols"
     assert desc["tOrV"][1:3] == ("1280", "64")  # Vᵀ: from one 64-column block of V to the next, 160 rows on
@@ -111,6 +114,31 @@ int check(char const* name) {
     same("Vt", wg_mma_pv.partition_fragment_B(sVt), typename Traits::LAYOUT_V{},
          raw_pointer_cast(wg_mma_pv.partition_B(sVt).data()), PTR_V,
          tl::gmma_desc_sw128(PTR_V, ARGS_V).desc_);
+  }
+  // The identity tensors' partitions (tScS, tOcO): thrfrg_C's layout as written, and for every consumer
+  // thread tl::partition_C's slice of it the type and (row, col) of CuTe's partition_C
+  constexpr int kBlockM_ = Traits::kBlockM, kBlockN_ = Traits::kBlockN, kHeadDimV_ = Traits::kHeadDimV;
+  auto id_s = make_identity_tensor(Shape<Int<kBlockM_>, Int<kBlockN_>>{});
+  auto id_o = make_identity_tensor(Shape<Int<kBlockM_>, Int<kHeadDimV_>>{});
+  using CuteS = decltype(tiled_mma_qk.thrfrg_C(id_s.layout()));
+  using CuteO = decltype(tiled_mma_pv.thrfrg_C(id_o.layout()));
+  static_assert(std::is_same_v<CuteS, typename Traits::CoordLayoutS>);
+  static_assert(std::is_same_v<CuteO, typename Traits::CoordLayoutO>);
+  for (int ctid = 0; ctid < Traits::kConsumerThreads; ++ctid) {
+    auto thr_qk = tiled_mma_qk.get_thread_slice(ctid);
+    auto thr_pv = tiled_mma_pv.get_thread_slice(ctid);
+    auto cute_s = thr_qk.partition_C(id_s);
+    auto cute_o = thr_pv.partition_C(id_o);
+    auto ours_s = tl::partition_C(thr_qk, id_s, typename Traits::CoordLayoutS{});
+    auto ours_o = tl::partition_C(thr_pv, id_o, typename Traits::CoordLayoutO{});
+    static_assert(std::is_same_v<decltype(cute_s), decltype(ours_s)>);
+    static_assert(std::is_same_v<decltype(cute_o), decltype(ours_o)>);
+    bool ok = *cute_s.data() == *ours_s.data() && *cute_o.data() == *ours_o.data();
+    if (!ok && bad < 8) {
+      printf("%s (row, col)s of thread %d: CuTe ", name, ctid); print(cute_s.data()); print(cute_o.data());
+      printf(", ours "); print(ours_s.data()); print(ours_o.data()); printf("\n");
+    }
+    bad += !ok;
   }
   // STSM: O's stmatrix, every consumer thread's partition_D of sO and retile_S of its registers
   auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);
@@ -167,6 +195,8 @@ def test_operand_descriptors_and_accumulators_match_cute_partitions(tmp_path):
         parts.append(tile.replace(traits.group(1), renamed))
         fn = source[source.index("  CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(") :]
         gmma_desc = fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
+        fn = source[source.index("  template <class ThrMma, class CTensor, class ThrFrg>") :]
+        gmma_desc += fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
         host = _HOST.split("template <class Traits>", 1)[1]
         for tensor, key in (("tSrQ", "Q"), ("tSrK", "K"), ("tOrV", "V")):
             ptr, lbo, sbo, layout = _descriptors(source)[tensor]

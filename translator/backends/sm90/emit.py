@@ -192,6 +192,32 @@ def _vt_lbo(c: HopperConfig) -> int:
     return 0 if p.head_dim_v == BOX_COLS else p.block_n * 8
 
 
+def _basis(n: int, stride: int, axis: int) -> tuple[str, str]:
+    """A mode of an identity tensor's partition: n steps of `stride` rows (axis 0) or columns (1)."""
+    return ("_1", "_0") if n == 1 else (f"Int<{n}>", f"cute::ScaledBasis<Int<{stride}>, {axis}>")
+
+
+def _coord_layout(c: HopperConfig, n: int, atom_n: int) -> str:
+    """CuTe's thrfrg_C of the (BM, n) identity layout for a TiledMMA of kConsumers 64 × atom_n atoms
+    along M (tests/translator/test_sm90_desc.py): the 64-row C atom's thread layout (4, 8, 4) ×
+    kConsumers, its values (2, 2, atom_n / 8), then the wgmma tiles each warp group repeats."""
+    thr_m, thr_ms = _basis(c.consumers, WGMMA_M, 0)
+    frg_n, frg_ns = _basis(atom_n // 8, 8, 1)
+    rest_m, rest_ms = _basis(c.rows_per_consumer // WGMMA_M, WGMMA_M * c.consumers, 0)
+    rest_n, rest_ns = _basis(n // atom_n, atom_n, 1)
+    shape = (
+        f"Shape<Shape<Shape<_4, _8, _4>, Shape<{thr_m}, _1>>, "
+        f"Shape<Shape<_2, _2, {frg_n}>, Shape<{rest_m}, {rest_n}>>>"
+    )
+    thr_v = ", ".join(f"cute::ScaledBasis<_{s}, {axis}>" for s, axis in ((2, 1), (1, 0), (16, 0)))
+    frg_v = ", ".join(f"cute::ScaledBasis<_{s}, {axis}>" for s, axis in ((1, 1), (8, 0)))
+    stride = (
+        f"Stride<Stride<Stride<{thr_v}>, Stride<{thr_ms}, _0>>, "
+        f"Stride<Stride<{frg_v}, {frg_ns}>, Stride<{rest_ms}, {rest_ns}>>>"
+    )
+    return f"Layout<{shape},\n      {stride}>"
+
+
 def _desc_layouts(e: _Emit) -> None:
     """The operands' GMMA descriptor layouts and the accumulators' shapes, written out: what CuTe's
     partition_fragment_A / _B / _C of one warp group derive (tests/translator/test_sm90_desc.py)."""
@@ -216,6 +242,13 @@ def _desc_layouts(e: _Emit) -> None:
         f"using DescLayoutVt = Layout<Shape<_1, _1, {vk_shape}, {vs_shape}>, "
         f"Stride<_0, _0, {vk_stride}, {vs_stride}>>;"
     )
+    w.comment("The score and output tiles' (row, col)s as thrfrg_C lays out their identity tensors:")
+    w.comment("((ThrV, (ThrM, ThrN)), (FrgV, (RestM, RestN))), a wgmma C fragment's thread and value modes")
+    w.comment("(ScaledBasis<s, 0> steps rows, <s, 1> columns); tl::partition_C takes the thread's slice.")
+    for name, n, atom in (("S", p.block_n, _atoms(p)[0]), ("O", p.head_dim_v, _atoms(p)[1])):
+        first, rest = _coord_layout(c, n, atom.n).split("\n")
+        w.line(f"using CoordLayout{name} = {first}")
+        w.line(f"{rest};")
     w.comment("The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)")
     w.line(f"using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, {m_shape}, _1>;")
     w.line(f"using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, {m_shape}, _1>;")
@@ -773,7 +806,8 @@ def _consumer(e: _Emit) -> None:
             w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
     with e.tag("loop" if p.mask == "none" else "mask", "(row, col) of each score, for masking"):
         w.line(
-            "Tensor tScS = thr_mma_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
+            "Tensor tScS = tl::partition_C(thr_mma_qk, "
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}), Traits::CoordLayoutS{});"
         )
     across = " (across tiles)" if e.cfg.persistent else ""
     with e.tag("loop", "the K/V ring's position, as the producer's" + across):
@@ -801,9 +835,7 @@ def _consumer_tile(e: _Emit) -> None:
     if e.reg is not None:
         emit_uniforms(w, e.reg, tag_line=e.region_line())
     with e.tag("alloc_acc_o", "fp32 wgmma accumulator fragment"):
-        w.line(
-            "Tensor acc_o = make_tensor<float>(Traits::AccShapeO{});  // (MMA, MMA_M, MMA_N)"
-        )
+        w.line("Tensor acc_o = make_tensor<float>(Traits::AccShapeO{});  // (MMA, MMA_M, MMA_N)")
         w.line("clear(acc_o);")
     with e.tag("softmax", "running row max and row sum (per thread, for its rows)"):
         w.line("Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
@@ -1014,10 +1046,7 @@ def _reshape(e: _Emit, acc: str) -> None:
 
 def _alloc_s(e: _Emit, name: str) -> None:
     with e.tag("alloc_s", "fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)"):
-        e.w.line(
-            f"Tensor {name} = make_tensor<float>(Traits::AccShapeS{{}});"
-            "  // (MMA, MMA_M, MMA_N)"
-        )
+        e.w.line(f"Tensor {name} = make_tensor<float>(Traits::AccShapeS{{}});  // (MMA, MMA_M, MMA_N)")
 
 
 def _loop_plain(e: _Emit) -> None:
@@ -1227,7 +1256,7 @@ def _normalize(e: _Emit) -> None:
     w.line()
     with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
         if e.reg is not None:
-            emit_normalize(w, e.reg, "thr_mma_pv")
+            emit_normalize(w, e.reg, "thr_mma_pv", "Traits::CoordLayoutO")
         else:
             emit_normalize_rows(w)
 
@@ -1242,7 +1271,7 @@ def _store_o(e: _Emit) -> None:
     )
     with e.tag("store_o", f"LSE from registers; O registers → shared (stmatrix) → {last}"):
         if e.reg is None or e.reg.softmax:
-            emit_store_lse(w, "thr_mma_pv", packed=e.varlen)
+            emit_store_lse(w, "thr_mma_pv", packed=e.varlen, coord_layout="Traits::CoordLayoutO")
         w.line()
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if c.reuse_q_for_o:
