@@ -1057,8 +1057,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     Tensor tOsO = make_tensor(sO.data() + o_offset, Traits::StsmLayoutO{});  // ((8, (4, 2)), 1, 1)
 #line 38 "hopper_mha_fwd.tl"
     Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{});  // ((8, 8), 1, 1)
+#line 1061 "hopper_mha_fwd.cu"
+    // The copy as cute::copy's loops end up issuing it (one Copy_Atom::call a step, the same
+    // instructions), without its group_modes / zipped_divide over these layouts (~1 s of nvcc).
 #line 38 "hopper_mha_fwd.tl"
-    cute::copy(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tOrO, tOsO);
+    Copy_Atom<SM90_U32x4_STSM_N, Element> stsm_atom;
+#line 38 "hopper_mha_fwd.tl"
+    CUTE_UNROLL
+#line 38 "hopper_mha_fwd.tl"
+    for (int i = 0; i < size<0, 1>(tOrO); ++i) {
+#line 38 "hopper_mha_fwd.tl"
+      stsm_atom.call(tOrO(make_coord(_, i), 0, 0), tOsO(make_coord(_, i), 0, 0));
+#line 38 "hopper_mha_fwd.tl"
+    }
 #line 38 "hopper_mha_fwd.tl"
     cutlass::arch::fence_view_async_shared();  // stmatrix writes → visible to the TMA engine
 #line 38 "hopper_mha_fwd.tl"
@@ -1079,6 +1090,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 1083 "hopper_mha_fwd.cu"
+#line 1094 "hopper_mha_fwd.cu"
   }
 }

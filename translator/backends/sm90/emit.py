@@ -1330,7 +1330,12 @@ def _stsm_o(e: _Emit) -> None:
         f"  // ((8, {'4' if boxes == 1 else f'(4, {boxes})'}), 1, 1)"
     )
     w.line(f"Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{{}});  // ((8, {steps}), 1, 1)")
-    w.line("cute::copy(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tOrO, tOsO);")
+    w.comment("The copy as cute::copy's loops end up issuing it (one Copy_Atom::call a step, the same")
+    w.comment("instructions), without its group_modes / zipped_divide over these layouts (~1 s of nvcc).")
+    w.line("Copy_Atom<SM90_U32x4_STSM_N, Element> stsm_atom;")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int i = 0; i < size<0, 1>(tOrO); ++i)"):
+        w.line("stsm_atom.call(tOrO(make_coord(_, i), 0, 0), tOsO(make_coord(_, i), 0, 0));")
 
 
 def _store_o_rows(e: _Emit) -> None:
