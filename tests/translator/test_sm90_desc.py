@@ -1,10 +1,10 @@
-"""The sm_90 forward's wgmma operands, identity partitions and O's stmatrix written out
-(`translator/backends/sm90/emit.py`, `_desc_layouts`, `_coord_layout`, `_stsm_o`): the GMMA descriptors of
-Q, K and Vᵀ, the accumulator shapes, the (row, col)s of S and O (thrfrg_C's layout, sliced by
-`tl::partition_C`) and O's stmatrix partitions the kernel builds without CuTe's `partition_fragment_A /
-_B / _C`, `thrfrg_C` and `make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against
-what those give for every consumer warp group and thread, at tile shapes that reach each mode of the
-layouts."""
+"""The sm_90 forward's shared layouts, wgmma operands, identity partitions and O's stmatrix written out
+(`translator/backends/sm90/emit.py`, `_smem_layout`, `_desc_layouts`, `_coord_layout`, `_stsm_o`): the
+shared tiles' layouts (tile_to_shape's, as types), the GMMA descriptors of Q, K and Vᵀ, the accumulator
+shapes, the (row, col)s of S and O (thrfrg_C's layout, sliced by `tl::partition_C`) and O's stmatrix
+partitions the kernel builds without CuTe's `tile_to_shape`, `partition_fragment_A / _B / _C`, `thrfrg_C`
+and `make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against what those give for
+every consumer warp group and thread, at tile shapes that reach each mode of the layouts."""
 
 from __future__ import annotations
 
@@ -87,8 +87,22 @@ int check(char const* name) {
   Tensor sQ = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutV{});
-  Tensor sVt = make_tensor(sV.data(), composition(sV.layout(), make_ordered_layout(
-      Shape<Int<Traits::kHeadDimV>, Int<Traits::kBlockN>, Int<Traits::kStages>>{}, Step<_2, _1, _3>{})));
+  Tensor sVt = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutVt{});
+  // The shared tiles' layouts as written against tile_to_shape's and Vᵀ's composition
+  using Atom = GMMA::Layout_K_SW128_Atom<Element>;
+  constexpr int kM = Traits::kBlockM, kN = Traits::kBlockN, kS = Traits::kStages;
+  constexpr int kDq = Traits::kHeadDimQK, kDv = Traits::kHeadDimV;
+  using SmemQ = decltype(tile_to_shape(Atom{}, Shape<Int<kM>, Int<kDq>>{}));
+  using SmemK = decltype(tile_to_shape(Atom{}, Shape<Int<kN>, Int<kDq>, Int<kS>>{}));
+  using SmemV = decltype(tile_to_shape(Atom{}, Shape<Int<kN>, Int<kDv>, Int<kS>>{}));
+  using SmemVt = decltype(composition(SmemV{}, make_ordered_layout(
+      Shape<Int<kDv>, Int<kN>, Int<kS>>{}, Step<_2, _1, _3>{})));
+  using SmemO = decltype(tile_to_shape(Atom{}, Shape<Int<kM>, Int<kDv>>{}));
+  static_assert(std::is_same_v<SmemQ, typename Traits::SmemLayoutQ>);
+  static_assert(std::is_same_v<SmemK, typename Traits::SmemLayoutK>);
+  static_assert(std::is_same_v<SmemV, typename Traits::SmemLayoutV>);
+  static_assert(std::is_same_v<SmemVt, typename Traits::SmemLayoutVt>);
+  static_assert(std::is_same_v<SmemO, typename Traits::SmemLayoutO>);
   int bad = 0;
   auto same = [&](char const* what, auto const& cute_frag, auto const& ours, Element* cute_ptr,
                   Element* our_ptr, uint64_t our_desc) {

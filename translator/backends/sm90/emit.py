@@ -192,6 +192,33 @@ def _vt_lbo(c: HopperConfig) -> int:
     return 0 if p.head_dim_v == BOX_COLS else p.block_n * 8
 
 
+# 128-byte swizzled rows of 16-bit values (GMMA::Layout_K_SW128_Atom's swizzle)
+SW128 = "cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<16>, "
+
+
+def _smem_layout(rows: int, cols: int, stages: int | None = None) -> str:
+    """tile_to_shape(GMMA::Layout_K_SW128_Atom, (rows, cols[, stages])): 8-row atoms down the rows, then
+    64-column blocks (rows · 64 values apart), then stages."""
+    r, rs = _static(rows // 8, 512)
+    c, cs = _static(cols // BOX_COLS, rows * BOX_COLS)
+    shape, stride = f"Shape<_8, {r}>, Shape<_64, {c}>", f"Stride<_64, {rs}>, Stride<_1, {cs}>"
+    if stages is not None:
+        st, sts = _static(stages, rows * cols)
+        shape, stride = f"{shape}, Shape<_1, {st}>", f"{stride}, Stride<_0, {sts}>"
+    return f"{SW128}Layout<Shape<{shape}>, Stride<{stride}>>>"
+
+
+def _smem_layout_vt(block_n: int, d_v: int, stages: int) -> str:
+    """Vᵀ, V's tile_to_shape composed with make_ordered_layout((d_v, BN, s), Step<_2, _1, _3>): the
+    64-column blocks (one block: a plain 64), the BN rows, the stages."""
+    blocks = d_v // BOX_COLS
+    c, cs = (
+        ("_64", "_1") if blocks == 1 else (f"Shape<_64, Int<{blocks}>>", f"Stride<_1, Int<{block_n * 64}>>")
+    )
+    st, sts = _static(stages, block_n * d_v)
+    return f"{SW128}Layout<Shape<{c}, Int<{block_n}>, {st}>, Stride<{cs}, _64, {sts}>>>"
+
+
 def _basis(n: int, stride: int, axis: int) -> tuple[str, str]:
     """A mode of an identity tensor's partition: n steps of `stride` rows (axis 0) or columns (1)."""
     return ("_1", "_0") if n == 1 else (f"Int<{n}>", f"cute::ScaledBasis<Int<{stride}>, {axis}>")
@@ -320,25 +347,14 @@ def _traits(e: _Emit) -> None:
         w.comment(
             "writes; a tile is column blocks of 64, each (rows × 64). Vᵀ is a view of V (no data moves)."
         )
-        w.line("using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;")
-        w.line(
-            "using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDimQK>>{}));"
-        )
-        w.line(
-            "using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, "
-            "Shape<Int<kBlockN>, Int<kHeadDimQK>, Int<kStages>>{}));"
-        )
-        w.line(
-            "using SmemLayoutV = decltype(tile_to_shape(SmemAtom{}, "
-            "Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));"
-        )
-        w.line("using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_ordered_layout(")
-        w.line(
-            "    Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));  // (d_v, BN, s)"
-        )
-        w.line(
-            "using SmemLayoutO = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));"
-        )
+        w.comment("What tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>, (rows, cols[, stages])) and Vᵀ's")
+        w.comment("composition with make_ordered_layout((d_v, BN, s), Step<_2, _1, _3>) derive, written out")
+        w.comment("(test_sm90_desc.py): ((8 rows, rows / 8), (64 cols, cols / 64)[, stages]).")
+        w.line(f"using SmemLayoutQ = {_smem_layout(p.block_m, p.head_dim_qk)};")
+        w.line(f"using SmemLayoutK = {_smem_layout(p.block_n, p.head_dim_qk, p.stages)};")
+        w.line(f"using SmemLayoutV = {_smem_layout(p.block_n, p.head_dim_v, p.stages)};")
+        w.line(f"using SmemLayoutVt = {_smem_layout_vt(p.block_n, p.head_dim_v, p.stages)};  // (d_v, BN, s)")
+        w.line(f"using SmemLayoutO = {_smem_layout(p.block_m, p.head_dim_v)};")
         w.line()
         w.comment("S = Q·Kᵀ: SS wgmma (both operands from shared memory, K-major); O += P·V: RS wgmma (P in")
         w.comment(
