@@ -1,10 +1,11 @@
 """The sm_90 forward's shared layouts, wgmma operands, identity partitions and O's stmatrix written out
 (`translator/backends/sm90/emit.py`, `_smem_layout`, `_desc_layouts`, `_coord_layout`, `_stsm_o`): the
 shared tiles' layouts (tile_to_shape's, as types), the GMMA descriptors of Q, K and Vᵀ, the accumulator
-shapes, the (row, col)s of S and O (thrfrg_C's layout, sliced by `tl::partition_C`) and O's stmatrix
-partitions the kernel builds without CuTe's `tile_to_shape`, `partition_fragment_A / _B / _C`, `thrfrg_C`
-and `make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against what those give for
-every consumer warp group and thread, at tile shapes that reach each mode of the layouts."""
+shapes and layouts (P's as acc_to_A's), the (row, col)s of S and O (thrfrg_C's layout, sliced by
+`tl::partition_C`) and O's stmatrix partitions the kernel builds without CuTe's `tile_to_shape`,
+`partition_fragment_A / _B / _C`, `thrfrg_C`, `acc_to_A` and `make_tiled_copy_C` / `partition_D` /
+`retile_S`, checked on the host against what those give for every consumer warp group and thread, at
+tile shapes that reach each mode of the layouts."""
 
 from __future__ import annotations
 
@@ -180,6 +181,10 @@ int check(char const* name) {
   using O = decltype(partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
   bool acc = std::is_same_v<S, decltype(make_tensor<float>(typename Traits::AccShapeS{}))>
       && std::is_same_v<O, decltype(make_tensor<float>(typename Traits::AccShapeO{}))>;
+  acc = acc && std::is_same_v<S, decltype(make_tensor<float>(typename Traits::AccLayoutS{}))>
+      && std::is_same_v<O, decltype(make_tensor<float>(typename Traits::AccLayoutO{}))>;
+  using P = decltype(tl::acc_to_A(typename Traits::AccLayoutS{}));
+  static_assert(std::is_same_v<P, typename Traits::PLayoutA>);
   if (!acc) printf("%s: accumulator shapes differ\n", name);
   return bad + !acc;
 }
@@ -209,8 +214,13 @@ def test_operand_descriptors_and_accumulators_match_cute_partitions(tmp_path):
         parts.append(tile.replace(traits.group(1), renamed))
         fn = source[source.index("  CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(") :]
         gmma_desc = fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
-        fn = source[source.index("  template <class ThrMma, class CTensor, class ThrFrg>") :]
-        gmma_desc += fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
+        helpers = (
+            "  template <class ThrMma, class CTensor, class ThrFrg>",
+            "  template <class Layout>\n  CUTE_DEVICE constexpr auto acc_to_A",
+        )
+        for start in helpers:
+            fn = source[source.index(start) :]
+            gmma_desc += fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
         host = _HOST.split("template <class Traits>", 1)[1]
         for tensor, key in (("tSrQ", "Q"), ("tSrK", "K"), ("tOrV", "V")):
             ptr, lbo, sbo, layout = _descriptors(source)[tensor]

@@ -140,6 +140,11 @@ struct hopper_mha_fwd_traits {
   // The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)
   using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, _1, _1>;
   using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, _1, _1>;
+  // Their layouts (make_tensor's, compact) and P's as the RS wgmma's A operand (what tl::acc_to_A
+  // derives: ((2, 2, 2) a k16 slice, MMA_M, BN / 16 slices)), written out as for the descriptors.
+  using AccLayoutS = Layout<AccShapeS, Stride<Stride<_1, _2, _4>, _0, _0>>;
+  using AccLayoutO = Layout<AccShapeO, Stride<Stride<_1, _2, _4>, _0, _0>>;
+  using PLayoutA = Layout<Shape<Shape<_2, _2, _2>, _1, Int<10>>, Stride<Stride<_1, _2, _4>, _0, Int<8>>>;
   // O's stmatrix (8 × 8, ×4) as make_tiled_copy_C's partition_D / retile_S give it
   using StsmLayoutO = Layout<Shape<Shape<_8, Shape<_4, Int<2>>>, _1, _1>, Stride<Stride<_1, Stride<_16, Int<8192>>>, _0, _0>>;
   using StsmLayoutR = Layout<Shape<Shape<_8, Int<8>>, _1, _1>, Stride<Stride<_1, _8>, _0, _0>>;
@@ -377,14 +382,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   const int m_block = blockIdx.x;  // TL block_m: this tile of query rows
 #line 18 "hopper_mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 381 "hopper_mha_fwd.cu"
+#line 386 "hopper_mha_fwd.cu"
 
   // TL:26  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (producer and consumers agree)
 #line 26 "hopper_mha_fwd.tl"
   int n_block_min = 0;
 #line 26 "hopper_mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 388 "hopper_mha_fwd.cu"
+#line 393 "hopper_mha_fwd.cu"
 
   // TL:10  mbarriers of the pipeline: Q full; per stage K and V full (TMA) and empty (consumers)
 #line 10 "hopper_mha_fwd.tl"
@@ -419,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   }
 #line 10 "hopper_mha_fwd.tl"
   __syncthreads();  // the last block-wide barrier: the warp groups part ways below
-#line 423 "hopper_mha_fwd.cu"
+#line 428 "hopper_mha_fwd.cu"
   if (warp_group == 0) {
     // Producer warp group: registers back to the pool, one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
@@ -429,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       int k_stage = 0, v_stage = 0;
 #line 26 "hopper_mha_fwd.tl"
       uint32_t k_phase = 0, v_phase = 0;
-#line 433 "hopper_mha_fwd.cu"
+#line 438 "hopper_mha_fwd.cu"
       // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros
 #line 22 "hopper_mha_fwd.tl"
       auto load_q = [&]() {
@@ -445,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         }
 #line 22 "hopper_mha_fwd.tl"
       };
-#line 449 "hopper_mha_fwd.cu"
+#line 454 "hopper_mha_fwd.cu"
       // TL:27  Copy K (BN, d) in coordinate [L = j] from global to shared  — wait until the consumers freed the buffer, then TMA into it
 #line 27 "hopper_mha_fwd.tl"
       auto load_k = [&](const int n_block) {
@@ -465,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++k_stage == kStages) { k_stage = 0; k_phase ^= 1; }
 #line 27 "hopper_mha_fwd.tl"
       };
-#line 469 "hopper_mha_fwd.cu"
+#line 474 "hopper_mha_fwd.cu"
       // TL:33  Copy V (BN, d) in coordinate [L = j] from global to shared  — its own ring of barriers: Q·Kᵀ may start before V lands
 #line 33 "hopper_mha_fwd.tl"
       auto load_v = [&](const int n_block) {
@@ -485,7 +490,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++v_stage == kStages) { v_stage = 0; v_phase ^= 1; }
 #line 33 "hopper_mha_fwd.tl"
       };
-#line 489 "hopper_mha_fwd.cu"
+#line 494 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — in the consumers' order: they read V(n + 1) after K(n), so V trails K by one block and the next K never waits for the later-freed V buffer
 #line 26 "hopper_mha_fwd.tl"
       if (n_block_max > n_block_min) {
@@ -507,11 +512,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         load_v(n_block_min);
 #line 26 "hopper_mha_fwd.tl"
       } else {
-#line 511 "hopper_mha_fwd.cu"
+#line 516 "hopper_mha_fwd.cu"
         // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared
 #line 22 "hopper_mha_fwd.tl"
         load_q();  // no key block: the consumers still wait for Q
-#line 515 "hopper_mha_fwd.cu"
+#line 520 "hopper_mha_fwd.cu"
       }
     }
   }
@@ -537,33 +542,33 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     Tensor tSrQ = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols, 1, 64)},
 #line 23 "hopper_mha_fwd.tl"
         Traits::DescLayoutQ{});  // this warp group's 64-row slices (MMA, MMA_M, MMA_K)
-#line 541 "hopper_mha_fwd.cu"
+#line 546 "hopper_mha_fwd.cu"
     // TL:28  Copy K from shared to register  — descriptors of every K stage
 #line 28 "hopper_mha_fwd.tl"
     Tensor tSrK = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_k, 1, 64)},
 #line 28 "hopper_mha_fwd.tl"
         Traits::DescLayoutK{});  // (MMA, MMA_N, MMA_K, kStages)
-#line 547 "hopper_mha_fwd.cu"
+#line 552 "hopper_mha_fwd.cu"
     // TL:34  Copy V from shared to register  — descriptors of Vᵀ, an MN-major view of every V stage
 #line 34 "hopper_mha_fwd.tl"
     Tensor tOrV = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_v, 1280, 64)},
 #line 34 "hopper_mha_fwd.tl"
         Traits::DescLayoutVt{});  // (MMA, MMA_N, MMA_K, kStages)
-#line 553 "hopper_mha_fwd.cu"
+#line 558 "hopper_mha_fwd.cu"
     // TL:30  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 30 "hopper_mha_fwd.tl"
     const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 557 "hopper_mha_fwd.cu"
+#line 562 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — (row, col) of each score, for masking
 #line 26 "hopper_mha_fwd.tl"
     Tensor tScS = tl::partition_C(thr_mma_qk, make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}), Traits::CoordLayoutS{});
-#line 561 "hopper_mha_fwd.cu"
+#line 566 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the K/V ring's position, as the producer's
 #line 26 "hopper_mha_fwd.tl"
     int stage = 0;
 #line 26 "hopper_mha_fwd.tl"
     uint32_t phase = 0;
-#line 567 "hopper_mha_fwd.cu"
+#line 572 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: consumer warp groups take turns issuing GEMMs, in a ring (0, 1, …); each turn is a named barrier (3 + group) that the group before it arrives on
 #line 26 "hopper_mha_fwd.tl"
     const int next_wg = consumer_wg + 1 == Traits::kConsumers ? 0 : consumer_wg + 1;
@@ -571,14 +576,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };
 #line 26 "hopper_mha_fwd.tl"
     auto your_turn = [&]() { tl::consumer_arrive(3 + next_wg, 256); };
-#line 575 "hopper_mha_fwd.cu"
+#line 580 "hopper_mha_fwd.cu"
 
     // TL:25  Allocate acc_o in register (BM, d)  — fp32 wgmma accumulator fragment
 #line 25 "hopper_mha_fwd.tl"
-    Tensor acc_o = make_tensor<float>(Traits::AccShapeO{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N)
 #line 25 "hopper_mha_fwd.tl"
     clear(acc_o);
-#line 582 "hopper_mha_fwd.cu"
+#line 587 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -590,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     fill(row_max, -__int_as_float(0x7f800000));
 #line 31 "hopper_mha_fwd.tl"
     clear(row_sum);
-#line 594 "hopper_mha_fwd.cu"
+#line 599 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 26 "hopper_mha_fwd.tl"
@@ -601,7 +606,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
 #line 26 "hopper_mha_fwd.tl"
         Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s
-#line 605 "hopper_mha_fwd.cu"
+#line 610 "hopper_mha_fwd.cu"
         // A row keeps the columns below col_end (and from col_begin on, in a window). A thread's
         // columns differ from its first by constants, so with the bounds taken relative to that
         // column each score costs one compare against an immediate and a select.
@@ -631,13 +636,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 26 "hopper_mha_fwd.tl"
     };
-#line 635 "hopper_mha_fwd.cu"
+#line 640 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_step = [&](auto& acc_s) {
 #line 31 "hopper_mha_fwd.tl"
       Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
-#line 641 "hopper_mha_fwd.cu"
+#line 646 "hopper_mha_fwd.cu"
       // One max and one sum chain per row: in this one-pass form four chains measured 1–4% slower
       // on the H200. The pipelined loop at d_v <= 128 takes the split form instead (four max
       // chains there, with every row's max before the exps).
@@ -653,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         for (int c = 0; c < size<1>(scores); ++c) m = fmaxf(m, scores(r, c));
 #line 31 "hopper_mha_fwd.tl"
         m = tl::quad_max(m);
-#line 657 "hopper_mha_fwd.cu"
+#line 662 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         const float m_scaled = m == -__int_as_float(0x7f800000) ? 0.f : m * scale_log2;
@@ -679,7 +684,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 683 "hopper_mha_fwd.cu"
+#line 688 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — before P·V's wait: maxes, the FFMAs and the first columns' exps
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2
@@ -717,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
       for (int r = 0; r < size<0>(scores); ++r) {
-#line 721 "hopper_mha_fwd.cu"
+#line 726 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;
@@ -745,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 749 "hopper_mha_fwd.cu"
+#line 754 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_after_wait = [&](auto& acc_s, auto& rP) {
@@ -797,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int r = 0; r < size<0>(scores); ++r) row_sum(r) = sum[r];
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 801 "hopper_mha_fwd.cu"
+#line 806 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — rescale acc_o by each row's correction (after the P·V that wrote it has drained)
 #line 31 "hopper_mha_fwd.tl"
     auto rescale_o = [&]() {
@@ -815,43 +820,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 819 "hopper_mha_fwd.cu"
+#line 824 "hopper_mha_fwd.cu"
 
     // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — consumers wait for Q once per tile (also before O reuses its buffer)
 #line 22 "hopper_mha_fwd.tl"
     FullBarrier::wait(bar_q, 0);
-#line 824 "hopper_mha_fwd.cu"
+#line 829 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: the last group hands group 0 the first turn
 #line 26 "hopper_mha_fwd.tl"
     if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();
-#line 829 "hopper_mha_fwd.cu"
+#line 834 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the first key block alone: its P feeds the pipelined loop
 #line 26 "hopper_mha_fwd.tl"
     if (n_block_max > n_block_min) {
 #line 26 "hopper_mha_fwd.tl"
       int n_block = n_block_max - 1;
-#line 835 "hopper_mha_fwd.cu"
+#line 840 "hopper_mha_fwd.cu"
       // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
-      Tensor acc_s = make_tensor<float>(Traits::AccShapeS{});  // (MMA, MMA_M, MMA_N)
-#line 839 "hopper_mha_fwd.cu"
+      Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
+#line 844 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_k[stage], phase);
-#line 843 "hopper_mha_fwd.cu"
+#line 848 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 847 "hopper_mha_fwd.cu"
+#line 852 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s);
-#line 851 "hopper_mha_fwd.cu"
+#line 856 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       your_turn();
-#line 855 "hopper_mha_fwd.cu"
+#line 860 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -859,21 +864,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       warpgroup_fence_operand(acc_s);
 #line 29 "hopper_mha_fwd.tl"
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 863 "hopper_mha_fwd.cu"
+#line 868 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       apply_mask(acc_s, n_block);
-#line 867 "hopper_mha_fwd.cu"
+#line 872 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — first block: acc_o is still zero, nothing to rescale
 #line 31 "hopper_mha_fwd.tl"
       softmax_step(acc_s);
-#line 871 "hopper_mha_fwd.cu"
+#line 876 "hopper_mha_fwd.cu"
       // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the wgmma A operand
 #line 32 "hopper_mha_fwd.tl"
       Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 32 "hopper_mha_fwd.tl"
-      Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)
-#line 877 "hopper_mha_fwd.cu"
+      Tensor tOrP = make_tensor(rP.data(), Traits::PLayoutA{});  // (MMA_A, MMA_M, MMA_K)
+#line 882 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — V of this block is consumed one iteration later, with the P just made
 #line 26 "hopper_mha_fwd.tl"
       int v_stage = stage;
@@ -881,41 +886,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       uint32_t v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
       if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 885 "hopper_mha_fwd.cu"
+#line 890 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)
 #line 26 "hopper_mha_fwd.tl"
       auto overlap_step = [&](const int n_block, auto masked) {
-#line 889 "hopper_mha_fwd.cu"
+#line 894 "hopper_mha_fwd.cu"
         // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
-        Tensor acc_s_next = make_tensor<float>(Traits::AccShapeS{});  // (MMA, MMA_M, MMA_N)
-#line 893 "hopper_mha_fwd.cu"
+        Tensor acc_s_next = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
+#line 898 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_k[stage], phase);
-#line 897 "hopper_mha_fwd.cu"
+#line 902 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         my_turn();
-#line 901 "hopper_mha_fwd.cu"
+#line 906 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s_next);
-#line 905 "hopper_mha_fwd.cu"
+#line 910 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it
 #line 31 "hopper_mha_fwd.tl"
         rescale_o();
-#line 909 "hopper_mha_fwd.cu"
+#line 914 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 915 "hopper_mha_fwd.cu"
+#line 920 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         your_turn();
-#line 919 "hopper_mha_fwd.cu"
+#line 924 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)
 #line 29 "hopper_mha_fwd.tl"
         warpgroup_wait<1>();
@@ -923,13 +928,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_s_next);
 #line 29 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 927 "hopper_mha_fwd.cu"
+#line 932 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — runs on the CUDA cores while the tensor cores finish P·V
 #line 31 "hopper_mha_fwd.tl"
         softmax_before_wait(acc_s_next);
 #line 31 "hopper_mha_fwd.tl"
         tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half
-#line 933 "hopper_mha_fwd.cu"
+#line 938 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — P·V has drained: free V
 #line 35 "hopper_mha_fwd.tl"
         warpgroup_wait<0>();
@@ -937,11 +942,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_o);
 #line 35 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
-#line 941 "hopper_mha_fwd.cu"
+#line 946 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — the rest, writing the next P into the registers P·V has finished reading
 #line 31 "hopper_mha_fwd.tl"
         softmax_after_wait(acc_s_next, rP);
-#line 945 "hopper_mha_fwd.cu"
+#line 950 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         v_stage = stage;
@@ -949,37 +954,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
         if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 953 "hopper_mha_fwd.cu"
+#line 958 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       };
 #line 26 "hopper_mha_fwd.tl"
       n_block = n_block_max - 2;
-#line 959 "hopper_mha_fwd.cu"
+#line 964 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — every block left of the first: no mask
 #line 26 "hopper_mha_fwd.tl"
       CUTE_NO_UNROLL
 #line 26 "hopper_mha_fwd.tl"
       for (; n_block >= n_block_min; --n_block) overlap_step(n_block, cute::false_type{});
-#line 965 "hopper_mha_fwd.cu"
+#line 970 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 969 "hopper_mha_fwd.cu"
+#line 974 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — the last rescale, before the last P·V
 #line 31 "hopper_mha_fwd.tl"
       rescale_o();
-#line 973 "hopper_mha_fwd.cu"
+#line 978 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 979 "hopper_mha_fwd.cu"
+#line 984 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first
-#line 983 "hopper_mha_fwd.cu"
+#line 988 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — the last P·V
 #line 35 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -989,7 +994,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
 #line 26 "hopper_mha_fwd.tl"
     }
-#line 993 "hopper_mha_fwd.cu"
+#line 998 "hopper_mha_fwd.cu"
 
     // TL:37  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 37 "hopper_mha_fwd.tl"
@@ -1014,7 +1019,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 37 "hopper_mha_fwd.tl"
     }
-#line 1018 "hopper_mha_fwd.cu"
+#line 1023 "hopper_mha_fwd.cu"
 
     // TL:38  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — LSE from registers; O registers → shared (stmatrix) → TMA store (rows past seqlen_q are clipped by TMA)
     // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
@@ -1038,7 +1043,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 1042 "hopper_mha_fwd.cu"
+#line 1047 "hopper_mha_fwd.cu"
 
 #line 38 "hopper_mha_fwd.tl"
     Tensor rO = tl::convert_fragment<Element>(acc_o);
@@ -1046,7 +1051,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     tl::consumer_sync(1, kConsumerThreads);  // every warp group's last Q·Kᵀ has read sQ
 #line 38 "hopper_mha_fwd.tl"
     Tensor sO = make_tensor(make_smem_ptr(smem_o), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)
-#line 1050 "hopper_mha_fwd.cu"
+#line 1055 "hopper_mha_fwd.cu"
     // stmatrix (8 × 8, ×4) a step, as CuTe's make_tiled_copy_C / partition_D / retile_S lay it out
     // for this thread: lane l of warp w gives row 16·w + l % 16 (64 a warp group) of 16 columns
     // 8·(l / 16) on, a step 16 columns on (32 bytes), then the next 64-column block; its registers
@@ -1058,7 +1063,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     Tensor tOsO = make_tensor(sO.data() + o_offset, Traits::StsmLayoutO{});  // ((8, (4, 2)), 1, 1)
 #line 38 "hopper_mha_fwd.tl"
     Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{});  // ((8, 8), 1, 1)
-#line 1062 "hopper_mha_fwd.cu"
+#line 1067 "hopper_mha_fwd.cu"
     // The copy as cute::copy's loops end up issuing it (one Copy_Atom::call a step, the same
     // instructions), without its group_modes / zipped_divide over these layouts (~1 s of nvcc).
 #line 38 "hopper_mha_fwd.tl"
@@ -1091,6 +1096,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 1095 "hopper_mha_fwd.cu"
+#line 1100 "hopper_mha_fwd.cu"
   }
 }

@@ -279,6 +279,16 @@ def _desc_layouts(e: _Emit) -> None:
     w.comment("The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)")
     w.line(f"using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, {m_shape}, _1>;")
     w.line(f"using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, {m_shape}, _1>;")
+    w.comment("Their layouts (make_tensor's, compact) and P's as the RS wgmma's A operand (what tl::acc_to_A")
+    w.comment("derives: ((2, 2, 2) a k16 slice, MMA_M, BN / 16 slices)), written out as for the descriptors.")
+    acc_s_m, acc_o_m = _static(mma_m, p.block_n // 2)[1], _static(mma_m, p.head_dim_v // 2)[1]
+    k_shape, k_stride = _static(p.block_n // WGMMA_K, 8)
+    w.line(f"using AccLayoutS = Layout<AccShapeS, Stride<Stride<_1, _2, _4>, {acc_s_m}, _0>>;")
+    w.line(f"using AccLayoutO = Layout<AccShapeO, Stride<Stride<_1, _2, _4>, {acc_o_m}, _0>>;")
+    w.line(
+        f"using PLayoutA = Layout<Shape<Shape<_2, _2, _2>, {m_shape}, {k_shape}>, "
+        f"Stride<Stride<_1, _2, _4>, {acc_s_m}, {k_stride}>>;"
+    )
     if c.rows_per_consumer == WGMMA_M:
         w.comment("O's stmatrix (8 × 8, ×4) as make_tiled_copy_C's partition_D / retile_S give it")
         steps, strides = (
@@ -851,7 +861,7 @@ def _consumer_tile(e: _Emit) -> None:
     if e.reg is not None:
         emit_uniforms(w, e.reg, tag_line=e.region_line())
     with e.tag("alloc_acc_o", "fp32 wgmma accumulator fragment"):
-        w.line("Tensor acc_o = make_tensor<float>(Traits::AccShapeO{});  // (MMA, MMA_M, MMA_N)")
+        w.line("Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N)")
         w.line("clear(acc_o);")
     with e.tag("softmax", "running row max and row sum (per thread, for its rows)"):
         w.line("Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
@@ -1057,12 +1067,12 @@ def _pv(e: _Emit, stage: str, phase: str) -> None:
 def _reshape(e: _Emit, acc: str) -> None:
     with e.tag("reshape", "P in the input dtype, its registers re-viewed as the wgmma A operand"):
         e.w.line(f"Tensor rP = tl::convert_fragment<Element>({acc});")
-        e.w.line("Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)")
+        e.w.line("Tensor tOrP = make_tensor(rP.data(), Traits::PLayoutA{});  // (MMA_A, MMA_M, MMA_K)")
 
 
 def _alloc_s(e: _Emit, name: str) -> None:
     with e.tag("alloc_s", "fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)"):
-        e.w.line(f"Tensor {name} = make_tensor<float>(Traits::AccShapeS{{}});  // (MMA, MMA_M, MMA_N)")
+        e.w.line(f"Tensor {name} = make_tensor<float>(Traits::AccLayoutS{{}});  // (MMA, MMA_M, MMA_N)")
 
 
 def _loop_plain(e: _Emit) -> None:
