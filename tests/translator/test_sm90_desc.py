@@ -1,8 +1,11 @@
-"""The sm_90 forward's wgmma operands and O's stmatrix written out (`translator/backends/sm90/emit.py`,
-`_desc_layouts`, `_stsm_o`): the GMMA descriptors of Q, K and Vᵀ, the accumulator shapes and O's
-stmatrix partitions the kernel builds without CuTe's `partition_fragment_A / _B / _C` and
-`make_tiled_copy_C` / `partition_D` / `retile_S`, checked on the host against what those give for every
-consumer warp group and thread, at tile shapes that reach each mode of the layouts."""
+"""The sm_90 forward's shared layouts, wgmma operands, identity partitions and O's stmatrix written out
+(`translator/backends/sm90/emit.py`, `_smem_layout`, `_desc_layouts`, `_coord_layout`, `_stsm_o`): the
+shared tiles' layouts (tile_to_shape's, as types), the GMMA descriptors of Q, K and Vᵀ, the accumulator
+shapes and layouts (P's as acc_to_A's), the (row, col)s of S and O (thrfrg_C's layout, sliced by
+`tl::partition_C`) and O's stmatrix partitions the kernel builds without CuTe's `tile_to_shape`,
+`partition_fragment_A / _B / _C`, `thrfrg_C`, `acc_to_A` and `make_tiled_copy_C` / `partition_D` /
+`retile_S`, checked on the host against what those give for every consumer warp group and thread, at
+tile shapes that reach each mode of the layouts."""
 
 from __future__ import annotations
 
@@ -61,6 +64,7 @@ def test_the_forward_builds_its_operand_descriptors_without_partitions():
     code = re.sub(r"//.*", "", source)
     assert "partition_fragment_" not in code and "get_thread_slice(consumer_wg" not in code
     assert "make_tiled_copy_C" not in code and "partition_D" not in code  # O's stmatrix written out
+    assert ".partition_C(" not in code  # the identity partitions on the traits' thrfrg_C layouts
     desc = _descriptors(source)
     assert desc["tSrQ"][0] == "smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols"
     assert desc["tOrV"][1:3] == ("1280", "64")  # Vᵀ: from one 64-column block of V to the next, 160 rows on
@@ -84,8 +88,22 @@ int check(char const* name) {
   Tensor sQ = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutV{});
-  Tensor sVt = make_tensor(sV.data(), composition(sV.layout(), make_ordered_layout(
-      Shape<Int<Traits::kHeadDimV>, Int<Traits::kBlockN>, Int<Traits::kStages>>{}, Step<_2, _1, _3>{})));
+  Tensor sVt = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutVt{});
+  // The shared tiles' layouts as written against tile_to_shape's and Vᵀ's composition
+  using Atom = GMMA::Layout_K_SW128_Atom<Element>;
+  constexpr int kM = Traits::kBlockM, kN = Traits::kBlockN, kS = Traits::kStages;
+  constexpr int kDq = Traits::kHeadDimQK, kDv = Traits::kHeadDimV;
+  using SmemQ = decltype(tile_to_shape(Atom{}, Shape<Int<kM>, Int<kDq>>{}));
+  using SmemK = decltype(tile_to_shape(Atom{}, Shape<Int<kN>, Int<kDq>, Int<kS>>{}));
+  using SmemV = decltype(tile_to_shape(Atom{}, Shape<Int<kN>, Int<kDv>, Int<kS>>{}));
+  using SmemVt = decltype(composition(SmemV{}, make_ordered_layout(
+      Shape<Int<kDv>, Int<kN>, Int<kS>>{}, Step<_2, _1, _3>{})));
+  using SmemO = decltype(tile_to_shape(Atom{}, Shape<Int<kM>, Int<kDv>>{}));
+  static_assert(std::is_same_v<SmemQ, typename Traits::SmemLayoutQ>);
+  static_assert(std::is_same_v<SmemK, typename Traits::SmemLayoutK>);
+  static_assert(std::is_same_v<SmemV, typename Traits::SmemLayoutV>);
+  static_assert(std::is_same_v<SmemVt, typename Traits::SmemLayoutVt>);
+  static_assert(std::is_same_v<SmemO, typename Traits::SmemLayoutO>);
   int bad = 0;
   auto same = [&](char const* what, auto const& cute_frag, auto const& ours, Element* cute_ptr,
                   Element* our_ptr, uint64_t our_desc) {
@@ -111,6 +129,31 @@ int check(char const* name) {
     same("Vt", wg_mma_pv.partition_fragment_B(sVt), typename Traits::LAYOUT_V{},
          raw_pointer_cast(wg_mma_pv.partition_B(sVt).data()), PTR_V,
          tl::gmma_desc_sw128(PTR_V, ARGS_V).desc_);
+  }
+  // The identity tensors' partitions (tScS, tOcO): thrfrg_C's layout as written, and for every consumer
+  // thread tl::partition_C's slice of it the type and (row, col) of CuTe's partition_C
+  constexpr int kBlockM_ = Traits::kBlockM, kBlockN_ = Traits::kBlockN, kHeadDimV_ = Traits::kHeadDimV;
+  auto id_s = make_identity_tensor(Shape<Int<kBlockM_>, Int<kBlockN_>>{});
+  auto id_o = make_identity_tensor(Shape<Int<kBlockM_>, Int<kHeadDimV_>>{});
+  using CuteS = decltype(tiled_mma_qk.thrfrg_C(id_s.layout()));
+  using CuteO = decltype(tiled_mma_pv.thrfrg_C(id_o.layout()));
+  static_assert(std::is_same_v<CuteS, typename Traits::CoordLayoutS>);
+  static_assert(std::is_same_v<CuteO, typename Traits::CoordLayoutO>);
+  for (int ctid = 0; ctid < Traits::kConsumerThreads; ++ctid) {
+    auto thr_qk = tiled_mma_qk.get_thread_slice(ctid);
+    auto thr_pv = tiled_mma_pv.get_thread_slice(ctid);
+    auto cute_s = thr_qk.partition_C(id_s);
+    auto cute_o = thr_pv.partition_C(id_o);
+    auto ours_s = tl::partition_C(thr_qk, id_s, typename Traits::CoordLayoutS{});
+    auto ours_o = tl::partition_C(thr_pv, id_o, typename Traits::CoordLayoutO{});
+    static_assert(std::is_same_v<decltype(cute_s), decltype(ours_s)>);
+    static_assert(std::is_same_v<decltype(cute_o), decltype(ours_o)>);
+    bool ok = *cute_s.data() == *ours_s.data() && *cute_o.data() == *ours_o.data();
+    if (!ok && bad < 8) {
+      printf("%s (row, col)s of thread %d: CuTe ", name, ctid); print(cute_s.data()); print(cute_o.data());
+      printf(", ours "); print(ours_s.data()); print(ours_o.data()); printf("\n");
+    }
+    bad += !ok;
   }
   // STSM: O's stmatrix, every consumer thread's partition_D of sO and retile_S of its registers
   auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);
@@ -138,6 +181,10 @@ int check(char const* name) {
   using O = decltype(partition_fragment_C(tiled_mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
   bool acc = std::is_same_v<S, decltype(make_tensor<float>(typename Traits::AccShapeS{}))>
       && std::is_same_v<O, decltype(make_tensor<float>(typename Traits::AccShapeO{}))>;
+  acc = acc && std::is_same_v<S, decltype(make_tensor<float>(typename Traits::AccLayoutS{}))>
+      && std::is_same_v<O, decltype(make_tensor<float>(typename Traits::AccLayoutO{}))>;
+  using P = decltype(tl::acc_to_A(typename Traits::AccLayoutS{}));
+  static_assert(std::is_same_v<P, typename Traits::PLayoutA>);
   if (!acc) printf("%s: accumulator shapes differ\n", name);
   return bad + !acc;
 }
@@ -167,6 +214,13 @@ def test_operand_descriptors_and_accumulators_match_cute_partitions(tmp_path):
         parts.append(tile.replace(traits.group(1), renamed))
         fn = source[source.index("  CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(") :]
         gmma_desc = fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
+        helpers = (
+            "  template <class ThrMma, class CTensor, class ThrFrg>",
+            "  template <class Layout>\n  CUTE_DEVICE constexpr auto acc_to_A",
+        )
+        for start in helpers:
+            fn = source[source.index(start) :]
+            gmma_desc += fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
         host = _HOST.split("template <class Traits>", 1)[1]
         for tensor, key in (("tSrQ", "Q"), ("tSrK", "K"), ("tOrV", "V")):
             ptr, lbo, sbo, layout = _descriptors(source)[tensor]

@@ -18,7 +18,7 @@ from kernel_ir import passes
 from kernel_ir.expr import BOOL, COMPARISONS, F32, I32, Const, Expr, Load, Op, Var, walk
 from kernel_ir.program import Forward
 from runner.abi import BLOCK_MASK_PARAMS, BLOCK_MASK_THREADS, program_params
-from translator.backends.row_helpers import emit_normalize_rows
+from translator.backends.row_helpers import emit_normalize_rows, identity_partition_o
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -859,18 +859,16 @@ def emit_block_mask_kernel(
             w.line("if (threadIdx.x == 0) *out = !any ? 0 : (all ? 2 : 1);")
 
 
-def emit_normalize(w: CodeWriter, reg: Regions, thr_mma: str) -> None:
+def emit_normalize(w: CodeWriter, reg: Regions, thr_mma: str, coord_layout: str | None = None) -> None:
     """TL `Compute Divide acc_o, rowsum` (softmax, with the sink in the denominator) or the pointwise
-    normaliser's output scale; the row LSE where there is a softmax."""
+    normaliser's output scale; the row LSE where there is a softmax. `coord_layout`: see
+    `row_helpers.identity_partition_o`."""
     w.line("Tensor acc_o_rowcol = make_tensor(acc_o.data(), tl::acc_rowcol(acc_o.layout()));")
     if not reg.softmax:
         if reg.ir.output_scale is None:
             w.line("// no softmax: O = P·V as accumulated")
             return
-        w.line(
-            f"Tensor tOcO_scale = {thr_mma}.partition_C("
-            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));"
-        )
+        w.line(f"Tensor tOcO_scale = {identity_partition_o(thr_mma, coord_layout)};")
         w.line("Tensor tOcO_scale_rc = make_tensor(tOcO_scale.data(), tl::acc_rowcol(tOcO_scale.layout()));")
         w.line("CUTE_UNROLL")
         with w.block("for (int r = 0; r < size<0>(acc_o_rowcol); ++r)"):

@@ -61,15 +61,25 @@ def emit_normalize_rows(w: CodeWriter, lse_factor: str = "softmax_scale", declar
         w.line("for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;")
 
 
-def emit_store_lse(w: CodeWriter, thr_mma: str, *, packed: bool = False) -> None:
+def identity_partition_o(thr_mma: str, coord_layout: str | None = None) -> str:
+    """The C++ of `thr_mma`'s C partition of O's (BM, d_v) identity tensor: CuTe's `partition_C`, or with
+    `coord_layout` (a traits type of what its thrfrg_C derives) the sm_90 forward's `tl::partition_C`."""
+    identity = "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{})"
+    if coord_layout is None:
+        return f"{thr_mma}.partition_C({identity})"
+    return f"tl::partition_C({thr_mma}, {identity}, {coord_layout}{{}})"
+
+
+def emit_store_lse(
+    w: CodeWriter, thr_mma: str, *, packed: bool = False, coord_layout: str | None = None
+) -> None:
     """The row LSE to global memory from registers: `thr_mma` is the thread slice of the GEMM whose
-    accumulator holds O (its C partition tells each thread which rows it owns). `packed`: a packed batch's
-    LSE, (heads, total_q) with the sequence starting at q_start (`runner.abi.INFERENCE_PARAMS`)."""
+    accumulator holds O (its C partition tells each thread which rows it owns; `coord_layout`: see
+    `identity_partition_o`). `packed`: a packed batch's LSE, (heads, total_q) with the sequence starting
+    at q_start (`runner.abi.INFERENCE_PARAMS`)."""
     layout = "(heads, total_q)" if packed else "(batch, heads, seqlen_q)"
     w.comment(f"LSE {layout}, fp32: the thread holding column 0 of a row writes it.")
-    w.line(
-        f"Tensor tOcO = {thr_mma}.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{{}}));"
-    )
+    w.line(f"Tensor tOcO = {identity_partition_o(thr_mma, coord_layout)};")
     w.line("Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));")
     with w.block("if (get<1>(tOcO_rowcol(0, 0)) == 0)"):
         if packed:

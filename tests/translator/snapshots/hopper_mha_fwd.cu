@@ -106,13 +106,14 @@ struct hopper_mha_fwd_traits {
 
   // Shared memory: 128-byte-swizzled K-major GMMA atoms (8 × 64), the layout TMA's SWIZZLE_128B
   // writes; a tile is column blocks of 64, each (rows × 64). Vᵀ is a view of V (no data moves).
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDimQK>>{}));
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDimQK>, Int<kStages>>{}));
-  using SmemLayoutV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));
-  using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_ordered_layout(
-      Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));  // (d_v, BN, s)
-  using SmemLayoutO = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  // What tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>, (rows, cols[, stages])) and Vᵀ's
+  // composition with make_ordered_layout((d_v, BN, s), Step<_2, _1, _3>) derive, written out
+  // (test_sm90_desc.py): ((8 rows, rows / 8), (64 cols, cols / 64)[, stages]).
+  using SmemLayoutQ = cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<16>, Layout<Shape<Shape<_8, Int<16>>, Shape<_64, Int<2>>>, Stride<Stride<_64, Int<512>>, Stride<_1, Int<8192>>>>>;
+  using SmemLayoutK = cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<16>, Layout<Shape<Shape<_8, Int<20>>, Shape<_64, Int<2>>, Shape<_1, Int<2>>>, Stride<Stride<_64, Int<512>>, Stride<_1, Int<10240>>, Stride<_0, Int<20480>>>>>;
+  using SmemLayoutV = cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<16>, Layout<Shape<Shape<_8, Int<20>>, Shape<_64, Int<2>>, Shape<_1, Int<2>>>, Stride<Stride<_64, Int<512>>, Stride<_1, Int<10240>>, Stride<_0, Int<20480>>>>>;
+  using SmemLayoutVt = cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<16>, Layout<Shape<Shape<_64, Int<2>>, Int<160>, Int<2>>, Stride<Stride<_1, Int<10240>>, _64, Int<20480>>>>;  // (d_v, BN, s)
+  using SmemLayoutO = cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<16>, Layout<Shape<Shape<_8, Int<16>>, Shape<_64, Int<2>>>, Stride<Stride<_64, Int<512>>, Stride<_1, Int<8192>>>>>;
 
   // S = Q·Kᵀ: SS wgmma (both operands from shared memory, K-major); O += P·V: RS wgmma (P in
   // registers, Vᵀ MN-major from shared memory). Consumer warp group g owns rows [g·M/G, (g+1)·M/G).
@@ -129,9 +130,21 @@ struct hopper_mha_fwd_traits {
   using DescLayoutQ = Layout<Shape<_1, _1, Shape<_4, Int<2>>>, Stride<_0, _0, Stride<_2, Int<1024>>>>;
   using DescLayoutK = Layout<Shape<_1, _1, Shape<_4, Int<2>>, Shape<_1, Int<2>>>, Stride<_0, _0, Stride<_2, Int<1280>>, Stride<_0, Int<2560>>>>;
   using DescLayoutVt = Layout<Shape<_1, _1, Int<10>, Int<2>>, Stride<_0, _0, Int<128>, Int<2560>>>;
+  // The score and output tiles' (row, col)s as thrfrg_C lays out their identity tensors:
+  // ((ThrV, (ThrM, ThrN)), (FrgV, (RestM, RestN))), a wgmma C fragment's thread and value modes
+  // (ScaledBasis<s, 0> steps rows, <s, 1> columns); tl::partition_C takes the thread's slice.
+  using CoordLayoutS = Layout<Shape<Shape<Shape<_4, _8, _4>, Shape<Int<2>, _1>>, Shape<Shape<_2, _2, Int<20>>, Shape<_1, _1>>>,
+        Stride<Stride<Stride<cute::ScaledBasis<_2, 1>, cute::ScaledBasis<_1, 0>, cute::ScaledBasis<_16, 0>>, Stride<cute::ScaledBasis<Int<64>, 0>, _0>>, Stride<Stride<cute::ScaledBasis<_1, 1>, cute::ScaledBasis<_8, 0>, cute::ScaledBasis<Int<8>, 1>>, Stride<_0, _0>>>>;
+  using CoordLayoutO = Layout<Shape<Shape<Shape<_4, _8, _4>, Shape<Int<2>, _1>>, Shape<Shape<_2, _2, Int<16>>, Shape<_1, _1>>>,
+        Stride<Stride<Stride<cute::ScaledBasis<_2, 1>, cute::ScaledBasis<_1, 0>, cute::ScaledBasis<_16, 0>>, Stride<cute::ScaledBasis<Int<64>, 0>, _0>>, Stride<Stride<cute::ScaledBasis<_1, 1>, cute::ScaledBasis<_8, 0>, cute::ScaledBasis<Int<8>, 1>>, Stride<_0, _0>>>>;
   // The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)
   using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, _1, _1>;
   using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, _1, _1>;
+  // Their layouts (make_tensor's, compact) and P's as the RS wgmma's A operand (what tl::acc_to_A
+  // derives: ((2, 2, 2) a k16 slice, MMA_M, BN / 16 slices)), written out as for the descriptors.
+  using AccLayoutS = Layout<AccShapeS, Stride<Stride<_1, _2, _4>, _0, _0>>;
+  using AccLayoutO = Layout<AccShapeO, Stride<Stride<_1, _2, _4>, _0, _0>>;
+  using PLayoutA = Layout<Shape<Shape<_2, _2, _2>, _1, Int<10>>, Stride<Stride<_1, _2, _4>, _0, Int<8>>>;
   // O's stmatrix (8 × 8, ×4) as make_tiled_copy_C's partition_D / retile_S give it
   using StsmLayoutO = Layout<Shape<Shape<_8, Shape<_4, Int<2>>>, _1, _1>, Stride<Stride<_1, Stride<_16, Int<8192>>>, _0, _0>>;
   using StsmLayoutR = Layout<Shape<Shape<_8, Int<8>>, _1, _1>, Stride<Stride<_1, _8>, _0, _0>>;
@@ -250,6 +263,17 @@ namespace tl {
     return desc;
   }
 
+  // CuTe's ThrMMA::partition_C with the layout its thrfrg_C derives given as a type (the
+  // identity tensors' Traits::CoordLayoutS/O): the same slice at this thread's (ThrV, (ThrM,
+  // ThrN)), so the same index arithmetic, without the layout algebra (about 1 s of nvcc).
+  template <class ThrMma, class CTensor, class ThrFrg>
+  CUTE_DEVICE auto partition_C(ThrMma const& thr_mma, CTensor&& ctensor, ThrFrg thrfrg) {
+    auto thr_tensor = make_tensor(static_cast<CTensor&&>(ctensor).data(), thrfrg);
+    auto const& vmnk = thr_mma.thr_vmnk_;
+    auto thr_vmn = make_coord(get<0>(vmnk), make_coord(get<1>(vmnk), get<2>(vmnk)));
+    return thr_tensor(thr_vmn, make_coord(_, cute::repeat<rank<1, 1>(ThrFrg{})>(_)));
+  }
+
   // One warp-group GEMM: every k16 slice as a wgmma, one commit group; the caller waits with
   // warpgroup_wait<N>. kZeroInit starts from C = 0 (scale-d = 0) instead of clearing registers;
   // kRS: A is in registers (P), so fence it too — the wgmma reads it asynchronously.
@@ -358,14 +382,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   const int m_block = blockIdx.x;  // TL block_m: this tile of query rows
 #line 18 "hopper_mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 362 "hopper_mha_fwd.cu"
+#line 386 "hopper_mha_fwd.cu"
 
   // TL:26  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (producer and consumers agree)
 #line 26 "hopper_mha_fwd.tl"
   int n_block_min = 0;
 #line 26 "hopper_mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 369 "hopper_mha_fwd.cu"
+#line 393 "hopper_mha_fwd.cu"
 
   // TL:10  mbarriers of the pipeline: Q full; per stage K and V full (TMA) and empty (consumers)
 #line 10 "hopper_mha_fwd.tl"
@@ -400,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   }
 #line 10 "hopper_mha_fwd.tl"
   __syncthreads();  // the last block-wide barrier: the warp groups part ways below
-#line 404 "hopper_mha_fwd.cu"
+#line 428 "hopper_mha_fwd.cu"
   if (warp_group == 0) {
     // Producer warp group: registers back to the pool, one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
@@ -410,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       int k_stage = 0, v_stage = 0;
 #line 26 "hopper_mha_fwd.tl"
       uint32_t k_phase = 0, v_phase = 0;
-#line 414 "hopper_mha_fwd.cu"
+#line 438 "hopper_mha_fwd.cu"
       // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros
 #line 22 "hopper_mha_fwd.tl"
       auto load_q = [&]() {
@@ -426,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         }
 #line 22 "hopper_mha_fwd.tl"
       };
-#line 430 "hopper_mha_fwd.cu"
+#line 454 "hopper_mha_fwd.cu"
       // TL:27  Copy K (BN, d) in coordinate [L = j] from global to shared  — wait until the consumers freed the buffer, then TMA into it
 #line 27 "hopper_mha_fwd.tl"
       auto load_k = [&](const int n_block) {
@@ -446,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++k_stage == kStages) { k_stage = 0; k_phase ^= 1; }
 #line 27 "hopper_mha_fwd.tl"
       };
-#line 450 "hopper_mha_fwd.cu"
+#line 474 "hopper_mha_fwd.cu"
       // TL:33  Copy V (BN, d) in coordinate [L = j] from global to shared  — its own ring of barriers: Q·Kᵀ may start before V lands
 #line 33 "hopper_mha_fwd.tl"
       auto load_v = [&](const int n_block) {
@@ -466,7 +490,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++v_stage == kStages) { v_stage = 0; v_phase ^= 1; }
 #line 33 "hopper_mha_fwd.tl"
       };
-#line 470 "hopper_mha_fwd.cu"
+#line 494 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — in the consumers' order: they read V(n + 1) after K(n), so V trails K by one block and the next K never waits for the later-freed V buffer
 #line 26 "hopper_mha_fwd.tl"
       if (n_block_max > n_block_min) {
@@ -488,11 +512,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         load_v(n_block_min);
 #line 26 "hopper_mha_fwd.tl"
       } else {
-#line 492 "hopper_mha_fwd.cu"
+#line 516 "hopper_mha_fwd.cu"
         // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared
 #line 22 "hopper_mha_fwd.tl"
         load_q();  // no key block: the consumers still wait for Q
-#line 496 "hopper_mha_fwd.cu"
+#line 520 "hopper_mha_fwd.cu"
       }
     }
   }
@@ -518,33 +542,33 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     Tensor tSrQ = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols, 1, 64)},
 #line 23 "hopper_mha_fwd.tl"
         Traits::DescLayoutQ{});  // this warp group's 64-row slices (MMA, MMA_M, MMA_K)
-#line 522 "hopper_mha_fwd.cu"
+#line 546 "hopper_mha_fwd.cu"
     // TL:28  Copy K from shared to register  — descriptors of every K stage
 #line 28 "hopper_mha_fwd.tl"
     Tensor tSrK = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_k, 1, 64)},
 #line 28 "hopper_mha_fwd.tl"
         Traits::DescLayoutK{});  // (MMA, MMA_N, MMA_K, kStages)
-#line 528 "hopper_mha_fwd.cu"
+#line 552 "hopper_mha_fwd.cu"
     // TL:34  Copy V from shared to register  — descriptors of Vᵀ, an MN-major view of every V stage
 #line 34 "hopper_mha_fwd.tl"
     Tensor tOrV = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_v, 1280, 64)},
 #line 34 "hopper_mha_fwd.tl"
         Traits::DescLayoutVt{});  // (MMA, MMA_N, MMA_K, kStages)
-#line 534 "hopper_mha_fwd.cu"
+#line 558 "hopper_mha_fwd.cu"
     // TL:30  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 30 "hopper_mha_fwd.tl"
     const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 538 "hopper_mha_fwd.cu"
+#line 562 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — (row, col) of each score, for masking
 #line 26 "hopper_mha_fwd.tl"
-    Tensor tScS = thr_mma_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-#line 542 "hopper_mha_fwd.cu"
+    Tensor tScS = tl::partition_C(thr_mma_qk, make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}), Traits::CoordLayoutS{});
+#line 566 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the K/V ring's position, as the producer's
 #line 26 "hopper_mha_fwd.tl"
     int stage = 0;
 #line 26 "hopper_mha_fwd.tl"
     uint32_t phase = 0;
-#line 548 "hopper_mha_fwd.cu"
+#line 572 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: consumer warp groups take turns issuing GEMMs, in a ring (0, 1, …); each turn is a named barrier (3 + group) that the group before it arrives on
 #line 26 "hopper_mha_fwd.tl"
     const int next_wg = consumer_wg + 1 == Traits::kConsumers ? 0 : consumer_wg + 1;
@@ -552,14 +576,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };
 #line 26 "hopper_mha_fwd.tl"
     auto your_turn = [&]() { tl::consumer_arrive(3 + next_wg, 256); };
-#line 556 "hopper_mha_fwd.cu"
+#line 580 "hopper_mha_fwd.cu"
 
     // TL:25  Allocate acc_o in register (BM, d)  — fp32 wgmma accumulator fragment
 #line 25 "hopper_mha_fwd.tl"
-    Tensor acc_o = make_tensor<float>(Traits::AccShapeO{});  // (MMA, MMA_M, MMA_N)
+    Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N)
 #line 25 "hopper_mha_fwd.tl"
     clear(acc_o);
-#line 563 "hopper_mha_fwd.cu"
+#line 587 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -571,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     fill(row_max, -__int_as_float(0x7f800000));
 #line 31 "hopper_mha_fwd.tl"
     clear(row_sum);
-#line 575 "hopper_mha_fwd.cu"
+#line 599 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 26 "hopper_mha_fwd.tl"
@@ -582,7 +606,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
 #line 26 "hopper_mha_fwd.tl"
         Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s
-#line 586 "hopper_mha_fwd.cu"
+#line 610 "hopper_mha_fwd.cu"
         // A row keeps the columns below col_end (and from col_begin on, in a window). A thread's
         // columns differ from its first by constants, so with the bounds taken relative to that
         // column each score costs one compare against an immediate and a select.
@@ -612,13 +636,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 26 "hopper_mha_fwd.tl"
     };
-#line 616 "hopper_mha_fwd.cu"
+#line 640 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_step = [&](auto& acc_s) {
 #line 31 "hopper_mha_fwd.tl"
       Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
-#line 622 "hopper_mha_fwd.cu"
+#line 646 "hopper_mha_fwd.cu"
       // One max and one sum chain per row: in this one-pass form four chains measured 1–4% slower
       // on the H200. The pipelined loop at d_v <= 128 takes the split form instead (four max
       // chains there, with every row's max before the exps).
@@ -634,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         for (int c = 0; c < size<1>(scores); ++c) m = fmaxf(m, scores(r, c));
 #line 31 "hopper_mha_fwd.tl"
         m = tl::quad_max(m);
-#line 638 "hopper_mha_fwd.cu"
+#line 662 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         const float m_scaled = m == -__int_as_float(0x7f800000) ? 0.f : m * scale_log2;
@@ -660,7 +684,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 664 "hopper_mha_fwd.cu"
+#line 688 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — before P·V's wait: maxes, the FFMAs and the first columns' exps
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2
@@ -698,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
       for (int r = 0; r < size<0>(scores); ++r) {
-#line 702 "hopper_mha_fwd.cu"
+#line 726 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;
@@ -726,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 730 "hopper_mha_fwd.cu"
+#line 754 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_after_wait = [&](auto& acc_s, auto& rP) {
@@ -778,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int r = 0; r < size<0>(scores); ++r) row_sum(r) = sum[r];
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 782 "hopper_mha_fwd.cu"
+#line 806 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — rescale acc_o by each row's correction (after the P·V that wrote it has drained)
 #line 31 "hopper_mha_fwd.tl"
     auto rescale_o = [&]() {
@@ -796,43 +820,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 800 "hopper_mha_fwd.cu"
+#line 824 "hopper_mha_fwd.cu"
 
     // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — consumers wait for Q once per tile (also before O reuses its buffer)
 #line 22 "hopper_mha_fwd.tl"
     FullBarrier::wait(bar_q, 0);
-#line 805 "hopper_mha_fwd.cu"
+#line 829 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: the last group hands group 0 the first turn
 #line 26 "hopper_mha_fwd.tl"
     if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();
-#line 810 "hopper_mha_fwd.cu"
+#line 834 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the first key block alone: its P feeds the pipelined loop
 #line 26 "hopper_mha_fwd.tl"
     if (n_block_max > n_block_min) {
 #line 26 "hopper_mha_fwd.tl"
       int n_block = n_block_max - 1;
-#line 816 "hopper_mha_fwd.cu"
+#line 840 "hopper_mha_fwd.cu"
       // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
-      Tensor acc_s = make_tensor<float>(Traits::AccShapeS{});  // (MMA, MMA_M, MMA_N)
-#line 820 "hopper_mha_fwd.cu"
+      Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
+#line 844 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_k[stage], phase);
-#line 824 "hopper_mha_fwd.cu"
+#line 848 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 828 "hopper_mha_fwd.cu"
+#line 852 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s);
-#line 832 "hopper_mha_fwd.cu"
+#line 856 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       your_turn();
-#line 836 "hopper_mha_fwd.cu"
+#line 860 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -840,21 +864,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       warpgroup_fence_operand(acc_s);
 #line 29 "hopper_mha_fwd.tl"
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 844 "hopper_mha_fwd.cu"
+#line 868 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       apply_mask(acc_s, n_block);
-#line 848 "hopper_mha_fwd.cu"
+#line 872 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — first block: acc_o is still zero, nothing to rescale
 #line 31 "hopper_mha_fwd.tl"
       softmax_step(acc_s);
-#line 852 "hopper_mha_fwd.cu"
+#line 876 "hopper_mha_fwd.cu"
       // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the wgmma A operand
 #line 32 "hopper_mha_fwd.tl"
       Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 32 "hopper_mha_fwd.tl"
-      Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)
-#line 858 "hopper_mha_fwd.cu"
+      Tensor tOrP = make_tensor(rP.data(), Traits::PLayoutA{});  // (MMA_A, MMA_M, MMA_K)
+#line 882 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — V of this block is consumed one iteration later, with the P just made
 #line 26 "hopper_mha_fwd.tl"
       int v_stage = stage;
@@ -862,41 +886,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       uint32_t v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
       if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 866 "hopper_mha_fwd.cu"
+#line 890 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)
 #line 26 "hopper_mha_fwd.tl"
       auto overlap_step = [&](const int n_block, auto masked) {
-#line 870 "hopper_mha_fwd.cu"
+#line 894 "hopper_mha_fwd.cu"
         // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
-        Tensor acc_s_next = make_tensor<float>(Traits::AccShapeS{});  // (MMA, MMA_M, MMA_N)
-#line 874 "hopper_mha_fwd.cu"
+        Tensor acc_s_next = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
+#line 898 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_k[stage], phase);
-#line 878 "hopper_mha_fwd.cu"
+#line 902 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         my_turn();
-#line 882 "hopper_mha_fwd.cu"
+#line 906 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s_next);
-#line 886 "hopper_mha_fwd.cu"
+#line 910 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it
 #line 31 "hopper_mha_fwd.tl"
         rescale_o();
-#line 890 "hopper_mha_fwd.cu"
+#line 914 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 896 "hopper_mha_fwd.cu"
+#line 920 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         your_turn();
-#line 900 "hopper_mha_fwd.cu"
+#line 924 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)
 #line 29 "hopper_mha_fwd.tl"
         warpgroup_wait<1>();
@@ -904,13 +928,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_s_next);
 #line 29 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 908 "hopper_mha_fwd.cu"
+#line 932 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — runs on the CUDA cores while the tensor cores finish P·V
 #line 31 "hopper_mha_fwd.tl"
         softmax_before_wait(acc_s_next);
 #line 31 "hopper_mha_fwd.tl"
         tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half
-#line 914 "hopper_mha_fwd.cu"
+#line 938 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — P·V has drained: free V
 #line 35 "hopper_mha_fwd.tl"
         warpgroup_wait<0>();
@@ -918,11 +942,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_o);
 #line 35 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
-#line 922 "hopper_mha_fwd.cu"
+#line 946 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — the rest, writing the next P into the registers P·V has finished reading
 #line 31 "hopper_mha_fwd.tl"
         softmax_after_wait(acc_s_next, rP);
-#line 926 "hopper_mha_fwd.cu"
+#line 950 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         v_stage = stage;
@@ -930,37 +954,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
         if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 934 "hopper_mha_fwd.cu"
+#line 958 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       };
 #line 26 "hopper_mha_fwd.tl"
       n_block = n_block_max - 2;
-#line 940 "hopper_mha_fwd.cu"
+#line 964 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — every block left of the first: no mask
 #line 26 "hopper_mha_fwd.tl"
       CUTE_NO_UNROLL
 #line 26 "hopper_mha_fwd.tl"
       for (; n_block >= n_block_min; --n_block) overlap_step(n_block, cute::false_type{});
-#line 946 "hopper_mha_fwd.cu"
+#line 970 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 950 "hopper_mha_fwd.cu"
+#line 974 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — the last rescale, before the last P·V
 #line 31 "hopper_mha_fwd.tl"
       rescale_o();
-#line 954 "hopper_mha_fwd.cu"
+#line 978 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 960 "hopper_mha_fwd.cu"
+#line 984 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first
-#line 964 "hopper_mha_fwd.cu"
+#line 988 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — the last P·V
 #line 35 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -970,7 +994,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
 #line 26 "hopper_mha_fwd.tl"
     }
-#line 974 "hopper_mha_fwd.cu"
+#line 998 "hopper_mha_fwd.cu"
 
     // TL:37  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 37 "hopper_mha_fwd.tl"
@@ -995,12 +1019,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 37 "hopper_mha_fwd.tl"
     }
-#line 999 "hopper_mha_fwd.cu"
+#line 1023 "hopper_mha_fwd.cu"
 
     // TL:38  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — LSE from registers; O registers → shared (stmatrix) → TMA store (rows past seqlen_q are clipped by TMA)
     // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 38 "hopper_mha_fwd.tl"
-    Tensor tOcO = thr_mma_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+    Tensor tOcO = tl::partition_C(thr_mma_pv, make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}), Traits::CoordLayoutO{});
 #line 38 "hopper_mha_fwd.tl"
     Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));
 #line 38 "hopper_mha_fwd.tl"
@@ -1019,7 +1043,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 1023 "hopper_mha_fwd.cu"
+#line 1047 "hopper_mha_fwd.cu"
 
 #line 38 "hopper_mha_fwd.tl"
     Tensor rO = tl::convert_fragment<Element>(acc_o);
@@ -1027,7 +1051,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     tl::consumer_sync(1, kConsumerThreads);  // every warp group's last Q·Kᵀ has read sQ
 #line 38 "hopper_mha_fwd.tl"
     Tensor sO = make_tensor(make_smem_ptr(smem_o), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)
-#line 1031 "hopper_mha_fwd.cu"
+#line 1055 "hopper_mha_fwd.cu"
     // stmatrix (8 × 8, ×4) a step, as CuTe's make_tiled_copy_C / partition_D / retile_S lay it out
     // for this thread: lane l of warp w gives row 16·w + l % 16 (64 a warp group) of 16 columns
     // 8·(l / 16) on, a step 16 columns on (32 bytes), then the next 64-column block; its registers
@@ -1039,8 +1063,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     Tensor tOsO = make_tensor(sO.data() + o_offset, Traits::StsmLayoutO{});  // ((8, (4, 2)), 1, 1)
 #line 38 "hopper_mha_fwd.tl"
     Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{});  // ((8, 8), 1, 1)
+#line 1067 "hopper_mha_fwd.cu"
+    // The copy as cute::copy's loops end up issuing it (one Copy_Atom::call a step, the same
+    // instructions), without its group_modes / zipped_divide over these layouts (~1 s of nvcc).
 #line 38 "hopper_mha_fwd.tl"
-    cute::copy(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tOrO, tOsO);
+    Copy_Atom<SM90_U32x4_STSM_N, Element> stsm_atom;
+#line 38 "hopper_mha_fwd.tl"
+    CUTE_UNROLL
+#line 38 "hopper_mha_fwd.tl"
+    for (int i = 0; i < size<0, 1>(tOrO); ++i) {
+#line 38 "hopper_mha_fwd.tl"
+      stsm_atom.call(tOrO(make_coord(_, i), 0, 0), tOsO(make_coord(_, i), 0, 0));
+#line 38 "hopper_mha_fwd.tl"
+    }
 #line 38 "hopper_mha_fwd.tl"
     cutlass::arch::fence_view_async_shared();  // stmatrix writes → visible to the TMA engine
 #line 38 "hopper_mha_fwd.tl"
@@ -1061,6 +1096,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 1065 "hopper_mha_fwd.cu"
+#line 1100 "hopper_mha_fwd.cu"
   }
 }

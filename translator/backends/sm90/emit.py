@@ -192,6 +192,59 @@ def _vt_lbo(c: HopperConfig) -> int:
     return 0 if p.head_dim_v == BOX_COLS else p.block_n * 8
 
 
+# 128-byte swizzled rows of 16-bit values (GMMA::Layout_K_SW128_Atom's swizzle)
+SW128 = "cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<16>, "
+
+
+def _smem_layout(rows: int, cols: int, stages: int | None = None) -> str:
+    """tile_to_shape(GMMA::Layout_K_SW128_Atom, (rows, cols[, stages])): 8-row atoms down the rows, then
+    64-column blocks (rows · 64 values apart), then stages."""
+    r, rs = _static(rows // 8, 512)
+    c, cs = _static(cols // BOX_COLS, rows * BOX_COLS)
+    shape, stride = f"Shape<_8, {r}>, Shape<_64, {c}>", f"Stride<_64, {rs}>, Stride<_1, {cs}>"
+    if stages is not None:
+        st, sts = _static(stages, rows * cols)
+        shape, stride = f"{shape}, Shape<_1, {st}>", f"{stride}, Stride<_0, {sts}>"
+    return f"{SW128}Layout<Shape<{shape}>, Stride<{stride}>>>"
+
+
+def _smem_layout_vt(block_n: int, d_v: int, stages: int) -> str:
+    """Vᵀ, V's tile_to_shape composed with make_ordered_layout((d_v, BN, s), Step<_2, _1, _3>): the
+    64-column blocks (one block: a plain 64), the BN rows, the stages."""
+    blocks = d_v // BOX_COLS
+    c, cs = (
+        ("_64", "_1") if blocks == 1 else (f"Shape<_64, Int<{blocks}>>", f"Stride<_1, Int<{block_n * 64}>>")
+    )
+    st, sts = _static(stages, block_n * d_v)
+    return f"{SW128}Layout<Shape<{c}, Int<{block_n}>, {st}>, Stride<{cs}, _64, {sts}>>>"
+
+
+def _basis(n: int, stride: int, axis: int) -> tuple[str, str]:
+    """A mode of an identity tensor's partition: n steps of `stride` rows (axis 0) or columns (1)."""
+    return ("_1", "_0") if n == 1 else (f"Int<{n}>", f"cute::ScaledBasis<Int<{stride}>, {axis}>")
+
+
+def _coord_layout(c: HopperConfig, n: int, atom_n: int) -> str:
+    """CuTe's thrfrg_C of the (BM, n) identity layout for a TiledMMA of kConsumers 64 × atom_n atoms
+    along M (tests/translator/test_sm90_desc.py): the 64-row C atom's thread layout (4, 8, 4) ×
+    kConsumers, its values (2, 2, atom_n / 8), then the wgmma tiles each warp group repeats."""
+    thr_m, thr_ms = _basis(c.consumers, WGMMA_M, 0)
+    frg_n, frg_ns = _basis(atom_n // 8, 8, 1)
+    rest_m, rest_ms = _basis(c.rows_per_consumer // WGMMA_M, WGMMA_M * c.consumers, 0)
+    rest_n, rest_ns = _basis(n // atom_n, atom_n, 1)
+    shape = (
+        f"Shape<Shape<Shape<_4, _8, _4>, Shape<{thr_m}, _1>>, "
+        f"Shape<Shape<_2, _2, {frg_n}>, Shape<{rest_m}, {rest_n}>>>"
+    )
+    thr_v = ", ".join(f"cute::ScaledBasis<_{s}, {axis}>" for s, axis in ((2, 1), (1, 0), (16, 0)))
+    frg_v = ", ".join(f"cute::ScaledBasis<_{s}, {axis}>" for s, axis in ((1, 1), (8, 0)))
+    stride = (
+        f"Stride<Stride<Stride<{thr_v}>, Stride<{thr_ms}, _0>>, "
+        f"Stride<Stride<{frg_v}, {frg_ns}>, Stride<{rest_ms}, {rest_ns}>>>"
+    )
+    return f"Layout<{shape},\n      {stride}>"
+
+
 def _desc_layouts(e: _Emit) -> None:
     """The operands' GMMA descriptor layouts and the accumulators' shapes, written out: what CuTe's
     partition_fragment_A / _B / _C of one warp group derive (tests/translator/test_sm90_desc.py)."""
@@ -216,9 +269,26 @@ def _desc_layouts(e: _Emit) -> None:
         f"using DescLayoutVt = Layout<Shape<_1, _1, {vk_shape}, {vs_shape}>, "
         f"Stride<_0, _0, {vk_stride}, {vs_stride}>>;"
     )
+    w.comment("The score and output tiles' (row, col)s as thrfrg_C lays out their identity tensors:")
+    w.comment("((ThrV, (ThrM, ThrN)), (FrgV, (RestM, RestN))), a wgmma C fragment's thread and value modes")
+    w.comment("(ScaledBasis<s, 0> steps rows, <s, 1> columns); tl::partition_C takes the thread's slice.")
+    for name, n, atom in (("S", p.block_n, _atoms(p)[0]), ("O", p.head_dim_v, _atoms(p)[1])):
+        first, rest = _coord_layout(c, n, atom.n).split("\n")
+        w.line(f"using CoordLayout{name} = {first}")
+        w.line(f"{rest};")
     w.comment("The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)")
     w.line(f"using AccShapeS = Shape<Shape<_2, _2, Int<kBlockN / 8>>, {m_shape}, _1>;")
     w.line(f"using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, {m_shape}, _1>;")
+    w.comment("Their layouts (make_tensor's, compact) and P's as the RS wgmma's A operand (what tl::acc_to_A")
+    w.comment("derives: ((2, 2, 2) a k16 slice, MMA_M, BN / 16 slices)), written out as for the descriptors.")
+    acc_s_m, acc_o_m = _static(mma_m, p.block_n // 2)[1], _static(mma_m, p.head_dim_v // 2)[1]
+    k_shape, k_stride = _static(p.block_n // WGMMA_K, 8)
+    w.line(f"using AccLayoutS = Layout<AccShapeS, Stride<Stride<_1, _2, _4>, {acc_s_m}, _0>>;")
+    w.line(f"using AccLayoutO = Layout<AccShapeO, Stride<Stride<_1, _2, _4>, {acc_o_m}, _0>>;")
+    w.line(
+        f"using PLayoutA = Layout<Shape<Shape<_2, _2, _2>, {m_shape}, {k_shape}>, "
+        f"Stride<Stride<_1, _2, _4>, {acc_s_m}, {k_stride}>>;"
+    )
     if c.rows_per_consumer == WGMMA_M:
         w.comment("O's stmatrix (8 × 8, ×4) as make_tiled_copy_C's partition_D / retile_S give it")
         steps, strides = (
@@ -287,25 +357,14 @@ def _traits(e: _Emit) -> None:
         w.comment(
             "writes; a tile is column blocks of 64, each (rows × 64). Vᵀ is a view of V (no data moves)."
         )
-        w.line("using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;")
-        w.line(
-            "using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDimQK>>{}));"
-        )
-        w.line(
-            "using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, "
-            "Shape<Int<kBlockN>, Int<kHeadDimQK>, Int<kStages>>{}));"
-        )
-        w.line(
-            "using SmemLayoutV = decltype(tile_to_shape(SmemAtom{}, "
-            "Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));"
-        )
-        w.line("using SmemLayoutVt = decltype(composition(SmemLayoutV{}, make_ordered_layout(")
-        w.line(
-            "    Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));  // (d_v, BN, s)"
-        )
-        w.line(
-            "using SmemLayoutO = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));"
-        )
+        w.comment("What tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>, (rows, cols[, stages])) and Vᵀ's")
+        w.comment("composition with make_ordered_layout((d_v, BN, s), Step<_2, _1, _3>) derive, written out")
+        w.comment("(test_sm90_desc.py): ((8 rows, rows / 8), (64 cols, cols / 64)[, stages]).")
+        w.line(f"using SmemLayoutQ = {_smem_layout(p.block_m, p.head_dim_qk)};")
+        w.line(f"using SmemLayoutK = {_smem_layout(p.block_n, p.head_dim_qk, p.stages)};")
+        w.line(f"using SmemLayoutV = {_smem_layout(p.block_n, p.head_dim_v, p.stages)};")
+        w.line(f"using SmemLayoutVt = {_smem_layout_vt(p.block_n, p.head_dim_v, p.stages)};  // (d_v, BN, s)")
+        w.line(f"using SmemLayoutO = {_smem_layout(p.block_m, p.head_dim_v)};")
         w.line()
         w.comment("S = Q·Kᵀ: SS wgmma (both operands from shared memory, K-major); O += P·V: RS wgmma (P in")
         w.comment(
@@ -773,7 +832,8 @@ def _consumer(e: _Emit) -> None:
             w.line("const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)")
     with e.tag("loop" if p.mask == "none" else "mask", "(row, col) of each score, for masking"):
         w.line(
-            "Tensor tScS = thr_mma_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));"
+            "Tensor tScS = tl::partition_C(thr_mma_qk, "
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}), Traits::CoordLayoutS{});"
         )
     across = " (across tiles)" if e.cfg.persistent else ""
     with e.tag("loop", "the K/V ring's position, as the producer's" + across):
@@ -801,9 +861,7 @@ def _consumer_tile(e: _Emit) -> None:
     if e.reg is not None:
         emit_uniforms(w, e.reg, tag_line=e.region_line())
     with e.tag("alloc_acc_o", "fp32 wgmma accumulator fragment"):
-        w.line(
-            "Tensor acc_o = make_tensor<float>(Traits::AccShapeO{});  // (MMA, MMA_M, MMA_N)"
-        )
+        w.line("Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N)")
         w.line("clear(acc_o);")
     with e.tag("softmax", "running row max and row sum (per thread, for its rows)"):
         w.line("Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});")
@@ -1009,15 +1067,12 @@ def _pv(e: _Emit, stage: str, phase: str) -> None:
 def _reshape(e: _Emit, acc: str) -> None:
     with e.tag("reshape", "P in the input dtype, its registers re-viewed as the wgmma A operand"):
         e.w.line(f"Tensor rP = tl::convert_fragment<Element>({acc});")
-        e.w.line("Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K)")
+        e.w.line("Tensor tOrP = make_tensor(rP.data(), Traits::PLayoutA{});  // (MMA_A, MMA_M, MMA_K)")
 
 
 def _alloc_s(e: _Emit, name: str) -> None:
     with e.tag("alloc_s", "fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)"):
-        e.w.line(
-            f"Tensor {name} = make_tensor<float>(Traits::AccShapeS{{}});"
-            "  // (MMA, MMA_M, MMA_N)"
-        )
+        e.w.line(f"Tensor {name} = make_tensor<float>(Traits::AccLayoutS{{}});  // (MMA, MMA_M, MMA_N)")
 
 
 def _loop_plain(e: _Emit) -> None:
@@ -1227,7 +1282,7 @@ def _normalize(e: _Emit) -> None:
     w.line()
     with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
         if e.reg is not None:
-            emit_normalize(w, e.reg, "thr_mma_pv")
+            emit_normalize(w, e.reg, "thr_mma_pv", "Traits::CoordLayoutO")
         else:
             emit_normalize_rows(w)
 
@@ -1242,7 +1297,7 @@ def _store_o(e: _Emit) -> None:
     )
     with e.tag("store_o", f"LSE from registers; O registers → shared (stmatrix) → {last}"):
         if e.reg is None or e.reg.softmax:
-            emit_store_lse(w, "thr_mma_pv", packed=e.varlen)
+            emit_store_lse(w, "thr_mma_pv", packed=e.varlen, coord_layout="Traits::CoordLayoutO")
         w.line()
         w.line("Tensor rO = tl::convert_fragment<Element>(acc_o);")
         if c.reuse_q_for_o:
@@ -1301,7 +1356,12 @@ def _stsm_o(e: _Emit) -> None:
         f"  // ((8, {'4' if boxes == 1 else f'(4, {boxes})'}), 1, 1)"
     )
     w.line(f"Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{{}});  // ((8, {steps}), 1, 1)")
-    w.line("cute::copy(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tOrO, tOsO);")
+    w.comment("The copy as cute::copy's loops end up issuing it (one Copy_Atom::call a step, the same")
+    w.comment("instructions), without its group_modes / zipped_divide over these layouts (~1 s of nvcc).")
+    w.line("Copy_Atom<SM90_U32x4_STSM_N, Element> stsm_atom;")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int i = 0; i < size<0, 1>(tOrO); ++i)"):
+        w.line("stsm_atom.call(tOrO(make_coord(_, i), 0, 0), tOsO(make_coord(_, i), 0, 0));")
 
 
 def _store_o_rows(e: _Emit) -> None:
