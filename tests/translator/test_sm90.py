@@ -58,7 +58,7 @@ def test_hopper_instructions_and_warp_roles_are_emitted() -> None:
         "_RS<GMMA::Major::K, GMMA::Major::MN>{}",
         "tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ",
         "tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP",
-        "tl::acc_to_A(rP.layout())",
+        "make_tensor(rP.data(), Traits::PLayoutA{})",  # P as the A operand: acc_to_A's layout, written out
         "SM90_U32x4_STSM_N",
         "cutlass::arch::fence_view_async_shared()",
         "warpgroup_wait<1>()",  # intra-warp-group overlap: Q·Kᵀ(n) waited for while P·V(n+1) drains
