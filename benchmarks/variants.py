@@ -162,10 +162,9 @@ def _bench_shape(
             # the block classes built once, outside the timed launches, as FlexAttention's block mask is
             # (and as a model reuses them across its layers): `tl-once`, checked equal to `tl` first
             classes = block_classes(lk, q, k, v, extras=side)
-            o_once = torch.empty_like(q)
-            launch(lk, q, k, v, o_once, torch.empty_like(lse), extras=side, block_classes=classes)
-            if torch.equal(o_once, o):
-                out = (o_once, torch.empty_like(lse))
+            out = (torch.empty_like(q), torch.empty_like(lse))
+            launch(lk, q, k, v, *out, extras=side, block_classes=classes)
+            if torch.equal(out[0], o):
                 fns["tl-once"] = lambda i, lk=lk, out=out, side=side, c=classes: launch(
                     lk, q, k, v, *out, extras=side, block_classes=c
                 )

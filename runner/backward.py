@@ -145,10 +145,8 @@ def backward(
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     mask_kind = block_mask_kind(spec.program)
     if block_classes is not None:
-        if not mask_kind:
-            raise LaunchError(f"{spec.kernel('dq_dk_dv')}: its masks read no side tensor: no block_classes")
-        tiles = (spec.block_m, spec.block_n)
-        check_block_classes(block_classes, q, k, tiles=tiles, per_head=mask_kind == "per_head")
+        tiles, name = (spec.block_m, spec.block_n), spec.kernel("dq_dk_dv")
+        check_block_classes(block_classes, q, k, tiles=tiles, mask_kind=mask_kind, kernel=name)
     if batch == 0 or heads == 0:
         return dq, dk, dv, grads
     if seqlen_q == 0 or seqlen_k == 0:

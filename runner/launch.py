@@ -340,14 +340,13 @@ def launch(
     args, tail = _arguments(spec, q, k, v, o, lse, softmax_scale, window, extras)
     if batch == 0 or seqlen_q == 0 or heads == 0:
         return
-    if block_mask_kind(spec.program):
-        if block_classes is None:
-            tail.append(("uintp", _launch_block_mask(loaded, args, tail, q, k)))
-        else:
-            _check_block_classes(loaded, block_classes, q, k)
-            tail.append(("uintp", _pointer(block_classes)))
-    elif block_classes is not None:
-        raise LaunchError(f"{spec.kernel_name}: its masks read no side tensor, so it takes no block_classes")
+    mask_kind = block_mask_kind(spec.program)
+    if block_classes is not None:
+        tiles = (spec.block_m, spec.block_n)
+        check_block_classes(block_classes, q, k, tiles=tiles, mask_kind=mask_kind, kernel=spec.kernel_name)
+    if mask_kind:
+        classes = block_classes if block_classes is not None else _launch_block_mask(loaded, args, tail, q, k)
+        tail.append(("uintp", _pointer(classes)))
     grid_xyz = grid(spec, batch, seqlen_q, heads, sm_count(q.device.index) if spec.persistent else 0)
     if spec.uses_tma:
         _launch_tma(loaded, args, (q, k, v, o), grid_xyz, tensor_maps, tail)
@@ -362,10 +361,9 @@ def launch(
 def _launch_block_mask(
     loaded: LoadedKernel, args: list[Any], tail: list[tuple[str, Any]], q: Any, k: Any
 ) -> Any:
-    """Classify every (query block, key block) with the masks on the current stream; returns the buffer's
-    pointer (numpy) for the attention kernel. The buffer stays valid for kernels queued after this one on
-    the same stream (PyTorch's allocator is stream-ordered)."""
-
+    """Classify every (query block, key block) with the masks on the current stream; returns the classes
+    (`launch_block_classes`'). The buffer stays valid for kernels queued after this one on the same stream
+    (PyTorch's allocator is stream-ordered)."""
     from runner.abi import BLOCK_MASK_PARAMS
 
     spec = loaded.spec
@@ -382,7 +380,7 @@ def _launch_block_mask(
         per_head=block_mask_kind(spec.program) == "per_head",
     )
     loaded.block_mask_buffer = buf
-    return _pointer(buf)
+    return buf
 
 
 def block_classes(
@@ -405,8 +403,7 @@ def block_classes(
         raise LaunchError(f"{spec.kernel_name}: its masks read no side tensor, so it has no block classes")
     o, lse = _outputs(spec, q, k, v)  # the block-mask kernel takes the attention kernel's arguments
     args, tail = _arguments(spec, q, k, v, o, lse, softmax_scale, window, extras)
-    _launch_block_mask(loaded, args, tail, q, k)
-    return loaded.block_mask_buffer
+    return _launch_block_mask(loaded, args, tail, q, k)
 
 
 def _arguments(
@@ -449,18 +446,17 @@ def _pointer(t: Any) -> Any:
     return np.uintp(t.data_ptr())
 
 
-def _check_block_classes(loaded: LoadedKernel, classes: Any, q: Any, k: Any) -> None:
-    spec = loaded.spec
-    per_head = block_mask_kind(spec.program) == "per_head"
-    check_block_classes(classes, q, k, tiles=(spec.block_m, spec.block_n), per_head=per_head)
-
-
-def check_block_classes(classes: Any, q: Any, k: Any, *, tiles: tuple[int, int], per_head: bool) -> None:
-    """Raise LaunchError unless `classes` can be a kernel's (batch, heads or 1, m_blocks, n_blocks) uint8
-    block classes at `tiles` for q's and k's lengths (what `launch_block_classes` returns)."""
+def check_block_classes(
+    classes: Any, q: Any, k: Any, *, tiles: tuple[int, int], mask_kind: str, kernel: str
+) -> None:
+    """Raise LaunchError unless `kernel`'s masks read side tensors (`block_mask_kind`: `mask_kind`) and
+    `classes` can be its (batch, heads or 1, m_blocks, n_blocks) uint8 block classes at `tiles` for q's
+    and k's lengths (what `launch_block_classes` returns)."""
     import torch
 
-    planes = q.shape[2] if per_head else 1
+    if not mask_kind:
+        raise LaunchError(f"{kernel}: its masks read no side tensor, so it takes no block_classes")
+    planes = q.shape[2] if mask_kind == "per_head" else 1
     want = (q.shape[0], planes, math.ceil(q.shape[1] / tiles[0]), math.ceil(k.shape[1] / tiles[1]))
     if (
         not isinstance(classes, torch.Tensor)

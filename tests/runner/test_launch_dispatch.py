@@ -95,3 +95,19 @@ def test_heads_kv_fixed_by_the_tl_must_match_the_tensors(calls: list[Any]) -> No
     q, k, v, o, lse = tensors(heads_kv=1)
     rl.launch(loaded(spec(heads_kv=1)), q, k, v, o, lse)
     assert [c[0] for c in calls] == ["tma"]
+
+
+@pytest.mark.parametrize("mask_kind", ["shared", "per_head"])
+def test_prebuilt_block_classes_are_checked_against_the_kernels_tiles(mask_kind: str) -> None:
+    """`check_block_classes`, the forward's and the backward's check of prebuilt classes: a kernel without
+    side-tensor masks takes none; the classes must be contiguous uint8 (batch, heads or 1, query blocks,
+    key blocks) at the kernel's tiles, on q's device."""
+    q, k = tensors()[:2]
+    planes = q.shape[2] if mask_kind == "per_head" else 1
+    good = torch.zeros(2, planes, 3, 4, dtype=torch.uint8)  # 300 rows / 128, 500 keys / 128
+    rl.check_block_classes(good, q, k, tiles=(128, 128), mask_kind=mask_kind, kernel="k")
+    with pytest.raises(rl.LaunchError, match="no side tensor"):
+        rl.check_block_classes(good, q, k, tiles=(128, 128), mask_kind="", kernel="k")
+    for bad in (good.float(), torch.zeros(2, planes, 3, 2, dtype=torch.uint8), good.transpose(2, 3)):
+        with pytest.raises(rl.LaunchError, match="block_classes: expected contiguous uint8"):
+            rl.check_block_classes(bad, q, k, tiles=(128, 128), mask_kind=mask_kind, kernel="k")
