@@ -129,17 +129,11 @@ class Kernel:
         `layout`, and with `return_lse` also lse float32 (batch, heads, seqlen_q). `block_mask`: this
         kernel's `block_mask(...)` for the same side tensors, scalars and lengths (else a kernel whose
         masks read side tensors classifies its blocks at every call, forward and backward)."""
-        spec = self.spec
-        shapes = checks.check_qkv(spec, q, k, v, layout)
-        softmax_scale = checks.check_scale(scale, spec)
-        win = checks.check_window(window, spec)
-        tensors, scalars = checks.check_extras(spec, shapes, q.device, extras)
-        if return_lse and not spec.writes_lse:
+        q, k, v, softmax_scale, win, tensors, scalars = self._checked(q, k, v, layout, scale, window, extras)
+        if return_lse and not self.spec.writes_lse:
             raise ValueError(f"return_lse: {self.name} has no softmax, so it has no log-sum-exp to return")
         if block_mask is not None and block_mask.key != self.key:
             raise ValueError(f"block_mask: built by another kernel ({block_mask.key}), not {self.name}")
-        q, k, v = self._native(q, k, v, layout)
-        tensors = [t.contiguous() for t in tensors]
         classes = (block_mask.forward, block_mask.backward) if block_mask is not None else (None, None)
         o, lse = forward_op(self.key, q, k, v, softmax_scale, win, tensors, scalars, *classes)
         if layout == "bhsd":
@@ -166,17 +160,12 @@ class Kernel:
         from runner.abi import block_mask_kind
         from runner.launch import block_classes
 
-        spec = self.spec
-        if not block_mask_kind(spec.program):
+        if not block_mask_kind(self.spec.program):
             raise ValueError(f"block_mask: {self.name}'s masks read no side tensor: it has no block classes")
-        shapes = checks.check_qkv(spec, q, k, v, layout)
-        softmax_scale = checks.check_scale(None, spec)
-        win = checks.check_window(window, spec)
-        tensors, scalars = checks.check_extras(spec, shapes, q.device, extras)
+        q, k, v, softmax_scale, win, tensors, scalars = self._checked(q, k, v, layout, None, window, extras)
         if q.device.type != "cuda":
             raise ValueError(f"block_mask: the classes are built on the GPU; q is on {q.device}")
-        q, k, v = self._native(q, k, v, layout)
-        named = dict(zip(self.tensor_names, (t.contiguous() for t in tensors), strict=True))
+        named = dict(zip(self.tensor_names, tensors, strict=True))
         typed = self._scalars(scalars)
         forward = block_classes(
             self.load(q.device), q, k, v, softmax_scale=softmax_scale, window=(win[0], win[1]),
@@ -187,12 +176,21 @@ class Kernel:
         back = build(q, k, window=(win[0], win[1]), tensors=named, scalars=typed) if build else None
         return BlockMask(self.key, forward, back)
 
-    @staticmethod
-    def _native(q: Any, k: Any, v: Any, layout: str) -> tuple[Any, Any, Any]:
-        """q, k, v as the kernels take them: (batch, seqlen, heads, dim), unit stride in dim."""
+    def _checked(
+        self, q: Any, k: Any, v: Any, layout: str, scale: Any, window: Any, extras: dict[str, Any]
+    ) -> tuple[Any, Any, Any, float, list[int], list[Any], list[float]]:
+        """The call's arguments checked (`checks`; errors before anything reaches a GPU) and as the kernels
+        take them: q, k, v in (batch, seqlen, heads, dim) with unit stride in dim, the softmax scale, the
+        window, the side tensors (contiguous) and the Scalars in the kernel's order."""
+        spec = self.spec
+        shapes = checks.check_qkv(spec, q, k, v, layout)
+        softmax_scale = checks.check_scale(scale, spec)
+        win = checks.check_window(window, spec)
+        tensors, scalars = checks.check_extras(spec, shapes, q.device, extras)
         if layout == "bhsd":
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        return tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))  # type: ignore[return-value]
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        return q, k, v, softmax_scale, win, [t.contiguous() for t in tensors], scalars
 
     def _scalars(self, scalars: list[float]) -> dict[str, Any]:
         """The runtime Scalars by name, int32 ones as ints (the op carries every scalar as a float)."""
