@@ -171,8 +171,7 @@ def _backward_fake(
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    key, q, k, v, scale, window, tensors, scalars, *classes = inputs
-    classes_bwd = classes[1] if len(classes) > 1 else None
+    key, q, k, v, scale, window, tensors, scalars, _classes, classes_bwd = inputs  # defaults filled in
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, *tensors, *([classes_bwd] if classes_bwd is not None else []))
     ctx.key, ctx.scale, ctx.window, ctx.scalars = key, scale, list(window), list(scalars)
