@@ -49,21 +49,24 @@ SHAPES = (
 SAME_LENGTH = ("relative_bias", "document_mask", "global_sliding", "prefix_softcap_document")
 
 
-def cases(full: bool, only: str = "") -> list[tuple[str, tuple[str, ...], str, int, bool]]:
+def cases(
+    full: bool, only: str = "", dims: tuple[int, ...] | None = None
+) -> list[tuple[str, tuple[str, ...], str, int, bool]]:
     """(TL file, learnable, dtype, head dim, deterministic): every program in bf16 and fp16 at d 128
-    (`full`: d 64 too; else d 64 for the plain kernels), and the DETERMINISTIC ones in bf16 at d 128."""
+    (`full`: d 64 too; else d 64 for the plain kernels), and the DETERMINISTIC ones in bf16 at d 128;
+    `dims`: every program in both dtypes at each of these head dims, the DETERMINISTIC ones in bf16."""
     import re
 
     out = []
     for path, learn in PROGRAMS:
         stem = Path(path).stem
         for dtype in ("bf16", "fp16"):
-            for d in (128, 64):
-                if d == 64 and not full and not (dtype == "bf16" and "mha" in path):
+            for d in dims or (128, 64):
+                if dims is None and d == 64 and not full and not (dtype == "bf16" and "mha" in path):
                     continue
                 out.append((path, learn, dtype, d, False))
         if stem in DETERMINISTIC:
-            out.append((path, learn, "bf16", 128, True))
+            out += [(path, learn, "bf16", d, True) for d in dims or (128,)]
     return [c for c in out if not only or re.search(only, tag(*c))]
 
 
@@ -114,14 +117,21 @@ SKELETONS = {
 }
 
 
-def build(out: Path, full: bool, only: str = "", nvcc: bool = False, skeleton: str = "sm80") -> None:
+def build(
+    out: Path,
+    full: bool,
+    only: str = "",
+    nvcc: bool = False,
+    skeleton: str = "sm80",
+    dims: tuple[int, ...] | None = None,
+) -> None:
     from pipeline.backward import translate_backward
     from runner.compile import CompileJob, compile_many
 
     out.mkdir(parents=True, exist_ok=True)
     builds, jobs = [], []
     keywords, suffix = SKELETONS[skeleton]
-    for case in cases(full, only):
+    for case in cases(full, only, dims):
         path, learn, dtype, d, det = case
         b = translate_backward(_text(path, d), dtype=dtype, learnable=learn, deterministic=det, **keywords)
         name = tag(*case) + suffix
@@ -250,6 +260,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="a regular expression over the case tags (stem_dtype_dN)")
     ap.add_argument("--repeats", type=int, default=1, help="--run: draws per shape (seeds 0, 1, … per case)")
     ap.add_argument("--nvcc", action="store_true", help="--build with the toolkit's nvcc (sm_90 cubins)")
+    ap.add_argument("--dims", default="", help="--build: comma-separated head dims for every program (e.g. 256)")
     ap.add_argument(
         "--skeleton",
         choices=tuple(SKELETONS),
@@ -264,7 +275,8 @@ def main() -> int:
     )
     args = ap.parse_args()
     if args.build:
-        build(args.build, args.full, args.only, nvcc=args.nvcc, skeleton=args.skeleton)
+        dims = tuple(int(x) for x in args.dims.split(",")) if args.dims else None
+        build(args.build, args.full, args.only, nvcc=args.nvcc, skeleton=args.skeleton, dims=dims)
     if args.run:
         return run(args.run, args.shapes, args.repeats)
     return 0

@@ -82,11 +82,16 @@ def for_shape(text: str, dtype: str, hdim: int) -> str:
     return text
 
 
+GLOBAL_TOKENS = 32  # global + sliding's global tokens per sequence in the benchmarks (`side_tensors`)
+
+
 def side_tensors(
     program: Any, B: int, H: int, hkv: int, S: int, generator: Any, device: str = "cuda"
 ) -> dict[str, Any]:
-    """Random valid side tensors for `program` at (B, H, hkv, S); ALiBi gets its own slopes,
-    2^(-8 (h + 1) / H), so that every baseline sees the bias a model would."""
+    """Random valid side tensors for `program` at (B, H, hkv, S), with the values a model would give
+    where random ones would not: ALiBi's slopes 2^(-8 (h + 1) / H), and global + sliding's flags on the
+    first `GLOBAL_TOKENS` tokens of each sequence (Longformer's CLS and question tokens), where
+    `make_side_tensors` flags a random half of the sequence, which makes that mask nearly dense."""
     import torch
 
     from runner.ir_reference import make_side_tensors
@@ -94,6 +99,9 @@ def side_tensors(
     side = make_side_tensors(program, B, H, hkv, S, S, generator=generator, device=device) if program else {}
     if "slopes" in side:
         side["slopes"] = torch.exp2(-8.0 * torch.arange(1, H + 1, device=device) / H).float()
+    if "is_global" in side:
+        side["is_global"] = torch.zeros_like(side["is_global"])
+        side["is_global"][..., :GLOBAL_TOKENS] = 1
     return side
 
 

@@ -25,11 +25,12 @@ def _sm90(tl: Path | str, **kw):
     return translate_backward(tl, arch="sm_90", skeleton="sm90", **kw)
 
 
-def _d256() -> str:
-    """mha_fwd.tl at head dim 256 (one stage, BM 64 so it checks): beyond the wgmma skeleton."""
+def _d256(d: int = 256) -> str:
+    """mha_fwd.tl at head dim `d` (one stage, BM 64 so it checks): 256 is the wgmma skeleton's head-split
+    tile, 192 beyond it."""
     text = (
         MHA.read_text()
-        .replace("Param d = 128", "Param d = 256")
+        .replace("Param d = 128", f"Param d = {d}")
         .replace("Param stages = 2", "Param stages = 1")
     )
     return text.replace("Param BM = 128", "Param BM = 64")
@@ -65,9 +66,41 @@ def test_the_default_backward_follows_the_target():
 
 
 def test_auto_falls_back_to_the_mma_sync_skeleton_where_wgmma_does_not_cover_the_program():
-    text = _d256()
-    b = translate_backward(text, arch="sm_90")
-    assert b.spec.head_dim == 256 and "GMMA" not in b.source and b.spec.arch == "sm_90"
+    b = translate_backward(_d256(192), arch="sm_90")
+    assert b.spec.head_dim == 192 and "GMMA" not in b.source and b.spec.arch == "sm_90"
+    wide = translate_backward(_d256(), arch="sm_90")
+    assert wide.spec.head_dim == 256 and wide.spec.arch == "sm_90a" and "GMMA" in wide.source
+
+
+def test_d256_splits_the_head_dim_between_the_warp_groups():
+    """FA3's d 256 tile: 64 key rows shared by both warp groups, each computing Sᵀ and dPᵀ for half of
+    the query columns and dK, dV, dQ for half of the head dim; Pᵀ joins dSᵀ in shared memory, so dV and
+    dK are SS wgmma with MN-major A; both warp groups meet once a block, after the stores."""
+    from translator.backends.sm90_bwd import shared_bytes
+
+    b = _sm90(_d256())
+    src, main = b.source, _main(b.source)
+    assert (b.spec.block_m, b.spec.block_n, b.spec.shared_bytes) == (64, 64, shared_bytes(256))
+    assert shared_bytes(256) <= 227 * 1024
+    assert "MMA_64x32x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}, Layout<Shape<_1, _2, _1>>" in src
+    assert "MMA_64x128x16_F32BF16BF16_SS<GMMA::Major::MN, GMMA::Major::MN>{}, Layout<Shape<_1, _2, _1>>" in src
+    assert "acc_to_A" not in main
+    _in_order(
+        main,
+        "Element* smem_p = smem_ds + 2 * kBlockM * kBlockN;",
+        "tl::stsm_x4_t(ds_addr[i] + ds_stage + kPOffset, tPrP(4 * i + 0)",
+        "tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i + 0)",
+        "tl::fence_async_shared();",
+        "tl::consumer_sync(1, Traits::kNThreads);  // Pᵀ and dSᵀ of both warp groups",
+        "tl::wgmma<false, false>(tiled_mma_dkv, tdVrPt, tdVrdO, acc_dv);",
+        "tl::wgmma<true, false>(tiled_mma_dq, tdQrdS, tdQrKt, acc_dq);",
+        "tl::wgmma<false, false>(tiled_mma_dkv, tdKrdSt, tdKrQ, acc_dk);",
+    )
+    assert main.count("tl::consumer_sync(1, Traits::kNThreads);") == 3  # once a block, twice in the epilogue
+    with pytest.raises(BackwardBuildError, match="overlap_p at head dim 256"):
+        _sm90(_d256(), options={"overlap_p": True})
+    with pytest.raises(BackwardBuildError, match="shared memory"):
+        _sm90(_d256(), options={"dq_bulk": True})
 
 
 def test_the_sm90_skeleton_targets_sm_90a_with_the_same_launch_shape():
@@ -153,7 +186,7 @@ def test_the_five_gemms_in_fa3_order_with_dq_out_under_dk(dq_bulk, dq_out):
     # dSᵀ reaches shared memory by stmatrix (the generic proxy): fenced before the barrier dQ's wgmma
     # waits on
     # at stage 0's addresses, computed once, plus the stage's offset (whole 1 KB swizzle atoms)
-    assert "for (int i = 0; i < kBlockM / 16; ++i) ds_addr[i] = base + i * 2048;" in main
+    assert "for (int i = 0; i < Traits::kWgQueries / 16; ++i) ds_addr[i] = base + i * 2048;" in main
     assert "kBlockM * kBlockN * sizeof(Element) % 1024 == 0" in main
     store = main.index("tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i), tdSrdS(4 * i + 1)")
     fence = main.index("tl::fence_async_shared();", store)
@@ -389,9 +422,8 @@ def test_the_skeleton_choice_is_checked(kw, why):
 
 
 def test_head_dims_beyond_the_skeleton_are_a_clear_error():
-    text = _d256()
-    with pytest.raises(BackwardBuildError, match="head dim 256: this skeleton covers 64 and 128"):
-        _sm90(text)
+    with pytest.raises(BackwardBuildError, match="head dim 192: this skeleton covers 64, 128, 256"):
+        _sm90(_d256(192))
 
 
 def test_the_cli_picks_the_skeleton():
@@ -942,8 +974,8 @@ int main() {
       bad += acc.layout()(v) != v;
     }
     Tensor src = zipped_divide(copy.retile_S(idx), Shape<_8>{});
-    bad += size<1>(dst) != kBlockM / 16;
-    uint32_t ds_addr[kBlockM / 16];
+    bad += size<1>(dst) != Traits::kWgQueries / 16;
+    uint32_t ds_addr[Traits::kWgQueries / 16];
     EMITTED
     for (int i = 0; i < size<1>(dst); ++i) {
       char* at = reinterpret_cast<char*>(raw_pointer_cast(&dst(0, i)));
@@ -960,19 +992,17 @@ int main() {
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
-@pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128)])
+@pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128), (256, 64)])
 def test_ds_stmatrix_addresses_in_closed_form_are_cutes_for_every_thread(tmp_path, d, block_m):
     """The emitted closed-form dSᵀ stmatrix addresses and register pairs, run on the host beside CuTe's
     make_tiled_copy_C / partition_D / retile_S over the same traits: equal for all 256 consumer threads,
-    every atom, each query tile."""
-
-
-    text = MHA.read_text().replace("Param d = 128", f"Param d = {d}")
+    every atom, each query tile (d 256: the warp groups split the query columns, `split_head`)."""
+    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
     src = _sm90(text, options={"block_m": block_m}).source
     traits = re.search(r"struct (\w+_bwd_traits) \{", src)
     assert traits
     head = src[: src.index("\n};\n", traits.start()) + 4]
-    body = src.split("uint32_t ds_addr[kBlockM / 16];", 1)[1]
+    body = src.split("uint32_t ds_addr[Traits::kWgQueries / 16];", 1)[1]
     emitted = body[: body.index("\n  }\n") + 4].replace("cast_smem_ptr_to_uint(smem_ds)", "0u")
     assert "ds_addr[i] = base + i * 2048;" in emitted and emitted.lstrip().startswith("{")
     host = _DS_HOST.replace("TRAITS", traits.group(1)).replace("EMITTED", emitted)
@@ -1004,22 +1034,22 @@ ACC_ROWCOL
 }  // namespace tl
 int main() {
   using Traits = TRAITS;
-  constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim, kSteps = Traits::kWgCols / 16;
   int bad = 0;
   for (int warp = 0; warp < 8; ++warp) {
-    uint32_t addr[32][kHeadDim / 16];
+    uint32_t addr[32][kSteps];
     for (int lane = 0; lane < 32; ++lane) {
       const int tidx_e = warp * 32 + lane;
-      uint32_t dkv_addr[kHeadDim / 16];
+      uint32_t dkv_addr[kSteps];
       EMITTED
-      for (int i = 0; i < kHeadDim / 16; ++i) addr[lane][i] = dkv_addr[i];
+      for (int i = 0; i < kSteps; ++i) addr[lane][i] = dkv_addr[i];
     }
     for (int lane = 0; lane < 32; ++lane) {
       typename Traits::TiledMmadKV tiled_mma_dkv;
       Tensor acc = tiled_mma_dkv.get_thread_slice(warp * 32 + lane).partition_C(
           make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
       Tensor rc = make_tensor(acc.data(), tl::acc_rowcol(acc.layout()));
-      for (int i = 0; i < kHeadDim / 16; ++i)
+      for (int i = 0; i < kSteps; ++i)
         for (int k = 0; k < 4; ++k)
           for (int e = 0; e < 2; ++e) {  // register k's halves: matrix k, its row lane / 4, at the
             // address lane 8k + lane / 4 gave, bytes 4 · (lane % 4) + 2e
@@ -1038,22 +1068,20 @@ int main() {
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
-@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("d", [128, 64, 256])
 def test_dkv_stmatrix_addresses_put_every_accumulator_where_the_row_stores_read_it(tmp_path, d):
     """The epilogue's closed-form stmatrix addresses (`dkv_addr`) and register choice, run on the host
     beside CuTe's coordinates of the dK / dV accumulators: every element of all 256 consumer threads
     lands at its (row, col) of the tile whose 16-byte pieces the row stores read swizzled (piece c of row
-    r at c ^ (r % 8))."""
-
-
-    text = MHA.read_text().replace("Param d = 128", f"Param d = {d}")
+    r at c ^ (r % 8)); d 256: each warp group half of the columns (`split_head`)."""
+    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
     src = _sm90(text).source
     traits = re.search(r"struct (\w+_bwd_traits) \{", src)
     assert traits
     head = src[: src.index("\n};\n", traits.start()) + 4]
     rowcol = src[src.index("  template <class Layout>\n  CUTE_DEVICE constexpr auto acc_rowcol(") :]
     rowcol = rowcol[: rowcol.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
-    body = src.split("uint32_t dkv_addr[kHeadDim / 16];  // step i, relative to the tile", 1)[1]
+    body = src.split("uint32_t dkv_addr[Traits::kWgCols / 16];  // step i, relative to the tile", 1)[1]
     emitted = body[: body.index("\n    }\n") + 6]
     assert "dkv_addr[i] = row * (kHeadDim * 2)" in emitted and emitted.lstrip().startswith("{")
     # the stores pair register k with (row 8·(k % 2), piece 2i + k / 2), as the host check reads them

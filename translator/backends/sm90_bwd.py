@@ -78,8 +78,15 @@ TILE_HEAD_DIMS = {
     BLOCK_M_TALL: (64, "doubles Sᵀ's and dPᵀ's accumulators (registers)"),
 }
 BLOCK_N = 128  # key rows of a thread block: two warp groups of 64
+# FA3's d = 256 split (`split_head`): 64 key rows a thread block, which both warp groups share; each
+# computes Sᵀ and dPᵀ for half of the query columns, and dK and dV for half of the head dim (dK's and
+# dV's 64 × 256 accumulators on one warp group would take 256 registers a thread), so Pᵀ joins dSᵀ in
+# shared memory and dK, dV are SS wgmma
+BLOCK_N_SPLIT = 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
-HEAD_DIMS = (64, 128)  # d = 256 needs FA3's other split (the accumulators exceed 255 registers)
+HEAD_DIMS = (64, 128, 256)
+SPLIT_HEAD_DIMS = (256,)
+SMEM_LIMIT = 227 * 1024  # sm_90's opt-in dynamic shared memory a block
 DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
 # dq_accum's tile in one contiguous part per consumer warp group (`sm80_bwd._emit_convert`), so each warp
 # group hands its own part to dq_bulk's bulk add without waiting for the other
@@ -101,12 +108,24 @@ WS_INCLUDES = (
 )
 
 
+def split_head(head_dim: int) -> bool:
+    """Whether the warp groups split Sᵀ's query columns and dK's and dV's head dim rather than the key
+    rows (FA3's d = 256 tile, `BLOCK_N_SPLIT`)."""
+    return head_dim in SPLIT_HEAD_DIMS
+
+
+def block_n(head_dim: int) -> int:
+    """Key rows of a thread block at `head_dim`."""
+    return BLOCK_N_SPLIT if split_head(head_dim) else BLOCK_N
+
+
 def shared_bytes(head_dim: int, dtype_bytes: int = 2, *, block_m: int = BLOCK_M, dq_bulk: bool = False) -> int:
-    """K, V, dS (double-buffered) and two stages of (Q, dO) in the input dtype, two stages of the rows'
-    LSE and D (fp32), six mbarriers (the stages' and K/V's full and empty), and 1024 bytes to round the
-    base up to the swizzle's period; `dq_bulk`: dQ's fp32 tile."""
-    ds = 2 * block_m * BLOCK_N
-    elems = 2 * BLOCK_N * head_dim + ds + 2 * 2 * block_m * head_dim
+    """K, V, dS (double-buffered; with `split_head` Pᵀ too) and two stages of (Q, dO) in the input dtype,
+    two stages of the rows' LSE and D (fp32), six mbarriers (the stages' and K/V's full and empty), and
+    1024 bytes to round the base up to the swizzle's period; `dq_bulk`: dQ's fp32 tile."""
+    n = block_n(head_dim)
+    ds = 2 * block_m * n * (2 if split_head(head_dim) else 1)
+    elems = 2 * n * head_dim + ds + 2 * 2 * block_m * head_dim
     dq = block_m * head_dim * 4 if dq_bulk else 0
     return dtype_bytes * elems + 2 * 2 * block_m * 4 + dq + 6 * 8 + 1024
 
@@ -131,6 +150,12 @@ def atoms(dtype: str, head_dim: int, block_m: int = BLOCK_M) -> dict[str, GmmaAt
         dq = GmmaAtom(atom_n(block_m), "SS", dtype, "K", major_a="MN")
     else:
         dq = GmmaAtom(atom_n(head_dim if split_dq_rows(block_m) else head_dim // 2), "SS", dtype, "MN")
+    if split_head(head_dim):  # each warp group half of Sᵀ's columns and of dK's and dV's; Pᵀ, dSᵀ from smem
+        return {
+            "SdP": GmmaAtom(atom_n(block_m // 2), "SS", dtype, "K"),
+            "dKV": GmmaAtom(atom_n(head_dim // 2), "SS", dtype, "MN", major_a="MN"),
+            "dQ": dq,
+        }
     return {
         "SdP": GmmaAtom(atom_n(block_m), "SS", dtype, "K"),
         "dKV": GmmaAtom(atom_n(head_dim), "RS", dtype, "MN"),
@@ -219,6 +244,7 @@ def generate_backward_sm90(
         _check_overlap(plan, learnable)
     d = plan.head_dim_qk
     swap_dq = swapped_dq(block_m)
+    _check_shared(plan, block_m, dq_bulk, overlap_p)
 
     def defs(w: CodeWriter) -> None:
         for line in atom_definitions(*atoms(plan.dtype, d, block_m).values()):  # wgmma N outside the base shapes
@@ -250,7 +276,7 @@ def generate_backward_sm90(
         ),
         line_directives=True,
         block_m=block_m,
-        block_n=BLOCK_N,
+        block_n=block_n(d),
         shared_bytes=shared_bytes(d, block_m=block_m, dq_bulk=dq_bulk),
         dq_swapped=swap_dq,
         main_threads=THREADS + PRODUCER_THREADS,
@@ -274,7 +300,8 @@ def uneven_key_blocks(plan: KernelPlan, block_m: int = BLOCK_M) -> bool:
     if ir.header_mask != "expr" or not ir.masks:
         return False
     masks = Masks(tuple(ir.masks), tuple((s.name, s.default) for s in ir.scalars))
-    return key_block_spread(masks, block_m, BLOCK_N, SPREAD_SEQLEN, SPREAD_SEQLEN) > SPREAD_KEY_MAJOR
+    n = block_n(plan.head_dim_qk)
+    return key_block_spread(masks, block_m, n, SPREAD_SEQLEN, SPREAD_SEQLEN) > SPREAD_KEY_MAJOR
 
 
 def _check(plan: KernelPlan, block_m: int) -> None:
@@ -286,7 +313,7 @@ def _check(plan: KernelPlan, block_m: int) -> None:
         raise fail(f"{plan.arch}: wgmma needs sm_90 (the default backward runs on {plan.arch})", "target")
     if plan.head_dim_qk not in HEAD_DIMS:
         raise fail(
-            f"head dim {plan.head_dim_qk}: this skeleton covers {' and '.join(map(str, HEAD_DIMS))} "
+            f"head dim {plan.head_dim_qk}: this skeleton covers {', '.join(map(str, HEAD_DIMS))} "
             "(the default backward covers the others)",
             "d",
             "load_q",
@@ -298,6 +325,19 @@ def _check(plan: KernelPlan, block_m: int) -> None:
         raise fail(
             f"a query tile of {block_m} rows {why}: it needs d = {need}, not {plan.head_dim_qk}", "d", "load_q"
         )
+
+
+def _check_shared(plan: KernelPlan, block_m: int, dq_bulk: bool, overlap_p: bool) -> None:
+    """The tiles fit sm_90's shared memory, and `overlap_p` is refused at the head-split tile (its order
+    was built and measured for the key-row split only)."""
+    d = plan.head_dim_qk
+    need = shared_bytes(d, block_m=block_m, dq_bulk=dq_bulk)
+    where = plan.range_of("d", "load_q", "kernel")
+    if need > SMEM_LIMIT:
+        why = f"head dim {d}{' with dq_bulk' if dq_bulk else ''} needs {need} bytes of shared memory (sm_90: {SMEM_LIMIT})"
+        raise TranslateError([unsupported(where, f"the sm_90 backward: {why}")])
+    if overlap_p and split_head(d):
+        raise TranslateError([unsupported(where, f"the sm_90 backward: overlap_p at head dim {d} (not built)")])
 
 
 def _check_overlap(plan: KernelPlan, learnable: tuple[str, ...]) -> None:
@@ -324,7 +364,7 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
     with w.block(f"struct {plan.kernel_name}_bwd_traits", "};"):
         w.line(f"using Element = {ELEMENT[plan.dtype]};")
         w.line(f"static constexpr int kBlockM = {block_m};  // query rows per step of the loop")
-        w.line(f"static constexpr int kBlockN = {BLOCK_N};  // key rows of this thread block")
+        w.line(f"static constexpr int kBlockN = {block_n(d)};  // key rows of this thread block")
         w.line(f"static constexpr int kHeadDim = {d};")
         w.line(f"static constexpr int kNThreads = {THREADS};  // two consumer warp groups")
         w.line(f"static constexpr int kProducerThreads = {PRODUCER_THREADS};  // the loads' warp group")
@@ -341,15 +381,28 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
         )
         w.line(f"static constexpr int kProducerRegs = {PRODUCER_REGS};  // setmaxnreg.dec: TMA and a few cp.async need few")
         w.line(f"static constexpr int kConsumerRegs = {CONSUMER_REGS};  // setmaxnreg.inc: the accumulators")
-        w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
+        split = split_head(d)
         w.line(
-            f"using TiledMmaSdP = decltype(make_tiled_mma({a['SdP'].type()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
-        )
-        w.comment(
-            "dV += Pᵀ·dO and dK += dSᵀ·Q, (kBlockN, kHeadDim): Pᵀ and dSᵀ from the same rows' registers"
+            f"static constexpr int kWgQueries = {block_m // 2 if split else block_m};  "
+            "// Sᵀ's query columns a warp group computes"
         )
         w.line(
-            f"using TiledMmadKV = decltype(make_tiled_mma({a['dKV'].type()}{{}}, Layout<Shape<_2, _1, _1>>{{}}));"
+            f"static constexpr int kWgCols = {d // 2 if split else d};  // dK's and dV's head-dim columns a warp group owns"
+        )
+        if split:
+            w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns query columns kBlockM / 2 · g …")
+            sdp_layout = "_1, _2, _1"
+            w.comment("dV += Pᵀ·dO and dK += dSᵀ·Q, (kBlockN, kHeadDim): warp group g owns columns kHeadDim / 2 · g …;")
+            w.comment("Pᵀ and dSᵀ from shared memory (both warp groups' columns), MN-major")
+        else:
+            w.comment("Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, (kBlockN, kBlockM): warp group g owns key rows 64g …")
+            sdp_layout = "_2, _1, _1"
+            w.comment("dV += Pᵀ·dO and dK += dSᵀ·Q, (kBlockN, kHeadDim): Pᵀ and dSᵀ from the same rows' registers")
+        w.line(
+            f"using TiledMmaSdP = decltype(make_tiled_mma({a['SdP'].type()}{{}}, Layout<Shape<{sdp_layout}>>{{}}));"
+        )
+        w.line(
+            f"using TiledMmadKV = decltype(make_tiled_mma({a['dKV'].type()}{{}}, Layout<Shape<{sdp_layout}>>{{}}));"
         )
         if swapped_dq(block_m):
             w.comment("dQᵀ = Kᵀ·dSᵀ, (kHeadDim, kBlockM): warp group g owns head-dim rows 64g … (kBlockM is no")
@@ -375,12 +428,12 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
             f"using SmemLayoutV = decltype(tile_to_shape({smem_atom(d)}{{}}, Shape<Int<kBlockN>, Int<kHeadDim>>{{}}));"
         )
         w.line(
-            f"using SmemLayoutdS = decltype(tile_to_shape({smem_atom(BLOCK_N)}{{}}, Shape<Int<kBlockM>, Int<kBlockN>>{{}}));"
+            f"using SmemLayoutdS = decltype(tile_to_shape({smem_atom(block_n(d))}{{}}, Shape<Int<kBlockM>, Int<kBlockN>>{{}}));"
         )
-        for t, base, rows, cols in (
-            ("QdOt", "SmemLayoutQdO", "kHeadDim", "kBlockM"),
-            ("Kt", "SmemLayoutK", "kHeadDim", "kBlockN"),
-        ):
+        views = [("QdOt", "SmemLayoutQdO", "kHeadDim", "kBlockM"), ("Kt", "SmemLayoutK", "kHeadDim", "kBlockN")]
+        if split:
+            views.append(("dSt", "SmemLayoutdS", "kBlockN", "kBlockM"))  # Pᵀ's too: the same layout
+        for t, base, rows, cols in views:
             w.line(
                 f"using SmemLayout{t} = decltype(composition({base}{{}}, "
                 f"make_layout(Shape<Int<{rows}>, Int<{cols}>>{{}}, Stride<Int<{cols}>, _1>{{}})));"
@@ -461,6 +514,7 @@ def _emit_main(
     reg = Regions(plan.ir)
     col = fa2.grid_col(key_major or heavy_columns > 0)
     softmax = plan.ir.normalizer == "softmax"
+    split = split_head(plan.head_dim_qk)
     threads = THREADS + PRODUCER_THREADS
     fa2._params(w, f"{plan.kernel_name}_bwd_dq_dk_dv", BACKWARD_PARAMS, tail + list(BACKWARD_TMA_ABI), threads=threads)
     with w.indent():
@@ -484,7 +538,11 @@ def _emit_main(
             w.line("Element* smem_k = reinterpret_cast<Element*>(smem);")
             w.line("Element* smem_v = smem_k + kBlockN * kHeadDim;")
             w.line("Element* smem_ds = smem_v + kBlockN * kHeadDim;")
-            w.line("Element* smem_qdo = smem_ds + 2 * kBlockM * kBlockN;  // dS: one buffer per stage")
+            if split:
+                w.line("Element* smem_p = smem_ds + 2 * kBlockM * kBlockN;  // dS: one buffer per stage; P too")
+                w.line("Element* smem_qdo = smem_p + 2 * kBlockM * kBlockN;")
+            else:
+                w.line("Element* smem_qdo = smem_ds + 2 * kBlockM * kBlockN;  // dS: one buffer per stage")
             w.line("constexpr int kQdOElems = 2 * kBlockM * kHeadDim;  // one stage: Q then dO")
             w.line(
                 "float* smem_rows = reinterpret_cast<float*>(smem_qdo + 2 * kQdOElems);  // per stage: LSE, then D"
@@ -527,9 +585,13 @@ def _emit_main(
         w.line("Tensor tSrK = wg_mma_sdp.partition_fragment_A(sK);  // GMMA descriptors")
         w.line("Tensor tdPrV = wg_mma_sdp.partition_fragment_A(sV);")
         w.line(f"Tensor tdQrKt = wg_mma_dq.partition_fragment_{'A' if swap_dq else 'B'}(sKt);")
+        wg_queries, wg_atoms = ("32·wg + ", "Traits::kWgQueries / 8") if split else ("", "kBlockM / 8")
         w.comment("dSᵀ's stmatrix addresses (shared window) for stage 0, once, in closed form: lane l of warp w in")
         w.comment("warp group wg writes row l % 8 of matrix m = l / 8 of atom i (the fragment's values 8i … 8i + 7),")
-        w.comment("query 8·(2i + m/2) + l % 8 and keys 64·wg + 16·w + 8·(m % 2) …, in dS's K-major atoms of 8 queries")
+        w.comment(
+            f"query {wg_queries}8·(2i + m/2) + l % 8 and keys {'' if split else '64·wg + '}16·w + 8·(m % 2) …, in dS's "
+            "K-major atoms of 8 queries"
+        )
         w.comment("× 64 keys (1 KB, query blocks fastest) whose 128-byte swizzle puts 16-byte chunk c of row r at c ^ r.")
         w.comment("What CuTe's make_tiled_copy_C / partition_D give for every thread and tile")
         w.comment("(tests/translator/test_sm90_bwd.py), without instantiating them (about 3 s of nvcc). A stage is")
@@ -537,15 +599,19 @@ def _emit_main(
         w.line(
             'static_assert(kBlockM * kBlockN * sizeof(Element) % 1024 == 0, "a dS stage: whole 1 KB swizzle atoms");'
         )
-        w.line('static_assert(kBlockN == 128 && kBlockM % 16 == 0, "dS: two warp groups\' 64 keys, query pairs of 8");')
-        w.line("uint32_t ds_addr[kBlockM / 16];")
+        if split:
+            w.line('static_assert(kBlockN == 64 && Traits::kWgQueries % 16 == 0, "dS: 64 keys, each warp group\'s query pairs of 8");')
+        else:
+            w.line('static_assert(kBlockN == 128 && kBlockM % 16 == 0, "dS: two warp groups\' 64 keys, query pairs of 8");')
+        steps = "Traits::kWgQueries / 16"
+        w.line(f"uint32_t ds_addr[{steps}];")
         w.line("{")
         with w.indent():
             w.line("const int warp = tidx % 128 / 32, lane = tidx % 32, m = lane / 8, r = lane % 8;")
-            w.line("const uint32_t base = cast_smem_ptr_to_uint(smem_ds) + (tidx / 128 * (kBlockM / 8) + m / 2) * 1024")
+            w.line(f"const uint32_t base = cast_smem_ptr_to_uint(smem_ds) + (tidx / 128 * ({wg_atoms}) + m / 2) * 1024")
             w.line("    + r * 128 + ((2 * warp + m % 2) ^ r) * 16;")
             w.line("CUTE_UNROLL")
-            w.line("for (int i = 0; i < kBlockM / 16; ++i) ds_addr[i] = base + i * 2048;  // atom i: queries 16i …")
+            w.line(f"for (int i = 0; i < {steps}; ++i) ds_addr[i] = base + i * 2048;  // atom i: queries 16i …")
         w.line("}")
         w.line(
             "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
@@ -585,18 +651,19 @@ def _emit_key_block(
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
             _emit_query_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk, swap_dq)
         fa2._emit_group_tail(w, reg, partials, summed)
-    _emit_store_dkv_shared(w, scaled=fa2.scale_folded_grad(plan.ir)[0])
+    _emit_store_dkv_shared(w, scaled=fa2.scale_folded_grad(plan.ir)[0], split=split_head(plan.head_dim_qk))
     w.line("tl::fence_async_shared();  // the reads of K's and V's tiles before the next key block's TMA")
     w.line("Barrier::arrive(empty_kv);  // K's and V's tiles are free again")
     w.line("++kv_fill;")
 
 
-def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
+def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool, split: bool = False) -> None:
     """dK and dV of the key block through K's and V's shared tiles (FlashAttention-3's epilogue): the
     accumulators into a row-major tile whose 16-byte pieces are swizzled (piece c of row r at c ^ (r % 8))
     by stmatrix, four 8 × 8 pieces a store at addresses in closed form (`dkv_addr`), then each row
     leaves in 16-byte stores, a warp whole rows a step (two at d = 128). K and V are released after the reads
-    (`empty_kv`), so a grid column's next key block (deterministic) cannot overwrite them."""
+    (`empty_kv`), so a grid column's next key block (deterministic) cannot overwrite them. `split`
+    (`split_head`): a warp group owns half of the columns of all 64 rows, not 64 rows."""
     w.comment("dK and dV of this key block through K's and V's tiles (rows past seqlen_k are not stored)")
     if scaled:
         w.line("CUTE_UNROLL")
@@ -607,22 +674,33 @@ def _emit_store_dkv_shared(w: CodeWriter, *, scaled: bool) -> None:
     for t in ("dK", "dV"):
         w.line(f"Tensor r{t} = tl::convert_fragment<Element>(acc_{t.lower()});")
         w.line(f"Tensor r{t}_rc = make_tensor(r{t}.data(), tl::acc_rowcol(r{t}.layout()));  // (row, col)")
-    w.comment("stmatrix (8 × 8, ×4) a step: lane l of warp w in warp group wg gives row 64·wg + 16·w + 8·(m % 2)")
-    w.comment("+ l % 8 (m = l / 8) of the step's pieces 2i + m / 2 (its 16-byte piece of that row, swizzled);")
+    row0, piece0 = ("", "wg_piece + ") if split else ("64·wg + ", "")
+    cols = "Traits::kWgCols"
+    w.comment(f"stmatrix (8 × 8, ×4) a step: lane l of warp w in warp group wg gives row {row0}16·w + 8·(m % 2)")
+    w.comment(f"+ l % 8 (m = l / 8) of the step's pieces {piece0}2i + m / 2 (its 16-byte piece of that row, swizzled);")
     w.comment("its registers are its accumulator pairs (row 8·(k % 2), pieces 2i + k / 2), k = 0 … 3")
-    w.line('static_assert(kBlockN == 128 && kHeadDim % 16 == 0, "dK, dV: two warp groups\' 64 rows, pieces in pairs");')
-    w.line("uint32_t dkv_addr[kHeadDim / 16];  // step i, relative to the tile")
+    if split:
+        w.line('static_assert(kBlockN == 64 && Traits::kWgCols % 16 == 0, "dK, dV: 64 rows, each warp group\'s columns");')
+    else:
+        w.line('static_assert(kBlockN == 128 && kHeadDim % 16 == 0, "dK, dV: two warp groups\' 64 rows, pieces in pairs");')
+    w.line(f"uint32_t dkv_addr[{cols} / 16];  // step i, relative to the tile")
     w.line("{")
     with w.indent():
         w.line("const int lane = tidx_e % 32, m = lane / 8, q = lane % 8;")
-        w.line("const int row = tidx_e / 128 * 64 + tidx_e % 128 / 32 * 16 + (m % 2) * 8 + q;")
+        if split:
+            w.line("const int row = tidx_e % 128 / 32 * 16 + (m % 2) * 8 + q;")
+            w.line("const int wg_piece = tidx_e / 128 * (Traits::kWgCols / 8);  // this warp group's first piece")
+        else:
+            w.line("const int row = tidx_e / 128 * 64 + tidx_e % 128 / 32 * 16 + (m % 2) * 8 + q;")
         w.line("CUTE_UNROLL")
-        w.line("for (int i = 0; i < kHeadDim / 16; ++i) dkv_addr[i] = row * (kHeadDim * 2) + ((2 * i + m / 2) ^ q) * 16;")
+        w.line(
+            f"for (int i = 0; i < {cols} / 16; ++i) dkv_addr[i] = row * (kHeadDim * 2) + (({piece0}2 * i + m / 2) ^ q) * 16;"
+        )
     w.line("}")
     w.line(f"{CONSUMER_SYNC}  // the other warp group's last dQ wgmma has read K")
     w.line("const uint32_t smem_k_u = cast_smem_ptr_to_uint(smem_k), smem_v_u = cast_smem_ptr_to_uint(smem_v);")
     w.line("CUTE_UNROLL")
-    with w.block("for (int i = 0; i < kHeadDim / 16; ++i)"):
+    with w.block(f"for (int i = 0; i < {cols} / 16; ++i)"):
         for t, base in (("dK", "smem_k_u"), ("dV", "smem_v_u")):
             regs = ", ".join(
                 f"tl::pack2(r{t}_rc({k % 2}, 4 * i + {2 * (k // 2)}), r{t}_rc({k % 2}, 4 * i + {2 * (k // 2) + 1}))"
@@ -710,13 +788,16 @@ def _emit_query_block(
         fa2._emit_scores(w, reg, softmax, partials, transposed=True, wait_dp=wait_dp if overlap_p else None)
     w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
     w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
+    if split_head(plan.head_dim_qk):
+        _emit_split_dkv(w, plan, dq_bulk)
+        return
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, RS wgmma (Pᵀ: the accumulator re-viewed as A)"):
         w.line("Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));")
         w.comment("dSᵀ for dQ's GEMM: accumulator elements → shared, one stmatrix (8 × 8, transposed, ×4) a step")
         w.line("Tensor tdSrdS = recast<uint32_t>(rdS);  // atom i: its 32-bit pairs 4i … 4i + 3 (ds_addr)")
         w.line("const uint32_t ds_stage = stage * (kBlockM * kBlockN * sizeof(Element));")
         w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < kBlockM / 16; ++i)"):
+        with w.block("for (int i = 0; i < Traits::kWgQueries / 16; ++i)"):
             w.line(
                 "tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i), tdSrdS(4 * i + 1), tdSrdS(4 * i + 2), "
                 "tdSrdS(4 * i + 3));"
@@ -724,16 +805,51 @@ def _emit_query_block(
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
+    _emit_dq_dk(w, plan, dq_bulk, swap_dq, split=False)
+
+
+def _emit_split_dkv(w: CodeWriter, plan: KernelPlan, dq_bulk: bool) -> None:
+    """`split_head`: Pᵀ and dSᵀ of this warp group's query columns into shared memory (stmatrix, the
+    closed-form `ds_addr`; Pᵀ's buffer follows dS's two), then, once both warp groups' are there, dV, dQ
+    and dK as SS wgmma, each warp group its half of the head dim."""
+    with w.tl(plan.line_of("gemm_pv"), "Pᵀ and dSᵀ → shared memory (both warp groups' query columns)"):
+        w.comment("one stmatrix (8 × 8, transposed, ×4) a step; atom i: the 32-bit pairs 4i … 4i + 3 (ds_addr)")
+        w.line("Tensor tPrP = recast<uint32_t>(rP);")
+        w.line("Tensor tdSrdS = recast<uint32_t>(rdS);")
+        w.line("const uint32_t ds_stage = stage * (kBlockM * kBlockN * sizeof(Element));")
+        w.line("constexpr uint32_t kPOffset = 2 * kBlockM * kBlockN * sizeof(Element);  // smem_p − smem_ds")
+        w.line("CUTE_UNROLL")
+        with w.block("for (int i = 0; i < Traits::kWgQueries / 16; ++i)"):
+            for t, off in (("tPrP", " + kPOffset"), ("tdSrdS", "")):
+                regs = ", ".join(f"{t}(4 * i + {k})" for k in range(4))
+                w.line(f"tl::stsm_x4_t(ds_addr[i] + ds_stage{off}, {regs});")
+        w.line("tl::fence_async_shared();")
+        w.line(f"{CONSUMER_SYNC}  // Pᵀ and dSᵀ of both warp groups are in shared memory")
+        w.line("Tensor sPt = make_tensor(make_smem_ptr(smem_p + stage * (kBlockM * kBlockN)), typename Traits::SmemLayoutdSt{});")
+        w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});  // (kBlockN, kBlockM)")
+        w.line("Tensor tdVrPt = wg_mma_dkv.partition_fragment_A(sPt);")
+        w.line("Tensor tdKrdSt = wg_mma_dkv.partition_fragment_A(sdSt);")
+    with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, SS wgmma (this warp group's head-dim columns)"):
+        w.line("tl::wgmma<false, false>(tiled_mma_dkv, tdVrPt, tdVrdO, acc_dv);")
+    _emit_dq_dk(w, plan, dq_bulk, False, split=True)
+
+
+def _emit_dq_dk(w: CodeWriter, plan: KernelPlan, dq_bulk: bool, swap_dq: bool, *, split: bool) -> None:
+    """dQ's GEMM, dK's (RS from dSᵀ's registers; `split`: SS from shared memory), dQ out under dK's GEMM,
+    the waits, and the stage handed back."""
     dq, (m, n), ab, note = (
         ("dQᵀ = Kᵀ·dSᵀ", ("kHeadDim", "kBlockM"), "tdQrKt, tdQrdS", "  // dQᵀ")
         if swap_dq
         else ("dQ = dS·K", ("kBlockM", "kHeadDim"), "tdQrdS, tdQrKt", "")
     )
-    with w.tl(plan.line_of("gemm_qk"), f"{dq} (SS) and dK += dSᵀ·Q (RS), dQ's atomics under dK's GEMM"):
+    with w.tl(plan.line_of("gemm_qk"), f"{dq} (SS) and dK += dSᵀ·Q ({'SS' if split else 'RS'}), dQ's atomics under dK's GEMM"):
         w.line(f"Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<{m}>, Int<{n}>>{{}});{note}")
         w.line(f"tl::wgmma<true, false>(tiled_mma_dq, {ab}, acc_dq);")
-        w.line("Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));")
-        w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);")
+        if split:
+            w.line("tl::wgmma<false, false>(tiled_mma_dkv, tdKrdSt, tdKrQ, acc_dk);")
+        else:
+            w.line("Tensor tdKrdS = make_tensor(rdS.data(), tl::acc_to_A(rdS.layout()));")
+            w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);")
         w.line("warpgroup_wait<1>();  // dV's and dQ's groups are done, dK's may still run")
         w.line("warpgroup_fence_operand(acc_dq);")
         if dq_bulk:
