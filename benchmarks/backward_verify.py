@@ -260,7 +260,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="a regular expression over the case tags (stem_dtype_dN)")
     ap.add_argument("--repeats", type=int, default=1, help="--run: draws per shape (seeds 0, 1, … per case)")
     ap.add_argument("--nvcc", action="store_true", help="--build with the toolkit's nvcc (sm_90 cubins)")
-    ap.add_argument("--dims", default="", help="--build: comma-separated head dims for every program (e.g. 256)")
+    ap.add_argument("--dims", default="", help="--build: head dims for every program, e.g. 256")
     ap.add_argument(
         "--skeleton",
         choices=tuple(SKELETONS),
