@@ -139,7 +139,8 @@ def build(
     keywords, suffix = SKELETONS[skeleton]
     for case in cases(full, only, dims):
         path, learn, dtype, d, det = case
-        b = translate_backward(_text(path, d, dtype), dtype=dtype, learnable=learn, deterministic=det, **keywords)
+        text = _text(path, d, dtype)
+        b = translate_backward(text, dtype=dtype, learnable=learn, deterministic=det, **keywords)
         name = tag(*case) + suffix
         cu = out / f"{name}.bwd.cu"
         if cu.exists() and cu.read_text() == b.source and (out / f"{name}.cubin").exists():

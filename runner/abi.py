@@ -84,6 +84,11 @@ def block_mask_kind(program: dict | None) -> str:
 # (0 empty, 1 partial, 2 full) to a (batch, heads or 1, m_blocks, n_blocks) uint8 buffer; its parameters
 # are BLOCK_MASK_PARAMS, then the program's scalars and side tensors, then the buffer.
 BLOCK_MASK_THREADS = 256
+# The forward's buffer holds, after the classes, the order its tiles run in: the classes' bytes rounded up
+# to TILE_ORDER_ALIGN, then batch · heads · m_blocks int32 tile ids ((batch · heads + head) · m_blocks +
+# m_block), the tiles with the most non-empty key blocks first (`runner.launch.longest_first`); the sm_90
+# forward reads it (`translator.backends.sm90.emit._launch_order`), the other kernels the classes alone.
+TILE_ORDER_ALIGN = 16
 BLOCK_MASK_PARAMS: tuple[tuple[str, str, str], ...] = (
     *SIZE_PARAMS,
     *SCALE_WINDOW_PARAMS,

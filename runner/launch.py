@@ -343,7 +343,9 @@ def launch(
     mask_kind = block_mask_kind(spec.program)
     if block_classes is not None:
         tiles = (spec.block_m, spec.block_n)
-        check_block_classes(block_classes, q, k, tiles=tiles, mask_kind=mask_kind, kernel=spec.kernel_name)
+        check_block_classes(
+            block_classes, q, k, tiles=tiles, mask_kind=mask_kind, kernel=spec.kernel_name, tile_order=True
+        )
     if mask_kind:
         classes = block_classes if block_classes is not None else _launch_block_mask(loaded, args, tail, q, k)
         tail.append(("uintp", _pointer(classes)))
@@ -378,6 +380,7 @@ def _launch_block_mask(
         k,
         tiles=(spec.block_m, spec.block_n),
         per_head=block_mask_kind(spec.program) == "per_head",
+        tile_order=True,
     )
     loaded.block_mask_buffer = buf
     return buf
@@ -393,10 +396,10 @@ def block_classes(
     window: tuple[int, int] | None = None,
     extras: dict[str, Any] | None = None,
 ) -> Any:
-    """The (batch, heads or 1, m_blocks, n_blocks) uint8 block classes of `loaded`'s masks for these
-    lengths, window and side tensors (`extras`), for `launch(..., block_classes=...)`: they stay valid
-    while the side tensors, scalars, window, batch, heads and lengths do (q and k give the shapes; their
-    values are not read)."""
+    """The block classes of `loaded`'s masks for these lengths, window and side tensors (`extras`) and
+    the tile order after them (`launch_block_classes` with `tile_order`: one flat uint8 buffer), for
+    `launch(..., block_classes=...)`: they stay valid while the side tensors, scalars, window, batch,
+    heads and lengths do (q and k give the shapes; their values are not read)."""
 
     spec = loaded.spec
     if not block_mask_kind(spec.program):
@@ -447,17 +450,28 @@ def _pointer(t: Any) -> Any:
 
 
 def check_block_classes(
-    classes: Any, q: Any, k: Any, *, tiles: tuple[int, int], mask_kind: str, kernel: str
+    classes: Any,
+    q: Any,
+    k: Any,
+    *,
+    tiles: tuple[int, int],
+    mask_kind: str,
+    kernel: str,
+    tile_order: bool = False,
 ) -> None:
     """Raise LaunchError unless `kernel`'s masks read side tensors (`block_mask_kind`: `mask_kind`) and
     `classes` can be its (batch, heads or 1, m_blocks, n_blocks) uint8 block classes at `tiles` for q's
-    and k's lengths (what `launch_block_classes` returns)."""
+    and k's lengths (what `launch_block_classes` returns; `tile_order`: the flat buffer of the classes
+    and the tile order after them)."""
     import torch
 
     if not mask_kind:
         raise LaunchError(f"{kernel}: its masks read no side tensor, so it takes no block_classes")
     planes = q.shape[2] if mask_kind == "per_head" else 1
-    want = (q.shape[0], planes, math.ceil(q.shape[1] / tiles[0]), math.ceil(k.shape[1] / tiles[1]))
+    m_blocks = math.ceil(q.shape[1] / tiles[0])
+    want: tuple[int, ...] = (q.shape[0], planes, m_blocks, math.ceil(k.shape[1] / tiles[1]))
+    if tile_order:
+        want = (_tile_order_offset(want) + 4 * q.shape[0] * q.shape[2] * m_blocks,)
     if (
         not isinstance(classes, torch.Tensor)
         or classes.dtype != torch.uint8
@@ -472,13 +486,41 @@ def check_block_classes(
         )
 
 
+def _tile_order_offset(classes_shape: tuple[int, ...]) -> int:
+    """Where the tile order starts in the forward's buffer: the classes' bytes rounded up (`runner.abi`)."""
+    from runner.abi import TILE_ORDER_ALIGN
+
+    return -(-math.prod(classes_shape) // TILE_ORDER_ALIGN) * TILE_ORDER_ALIGN
+
+
+def longest_first(classes: Any, heads: int) -> Any:
+    """The forward's tile order from its (batch, heads or 1, m_blocks, n_blocks) block classes: every
+    (batch, head, query block) as (batch · heads + head) · m_blocks + m_block, int32, the tiles with the
+    most non-empty key blocks first (longest processing time first: a long tile started last is the
+    kernel's tail), ties in index order."""
+    import torch
+
+    batch, _, m_blocks, _ = classes.shape
+    counts = (classes != 0).sum(-1, dtype=torch.int32).expand(batch, heads, m_blocks)
+    return torch.argsort(counts.reshape(-1), descending=True, stable=True).to(torch.int32)
+
+
 def launch_block_classes(
-    kernel: Any, head: list[Any], values: list[Any], q: Any, k: Any, *, tiles: tuple[int, int], per_head: bool
+    kernel: Any,
+    head: list[Any],
+    values: list[Any],
+    q: Any,
+    k: Any,
+    *,
+    tiles: tuple[int, int],
+    per_head: bool,
+    tile_order: bool = False,
 ) -> Any:
     """A `_block_mask` kernel (the forward's, or the backward's at its own tiles) over every (query block,
     key block) of q and k, on the current stream: `head` is its BLOCK_MASK_PARAMS, `values` the program's
     scalars and side tensors. Returns the (batch, heads or 1, m_blocks, n_blocks) uint8 classes (keep it
-    alive until the kernels that read it have been queued)."""
+    alive until the kernels that read it have been queued); `tile_order` (the forward's): one flat uint8
+    buffer of the classes, then the order of the tiles (`runner.abi.TILE_ORDER_ALIGN`, `longest_first`)."""
     import numpy as np
     import torch
     from cuda.core import LaunchConfig
@@ -490,10 +532,20 @@ def launch_block_classes(
     m_blocks = math.ceil(seqlen_q / tiles[0])
     n_blocks = math.ceil(k.shape[1] / tiles[1])
     planes = heads if per_head else 1
-    buf = torch.empty((batch, planes, m_blocks, n_blocks), dtype=torch.uint8, device=q.device)
+    shape = (batch, planes, m_blocks, n_blocks)
+    offset = _tile_order_offset(shape)
+    flat = torch.empty(
+        offset + 4 * batch * heads * m_blocks if tile_order else math.prod(shape),
+        dtype=torch.uint8,
+        device=q.device,
+    )
+    buf = flat[: math.prod(shape)].view(shape)
     config = LaunchConfig(grid=(n_blocks, m_blocks, batch * planes), block=BLOCK_MASK_THREADS)
     cu_launch(_torch_stream(q.device), config, kernel, *head, *values, np.uintp(buf.data_ptr()))
-    return buf
+    if not tile_order:
+        return buf
+    flat[offset:].view(torch.int32).copy_(longest_first(buf, heads))
+    return flat
 
 
 def _launch_tma(

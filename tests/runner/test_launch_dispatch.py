@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from runner import launch as rl  # noqa: E402
 from runner import tma  # noqa: E402
-from runner.abi import ATTENTION_PARAMS, TMA_PARAMS, LaunchSpec  # noqa: E402
+from runner.abi import ATTENTION_PARAMS, TILE_ORDER_ALIGN, TMA_PARAMS, LaunchSpec  # noqa: E402
 
 ABI = tuple(p[0] for p in ATTENTION_PARAMS)
 
@@ -111,3 +111,32 @@ def test_prebuilt_block_classes_are_checked_against_the_kernels_tiles(mask_kind:
     for bad in (good.float(), torch.zeros(2, planes, 3, 2, dtype=torch.uint8), good.transpose(2, 3)):
         with pytest.raises(rl.LaunchError, match="block_classes: expected contiguous uint8"):
             rl.check_block_classes(bad, q, k, tiles=(128, 128), mask_kind=mask_kind, kernel="k")
+
+
+@pytest.mark.parametrize("mask_kind", ["shared", "per_head"])
+def test_the_forwards_classes_carry_its_tile_order(mask_kind: str) -> None:
+    """The forward's prebuilt classes are one flat buffer: the classes' bytes rounded up to
+    TILE_ORDER_ALIGN, then batch · heads · m_blocks int32 tile ids; the 4-D classes alone are refused."""
+    q, k = tensors()[:2]
+    planes = q.shape[2] if mask_kind == "per_head" else 1
+    classes = 2 * planes * 3 * 4  # 300 rows / 128, 500 keys / 128
+    offset = -(-classes // TILE_ORDER_ALIGN) * TILE_ORDER_ALIGN
+    flat = torch.zeros(offset + 4 * 2 * q.shape[2] * 3, dtype=torch.uint8)
+    kw = {"tiles": (128, 128), "mask_kind": mask_kind, "kernel": "k", "tile_order": True}
+    rl.check_block_classes(flat, q, k, **kw)
+    for bad in (flat[:-4], torch.zeros(2, planes, 3, 4, dtype=torch.uint8)):
+        with pytest.raises(rl.LaunchError, match="block_classes: expected contiguous uint8"):
+            rl.check_block_classes(bad, q, k, **kw)
+
+
+def test_tiles_run_longest_first_ties_in_index_order() -> None:
+    """`longest_first`: (batch · heads + head) · m_blocks + m_block by non-empty key blocks, descending,
+    stably; classes shared by the heads count for each head."""
+    classes = torch.tensor(
+        [[[[2, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]]], [[[0, 2, 0, 0], [2, 2, 0, 1], [0, 0, 0, 0]]]],
+        dtype=torch.uint8,
+    )  # (batch 2, shared, 3 query blocks, 4 key blocks): counts 2 0 4 / 1 3 0
+    order = rl.longest_first(classes, heads=2)
+    assert order.dtype == torch.int32
+    # tile ids: batch 0 heads 0, 1 → 0-2, 3-5; batch 1 → 6-8, 9-11
+    assert order.tolist() == [2, 5, 7, 10, 0, 3, 6, 9, 1, 4, 8, 11]

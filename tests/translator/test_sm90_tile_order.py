@@ -89,3 +89,19 @@ def test_masked_tiles_are_a_permutation_longest_first_within_each_l2_section(tmp
             kv_bytes = seqlen_k * 2 * d * 2
             width = len({(b, h) for _, b, h, _ in sections[0]})
             assert width == 1 or width * kv_bytes <= 50 << 20  # a section's K and V fit in 50 MB of L2
+
+
+@pytest.mark.parametrize("name", ["global_sliding", "document_mask"])
+def test_masks_that_read_side_tensors_take_the_launchs_tile_order(name):
+    """Whose tiles' lengths only the launch's block classes know (global tokens, documents): the tiles run
+    in the order the launch wrote after the classes (`runner.launch.longest_first`), whatever the Mask
+    header; the affine masks keep the L2 sections' longest-first numbering."""
+    from pipeline.build import translate_text
+
+    root = Path(__file__).resolve().parents[2]
+    src = translate_text((root / "examples" / "variants" / f"{name}.tl").read_text(), Path(f"{name}.tl")).source
+    assert "const int tl_tile = tile_order[tile];" in src
+    assert "block_mask_ptr + ((tl_classes + 15) & ~15ll)" in src and "int swizzle = 1;" not in src
+    causal = (root / "examples" / "variants" / "sliding_window.tl").read_text()
+    src = translate_text(causal, Path("sliding_window.tl")).source
+    assert "tile_order" not in src and "const int m_block = num_m_blocks - 1 - in_section / width;" in src

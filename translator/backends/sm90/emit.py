@@ -22,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from runner.abi import ATTENTION_PARAMS, INFERENCE_PARAMS, TMA_PARAMS, LaunchSpec, program_params
+from runner.abi import (
+    ATTENTION_PARAMS,
+    INFERENCE_PARAMS,
+    TILE_ORDER_ALIGN,
+    TMA_PARAMS,
+    LaunchSpec,
+    program_params,
+)
 from translator.backends.finish import inference_spec, launch_spec, render
 from translator.backends.regions import (
     Regions,
@@ -457,7 +464,7 @@ def _kernel(e: _Emit) -> None:
         w.line()
         w.line("const int warp_group = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);  // warp-uniform")
         _globals(e)
-        masked = e.plan.mask != "none"
+        masked = e.plan.mask != "none" or _launch_order(e)  # tiles numbered by length, not blockIdx
         if e.cfg.persistent:
             w.comment("Persistent: block b takes tiles b, b + gridDim.x, …; without a mask tile t is")
             w.comment("(m_block, head, batch) with m_block fastest, so the blocks running at once share a")
@@ -465,12 +472,12 @@ def _kernel(e: _Emit) -> None:
             w.line("const int num_m_blocks = cute::ceil_div(seqlen_q, kBlockM);")
             w.line("const int num_tiles = num_m_blocks * heads * batch;")
             if masked:
-                _l2_sections(e)
+                _tile_numbering(e)
         else:
             if masked:
                 w.line("const int num_m_blocks = gridDim.x;")
                 w.line("const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);")
-                _l2_sections(e)
+                _tile_numbering(e)
             _tile_coords(e)
         _barrier_init(e)
         with w.block("if (warp_group == 0)"):
@@ -482,7 +489,9 @@ def _kernel(e: _Emit) -> None:
 def _tile_coords(e: _Emit) -> None:
     """This tile's query block, batch and head, its K/V head and its key-block range."""
     w, p = e.w, e.plan
-    if p.mask != "none":
+    if _launch_order(e):
+        _launch_order_coords(e)
+    elif p.mask != "none":
         _longest_first_coords(e)
     elif e.cfg.persistent:
         w.line("const int bidb = tile / (num_m_blocks * heads);  // batch")
@@ -509,6 +518,40 @@ def _sequence(e: _Emit) -> None:
         w.line("const int k_start = cu_seqlens_k[bidb];")
         w.line("const int seqlen_k = cu_seqlens_k[bidb + 1] - k_start;")
     w.line("if (m_block * kBlockM >= seqlen_q) return;  // the whole block leaves, before any barrier")
+
+
+def _launch_order(e: _Emit) -> bool:
+    """Whether the tiles run in the order the launch computed from the block classes (`runner.abi`'s
+    TILE_ORDER: most non-empty key blocks first): masks that read side tensors, whose tiles' lengths
+    only the classes know (global tokens at the start of a sequence make its first query tile the
+    longest, which the longest-first numbering of `_l2_sections` would start last)."""
+    return bool(e.plan.ir.block_mask) and not e.varlen
+
+
+def _tile_numbering(e: _Emit) -> None:
+    """What the masked tiles' coordinates are computed from: the launch's order, or the L2 sections."""
+    if _launch_order(e):
+        w = e.w
+        w.comment("The launch's tile order, after the block classes in the same buffer (runner.abi)")
+        planes = "heads" if e.plan.ir.block_mask == "per_head" else "1"
+        n_blocks = "cute::ceil_div(seqlen_k, kBlockN)"
+        w.line(f"const long long tl_classes = 1ll * batch * {planes} * num_m_blocks * {n_blocks};")
+        pad = TILE_ORDER_ALIGN - 1
+        w.line(
+            "const int* tile_order = reinterpret_cast<const int*>("
+            f"block_mask_ptr + ((tl_classes + {pad}) & ~{pad}ll));"
+        )
+    else:
+        _l2_sections(e)
+
+
+def _launch_order_coords(e: _Emit) -> None:
+    """Tile `tile`'s coordinates: the launch's order holds (batch · heads + head) · num_m_blocks + m_block."""
+    w = e.w
+    w.line("const int tl_tile = tile_order[tile];")
+    w.line("const int bidb = tl_tile / (heads * num_m_blocks);  // batch")
+    w.line("const int bidh = tl_tile / num_m_blocks % heads;  // query head")
+    w.line("const int m_block = tl_tile % num_m_blocks;  // TL block_m")
 
 
 def _l2_sections(e: _Emit) -> None:
