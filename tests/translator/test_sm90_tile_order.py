@@ -99,7 +99,8 @@ def test_masks_that_read_side_tensors_take_the_launchs_tile_order(name):
     from pipeline.build import translate_text
 
     root = Path(__file__).resolve().parents[2]
-    src = translate_text((root / "examples" / "variants" / f"{name}.tl").read_text(), Path(f"{name}.tl")).source
+    text = (root / "examples" / "variants" / f"{name}.tl").read_text()
+    src = translate_text(text, Path(f"{name}.tl")).source
     assert "const int tl_tile = tile_order[tile];" in src
     assert "block_mask_ptr + ((tl_classes + 15) & ~15ll)" in src and "int swizzle = 1;" not in src
     causal = (root / "examples" / "variants" / "sliding_window.tl").read_text()

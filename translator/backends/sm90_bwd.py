@@ -1,6 +1,6 @@
 # ruff: noqa: E501  (generated C++ lines are kept whole, so each reads as one statement)
 """The backward's dQ/dK/dV kernel on wgmma (sm_90a), FlashAttention-3's dataflow: the default backward of
-a `Target sm_90` program with head dim 64 or 128 (`translate_backward`'s "auto"; forced with
+a `Target sm_90` program with head dim 64, 128 or 256 (`translate_backward`'s "auto"; forced with
 `skeleton="sm90"`, `tl build --backward --backward-skeleton sm90`). Verified and timed on the H200:
 docs/results/2026-12-04-h200-backward-kv-tma-verify.log, -kv-tma-ab.json (this kernel),
 -backward-tma-fa4.json (beside FA4 and cuDNN); earlier forms of it in docs/performance.md.
@@ -16,6 +16,11 @@ threads, each owning 64 key rows; K and V stay in shared memory while the block 
     dQ → dq_accum                    d = 128: each warp group's part through shared memory, added by one
                                      bulk reduction of the producer's last warp (`dq_bulk`); d = 64: float4
                                      atomics; in the dQ MMA's fragment order, a part per warp group
+
+At d = 256 (`split_head`, FA3's d 256 tile; docs/results/2026-12-04-h200-backward-d256-split-*) the
+warp groups split other dimensions: a thread block takes kBlockN = 64 key rows, which both share; warp
+group g computes Sᵀ and dPᵀ for query columns 32g … (64 × 32), writes Pᵀ and dSᵀ to shared memory, and
+after one barrier computes dV, dQ and dK for head-dim columns 128g … as SS wgmma (Pᵀ and dSᵀ MN-major).
 
 Loads (FA3's warp specialisation): a third warp group, the producer (`setmaxnreg.dec`), fills
 two stages; one lane issues each query block's Q and dO as TMA loads into the GMMA-swizzled layouts (the
