@@ -493,16 +493,18 @@ def _tile_order_offset(classes_shape: tuple[int, ...]) -> int:
     return -(-math.prod(classes_shape) // TILE_ORDER_ALIGN) * TILE_ORDER_ALIGN
 
 
-def longest_first(classes: Any, heads: int) -> Any:
+def longest_first(classes: Any, heads: int, quantum: int = 1) -> Any:
     """The forward's tile order from its (batch, heads or 1, m_blocks, n_blocks) block classes: every
     (batch, head, query block) as (batch · heads + head) · m_blocks + m_block, int32, the tiles with the
     most non-empty key blocks first (longest processing time first: a long tile started last is the
-    kernel's tail), ties in index order."""
+    kernel's tail), counted in units of `quantum` blocks, ties in index order (the neighbours of a head
+    stay together, sharing its K and V in L2)."""
     import torch
 
     batch, _, m_blocks, _ = classes.shape
     counts = (classes != 0).sum(-1, dtype=torch.int32).expand(batch, heads, m_blocks)
-    return torch.argsort(counts.reshape(-1), descending=True, stable=True).to(torch.int32)
+    key = counts.reshape(-1) // quantum if quantum > 1 else counts.reshape(-1)
+    return torch.argsort(key, descending=True, stable=True).to(torch.int32)
 
 
 def launch_block_classes(
