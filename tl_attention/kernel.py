@@ -45,8 +45,9 @@ class TLError(ValueError):
 
 @dataclass(frozen=True)
 class BlockMask:
-    """`Kernel.block_mask`'s answer: the (batch, heads or 1, query blocks, key blocks) uint8 block classes
-    of the forward and (None where no backward builds them) of the backward, for the kernel `key`."""
+    """`Kernel.block_mask`'s answer for the kernel `key`: the forward's block classes with the order its
+    tiles run in (one flat uint8 buffer, `runner.launch.block_classes`) and (None where no backward
+    builds them) the backward's (batch, heads or 1, query blocks, key blocks) uint8 classes."""
 
     key: str
     forward: Any
