@@ -28,6 +28,7 @@ CONFIGS: dict[str, tuple[str, dict[str, int]]] = {
     "c_d256": ("mha_fwd.tl", {"d": 256, "BN": 32, "stages": 1}),
     "c_w8": ("mha_fwd.tl", {"warps": 8, "BN": 32}),
     "c_bn160": ("mha_fwd.tl", {"warps": 8, "BN": 160, "stages": 1}),  # softcap's tile: Int<20> n8 tiles
+    "c_w2": ("mha_fwd.tl", {"BM": 64, "warps": 2, "BN": 48}),  # two warps, three k16 slices of a key block
 }
 
 CHECK = r"""
@@ -59,6 +60,14 @@ template <class Traits> void check() {
   static_assert(is_same_v<decltype(copy_V.retile_D(tOrVt).layout()), typename Traits::FragLayoutVtView>);
   static_assert(is_same_v<decltype(acc_o.layout()), typename Traits::AccLayoutO>);
   static_assert(is_same_v<decltype(acc_s.layout()), typename Traits::AccLayoutS>);
+  // The ldmatrix sources' thread layouts (tl::thr_partition slices them as ThrCopy::partition_S does).
+  using CopyQ = decltype(make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma));
+  using CopyK = decltype(make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma));
+  using CopyV = decltype(make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma));
+  static_assert(is_same_v<decltype(CopyQ::tidfrg_S(sQ.layout())), typename Traits::LdsmLayoutQ>);
+  static_assert(is_same_v<decltype(CopyK::tidfrg_S(sK.layout())), typename Traits::LdsmLayoutK>);
+  Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+  static_assert(is_same_v<decltype(CopyV::tidfrg_S(sVt.layout())), typename Traits::LdsmLayoutVt>);
 }
 """
 

@@ -25,7 +25,9 @@ def generate(
     w = CodeWriter()
     _emit_header(w, plan, facts, tl_file)
     _emit_traits(w, plan, facts)
-    emit_helpers(w, facts.mma_k, regions=not plan.ir.plain)
+    emit_helpers(
+        w, facts.mma_k, regions=not plan.ir.plain, partitions=fragment_layouts(plan, facts) is not None
+    )
     w.line()
     _emit_kernel(Emit(w, plan, facts))
     emit_block_mask_for(w, plan)

@@ -119,6 +119,20 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
     def lay(shape: str, stride: str) -> str:
         return f"Layout<Shape<{shape}>, Stride<{stride}>>"
 
+    def swizzled(bits: int, shape: str, stride: str) -> str:
+        return f"ComposedLayout<Swizzle<{bits}, 3, 3>, _0, {lay(shape, stride)}>"
+
+    # The ldmatrix sources: TiledCopy::tidfrg_S of the swizzled shared tiles, (thread, 8 values, rest).
+    # A thread's 16-byte row: lanes 0-15 walk 16 rows (8 for K's x4, which lane 16 moves 8 rows on), lane 16
+    # (K: lane 8) the next 8 columns; the warps own 16 · w rows of Q, and all of K and V.
+    bq, bv = SmemGeometry(plan.head_dim_qk).swizzle_bits, SmemGeometry(plan.head_dim_v).swizzle_bits
+    w = plan.warps
+    lq = mode(kq_in, kq_out, 16, plan.block_m * wq)
+    lk = mode(kq_in, kq_out, 16, plan.block_n * wq)
+    lv = mode(wv // 16, nv_out, 16, plan.block_n * wv)
+    k_stage = _c(plan.block_n * plan.head_dim_qk) if plan.stages > 1 else "_0"
+    v_stage = _c(plan.block_n * plan.head_dim_v) if plan.stages > 1 else "_0"
+
     return {
         "FragLayoutQ": lay(f"Shape<_2, _2, _2>, {_c(m)}, {kq[0]}", f"Stride<_1, _2, _4>, {_c(ms)}, {kq[1]}"),
         "FragLayoutQView": lay(
@@ -137,6 +151,24 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
             f"Shape<_2, _2>, {_c(m)}, {_c(plan.head_dim_v // 8)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"
         ),
         "AccLayoutS": lay(f"Shape<_2, _2>, {_c(m)}, {_c(n)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"),
+        "LdsmLayoutQ": swizzled(
+            bq,
+            f"Shape<_16, _2, {_c(w)}>, Shape<_8, _1>, Shape<{_c(m)}, {lq[0]}>",
+            f"Stride<{_c(wq)}, _8, {_c(16 * wq)}>, Stride<_1, _0>, "
+            f"Stride<{_c(16 * w * wq) if m > 1 else '_0'}, {lq[1]}>",
+        ),
+        "LdsmLayoutK": swizzled(
+            bq,
+            f"Shape<_8, _2, _2, {_c(w)}>, Shape<_8, _1>, "
+            f"Shape<{_c(kv)}, {lk[0]}, Shape<_1, {_c(plan.stages)}>>",
+            f"Stride<{_c(wq)}, _8, {_c(8 * wq)}, _0>, Stride<_1, _0>, "
+            f"Stride<{_c(16 * wq)}, {lk[1]}, Stride<_0, {k_stage}>>",
+        ),
+        "LdsmLayoutVt": swizzled(
+            bv,
+            f"Shape<_16, _2, {_c(w)}>, Shape<_8, _1>, Shape<{lv[0]}, {_c(kv)}, {_c(plan.stages)}>",
+            f"Stride<{_c(wv)}, _8, _0>, Stride<_1, _0>, Stride<{lv[1]}, {_c(16 * wv)}, {v_stage}>",
+        ),
     }
 
 
@@ -346,11 +378,12 @@ def _operand_to_reg(e: Emit, x: str, mn: str, derived: str, copy: str, smem_dims
     frag, view = f"tSr{x}", f"tSr{x}_view"
     if e.fragments_written:
         w.line(f"Tensor {frag} = make_tensor<Element>(Traits::FragLayout{x}{{}});  // (MMA, MMA_{mn}, MMA_K)")
+        w.line(f"Tensor tSs{x} = tl::thr_partition(s{x}, Traits::LdsmLayout{x}{{}}, tidx);  // {smem_dims}")
     else:
         w.line(f"Tensor {frag} = {derived};  // (MMA, MMA_{mn}, MMA_K)")
-    w.line(f"auto smem_tiled_copy_{x} = {copy}(typename Traits::SmemCopyAtom{{}}, tiled_mma);")
-    w.line(f"auto smem_thr_copy_{x} = smem_tiled_copy_{x}.get_thread_slice(tidx);")
-    w.line(f"Tensor tSs{x} = smem_thr_copy_{x}.partition_S(s{x});  // {smem_dims}")
+        w.line(f"auto smem_tiled_copy_{x} = {copy}(typename Traits::SmemCopyAtom{{}}, tiled_mma);")
+        w.line(f"auto smem_thr_copy_{x} = smem_tiled_copy_{x}.get_thread_slice(tidx);")
+        w.line(f"Tensor tSs{x} = smem_thr_copy_{x}.partition_S(s{x});  // {smem_dims}")
     if e.fragments_written:
         w.line(
             f"Tensor {view} = make_tensor({frag}.data(), Traits::FragLayout{x}View{{}});"
@@ -366,6 +399,8 @@ def _q_to_reg(e: Emit, phase: str) -> None:
     with e.tag("q_to_reg", "ldmatrix; slices are loaded inside the GEMM, one k-step ahead"):
         w.line("typename Traits::TiledMma tiled_mma;")
         w.line("auto thr_mma = tiled_mma.get_thread_slice(tidx);")
+        if e.fragments_written:
+            w.line("typename Traits::SmemCopyAtom smem_copy_atom;  // ldmatrix, for Q and K")
         derived = "thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}))"
         _operand_to_reg(e, "Q", "M", derived, "make_tiled_copy_A", "(CPY, CPY_M, CPY_K)")
 
@@ -389,22 +424,24 @@ def _v_to_reg(e: Emit, phase: str) -> None:
         )
         if e.fragments_written:
             w.line("Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)")
-        else:
-            w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
+            w.line("typename Traits::SmemCopyAtomTransposed smem_copy_atom_t;  // ldmatrix.trans")
             w.line(
-                "Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));"
-                "  // (MMA, MMA_N_V, MMA_K_V)"
+                "Tensor tOsVt = tl::thr_partition(sVt, Traits::LdsmLayoutVt{}, tidx);"
+                "  // (CPY, CPY_N_V, CPY_K_V, kStages)"
             )
+            w.line("Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});")
+            return
+        w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
+        w.line(
+            "Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)"
+        )
         w.line(
             "auto smem_tiled_copy_V = make_tiled_copy_B(typename "
             "Traits::SmemCopyAtomTransposed{}, tiled_mma);"
         )
         w.line("auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);")
         w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)")
-        if e.fragments_written:
-            w.line("Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});")
-        else:
-            w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
+        w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
 
 
 def _alloc_acc_o(e: Emit, phase: str) -> None:
@@ -513,13 +550,18 @@ def _gemm(e: Emit, phase: str, kind: str) -> None:
             "tSrK_view",
             "acc_s",
         )
-        copies = (("smem_tiled_copy_Q", a_src, a_view), ("smem_tiled_copy_K", b_src, b_view))
+        qc, kc = (
+            ("smem_copy_atom", "smem_copy_atom")
+            if e.fragments_written
+            else ("smem_tiled_copy_Q", "smem_tiled_copy_K")
+        )
+        copies = ((qc, a_src, a_view), (kc, b_src, b_view))
         note = "S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k"
     else:
         a, b, acc = "tOrP", "tOrVt", "acc_o"
         copies = (
             (
-                "smem_tiled_copy_V",
+                "smem_copy_atom_t" if e.fragments_written else "smem_tiled_copy_V",
                 "tOsVt(_, _, {k}, %s)" % ("stage" if e.plan.stages == 2 else "0"),
                 "tOrVt_view",
             ),
