@@ -37,6 +37,18 @@ class Emit:
         """The traits carry the register fragments' layouts (`fragment_layouts`)."""
         return fragment_layouts(self.plan, self.facts) is not None
 
+    @functools.cached_property
+    def copies_written(self) -> bool:
+        """The traits carry the global ↔ shared copies' thread layouts (`copy_layouts`)."""
+        return copy_layouts(self.plan, self.facts) is not None
+
+    def partition(self, thr_copy: str, how: str, tensor: str, x: str, coord: bool = False) -> str:
+        """A copy's partition of `tensor` (`how`: partition_S or _D of `thr_copy`), on the thread layout
+        the traits write out where they do; `coord`: the identity tensor's, CopyCoordLayout{x}."""
+        if self.copies_written:
+            return f"tl::thr_partition({tensor}, Traits::Copy{'Coord' if coord else ''}Layout{x}{{}}, tidx)"
+        return f"{thr_copy}.{how}({tensor})"
+
     @property
     def by_class(self) -> bool:
         """Mask expressions beyond the `Mask` header: key blocks are classified one by one."""
@@ -172,6 +184,52 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
     }
 
 
+def copy_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | None:
+    """The 16-byte global ↔ shared copies' thread layouts, as `TiledCopy::tidfrg_D / _S` derive them for
+    the shared tiles (cp.async destinations, O's source), and for the identity tensors that give each
+    copied vector's (row, col) (tests/translator/test_sm80_fragments.py checks them); None where the
+    kernel keeps CuTe's partitions (where `fragment_layouts` does, and where the threads' rows do not
+    tile a buffer's rows)."""
+    if fragment_layouts(plan, facts) is None:
+        return None
+    threads = 32 * plan.warps
+    tiles = {
+        "Q": (plan.block_m, plan.head_dim_qk, 1),
+        "K": (plan.block_n, plan.head_dim_qk, plan.stages),
+        "V": (plan.block_n, plan.head_dim_v, plan.stages),
+        "O": (plan.block_m, plan.head_dim_v, 1),
+    }
+    out: dict[str, str] = {}
+    for x, (rows, cols, stages) in tiles.items():
+        g = SmemGeometry(cols)
+        tpr, wk = g.threads_per_row, g.block_k
+        rp = threads // tpr  # rows one pass of the threads covers
+        if threads % tpr or rows % rp:
+            return None
+        mr, mc = rows // rp, cols // wk
+        # (thread, 8 values, (passes over the rows, atom columns[, (1, stage)])): a thread's 8 columns,
+        # tpr threads a row; 0 strides where a mode has one element.
+        shape = f"Shape<{_c(tpr)}, {_c(rp)}>, Shape<_8, _1>, Shape<{_c(mr)}, {_c(mc)}"
+        stride = (
+            f"Stride<_8, {_c(wk)}>, Stride<_1, _0>, "
+            f"Stride<{_c(rp * wk) if mr > 1 else '_0'}, {_c(rows * wk) if mc > 1 else '_0'}"
+        )
+        staged = x in "KV"
+        layout = f"Layout<Shape<{shape}"
+        layout += f", Shape<_1, {_c(stages)}>>>" if staged else ">>"
+        layout += f", Stride<{stride}"
+        layout += f", Stride<_0, {_c(rows * cols) if stages > 1 else '_0'}>>>>" if staged else ">>>"
+        out[f"CopyLayout{x}"] = f"ComposedLayout<Swizzle<{g.swizzle_bits}, 3, 3>, _0, {layout}>"
+        coord = (
+            f"Layout<Shape<{shape}>>, Stride<Stride<ScaledBasis<_8, 1>, ScaledBasis<_1, 0>>, "
+            f"Stride<ScaledBasis<_1, 1>, _0>, "
+            f"Stride<{f'ScaledBasis<{_c(rp)}, 0>' if mr > 1 else '_0'}, "
+            f"{f'ScaledBasis<{_c(wk)}, 1>' if mc > 1 else '_0'}>>>"
+        )
+        out[f"CopyCoordLayout{x}"] = coord
+    return out
+
+
 def _globals(e: Emit, phase: str) -> None:
     """Allocate Q/K/V/O in global: the (seqlen, dim) slice of this (batch, head), int64 strides."""
     w, p = e.w, e.plan
@@ -252,12 +310,16 @@ def _load_q(e: Emit, phase: str) -> None:
         w.line("typename Traits::GmemTiledCopyQK gmem_tiled_copy_QK;")
         w.line("auto gmem_thr_copy_QK = gmem_tiled_copy_QK.get_thread_slice(tidx);")
         w.line("Tensor tQgQ = gmem_thr_copy_QK.partition_S(gQ);  // (QCPY, QCPY_M, QCPY_K)")
-        w.line("Tensor tQsQ = gmem_thr_copy_QK.partition_D(sQ);  // (QCPY, QCPY_M, QCPY_K)")
-        w.line(
-            "Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, "
-            "Int<kHeadDimQK>>{}));"
-            "  // (row, col) of each copied vector"
+        tq = e.partition("gmem_thr_copy_QK", "partition_D", "sQ", "Q")
+        w.line(f"Tensor tQsQ = {tq};  // (QCPY, QCPY_M, QCPY_K)")
+        cq = e.partition(
+            "gmem_thr_copy_QK",
+            "partition_S",
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimQK>>{})",
+            "Q",
+            True,
         )
+        w.line(f"Tensor tQcQ = {cq};  // (row, col) of each copied vector")
         w.line("const int q_rows = seqlen_q - m_block * kBlockM;  // valid rows in this tile")
         w.line("CUTE_UNROLL")
         with w.block("for (int m = 0; m < size<1>(tQsQ); ++m)"):
@@ -300,11 +362,16 @@ def _load_k(e: Emit, phase: str) -> None:
                 "  // (kBlockN, kHeadDimQK, kStages)"
             )
             w.line("Tensor tKgK = gmem_thr_copy_QK.partition_S(gK);  // (KCPY, KCPY_N, KCPY_K, n_blocks)")
-            w.line("Tensor tKsK = gmem_thr_copy_QK.partition_D(sK);  // (KCPY, KCPY_N, KCPY_K, kStages)")
-            w.line(
-                "Tensor tKcK = gmem_thr_copy_QK.partition_S("
-                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{}));"
+            tk = e.partition("gmem_thr_copy_QK", "partition_D", "sK", "K")
+            w.line(f"Tensor tKsK = {tk};  // (KCPY, KCPY_N, KCPY_K, kStages)")
+            ck = e.partition(
+                "gmem_thr_copy_QK",
+                "partition_S",
+                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{})",
+                "K",
+                True,
             )
+            w.line(f"Tensor tKcK = {ck};")
             _load_tile(e, "K", "gmem_tiled_copy_QK", staged=True)
     elif phase == "prologue":
         w.line()
@@ -342,11 +409,16 @@ def _load_v(e: Emit, phase: str) -> None:
             w.line("typename Traits::GmemTiledCopyV gmem_tiled_copy_V;")
             w.line("auto gmem_thr_copy_V = gmem_tiled_copy_V.get_thread_slice(tidx);")
             w.line("Tensor tVgV = gmem_thr_copy_V.partition_S(gV);  // (VCPY, VCPY_N, VCPY_K, n_blocks)")
-            w.line("Tensor tVsV = gmem_thr_copy_V.partition_D(sV);  // (VCPY, VCPY_N, VCPY_K, kStages)")
-            w.line(
-                "Tensor tVcV = gmem_thr_copy_V.partition_S("
-                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));"
+            tv = e.partition("gmem_thr_copy_V", "partition_D", "sV", "V")
+            w.line(f"Tensor tVsV = {tv};  // (VCPY, VCPY_N, VCPY_K, kStages)")
+            cv = e.partition(
+                "gmem_thr_copy_V",
+                "partition_S",
+                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{})",
+                "V",
+                True,
             )
+            w.line(f"Tensor tVcV = {cv};")
             _load_tile(e, "V", "gmem_tiled_copy_V", staged=True)
     elif phase == "prologue":
         if e.plan.stages == 1:
@@ -763,14 +835,19 @@ def _store_o(e: Emit, phase: str) -> None:
         )
         w.line("typename Traits::GmemTiledCopyO gmem_tiled_copy_O;")
         w.line("auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);")
-        w.line("Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (OCPY, OCPY_M, OCPY_K)")
+        to = e.partition("gmem_thr_copy_O", "partition_S", "sO", "O")
+        w.line(f"Tensor tOsO = {to};  // (OCPY, OCPY_M, OCPY_K)")
         w.line("Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (OCPY, OCPY_M, OCPY_K)")
         w.line("Tensor tOrO = make_tensor<Element>(shape(tOgO));")
         w.line("cute::copy(gmem_tiled_copy_O, tOsO, tOrO);")
-        w.line(
-            "Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, "
-            "Int<kHeadDimV>>{}));"
+        co = e.partition(
+            "gmem_thr_copy_O",
+            "partition_D",
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{})",
+            "O",
+            True,
         )
+        w.line(f"Tensor tOcOg = {co};")
         w.line("CUTE_UNROLL")
         with (
             w.block("for (int m = 0; m < size<1>(tOgO); ++m)"),
