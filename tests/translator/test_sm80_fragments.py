@@ -88,6 +88,15 @@ template <class Traits> void check() {
                           typename Traits::CopyCoordLayoutV>);
   static_assert(is_same_v<decltype(GO::tidfrg_D(make_identity_tensor(Shape<Int<M>, Int<DV>>{}).layout())),
                           typename Traits::CopyCoordLayoutO>);
+  // The identity partitions' thrfrg_C (tl::partition_C slices them as ThrMMA::partition_C does) and O's
+  // register -> shared store (make_tiled_copy_C's tidfrg_D of sO and retile_S of the accumulator).
+  auto cS = make_identity_tensor(Shape<Int<M>, Int<N>>{});
+  auto cO = make_identity_tensor(Shape<Int<M>, Int<DV>>{});
+  static_assert(is_same_v<decltype(tiled_mma.thrfrg_C(cS.layout())), typename Traits::CoordLayoutS>);
+  static_assert(is_same_v<decltype(tiled_mma.thrfrg_C(cO.layout())), typename Traits::CoordLayoutO>);
+  using CopyO = decltype(make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma));
+  static_assert(is_same_v<decltype(CopyO::tidfrg_D(sO.layout())), typename Traits::StoreLayoutO>);
+  static_assert(is_same_v<decltype(CopyO::retile(acc_o.layout())), typename Traits::StoreLayoutOR>);
 }
 """
 

@@ -37,6 +37,11 @@ class Emit:
         """The traits carry the register fragments' layouts (`fragment_layouts`)."""
         return fragment_layouts(self.plan, self.facts) is not None
 
+    @property
+    def coord_layout_o(self) -> str | None:
+        """The traits type of O's identity partition (`row_helpers.identity_partition_o`), if written."""
+        return "Traits::CoordLayoutO" if self.fragments_written else None
+
     @functools.cached_property
     def copies_written(self) -> bool:
         """The traits carry the global ↔ shared copies' thread layouts (`copy_layouts`)."""
@@ -145,6 +150,39 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
     k_stage = _c(plan.block_n * plan.head_dim_qk) if plan.stages > 1 else "_0"
     v_stage = _c(plan.block_n * plan.head_dim_v) if plan.stages > 1 else "_0"
 
+    def coord(cols: int) -> str:
+        # thrfrg_C of a (BM, cols) identity tensor: ((ThrV (4, 8), (ThrM warps, ThrN 1)), (FrgV (2 cols,
+        # 2 rows), (MMA_M, cols / 8))), with ScaledBasis<s, 0> stepping rows, <s, 1> columns.
+        def sb(n: int, mode: int) -> str:
+            return f"ScaledBasis<{_c(n)}, {mode}>"
+
+        return lay(
+            f"Shape<Shape<_4, _8>, Shape<{_c(w)}, _1>>, "
+            f"Shape<Shape<_2, _2>, Shape<{_c(m)}, {_c(cols // 8)}>>",
+            f"Stride<Stride<{sb(2, 1)}, {sb(1, 0)}>, Stride<{sb(16, 0)}, _0>>, "
+            f"Stride<Stride<{sb(1, 1)}, {sb(8, 0)}>, Stride<{sb(16 * w, 0) if m > 1 else '_0'}, {sb(8, 1)}>>",
+        )
+
+    # O's registers → shared store, 32 bits (a column pair) a copy: make_tiled_copy_C's tidfrg_D of sO
+    # (lane: column pair, row; warp: 16 rows; values: the pair, 8 rows on, 8 columns on) and its retile_S
+    # of the accumulator (pairs, MMA_M, 16-column groups).
+    lo = mode(wv // 16, nv_out, 16, plan.block_m * wv)
+    store_o = swizzled(
+        bv,
+        f"Shape<_4, _8, {_c(w)}>, Shape<_2, Shape<_2, _2>>, Shape<{_c(m)}, {lo[0]}>",
+        f"Stride<_2, {_c(wv)}, {_c(16 * wv)}>, Stride<_1, Stride<{_c(8 * wv)}, _8>>, "
+        f"Stride<{_c(16 * w * wv) if m > 1 else '_0'}, {lo[1]}>",
+    )
+    dv16 = _c(plan.head_dim_v // 16)
+    store_o_regs = (
+        lay(
+            f"Shape<_2, Shape<_2, _2>>, {_c(m)}, {dv16}",
+            f"Stride<_1, Stride<_2, {_c(4 * m)}>>, _4, {_c(8 * m)}",
+        )
+        if m > 1
+        else lay(f"Shape<_2, _4>, _1, {dv16}", "Stride<_1, _2>, _0, _8")
+    )
+
     return {
         "FragLayoutQ": lay(f"Shape<_2, _2, _2>, {_c(m)}, {kq[0]}", f"Stride<_1, _2, _4>, {_c(ms)}, {kq[1]}"),
         "FragLayoutQView": lay(
@@ -163,6 +201,10 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
             f"Shape<_2, _2>, {_c(m)}, {_c(plan.head_dim_v // 8)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"
         ),
         "AccLayoutS": lay(f"Shape<_2, _2>, {_c(m)}, {_c(n)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"),
+        "CoordLayoutS": coord(plan.block_n),
+        "CoordLayoutO": coord(plan.head_dim_v),
+        "StoreLayoutO": store_o,
+        "StoreLayoutOR": store_o_regs,
         "LdsmLayoutQ": swizzled(
             bq,
             f"Shape<_16, _2, {_c(w)}>, Shape<_8, _1>, Shape<{_c(m)}, {lq[0]}>",
@@ -656,11 +698,13 @@ def _mask(e: Emit, phase: str) -> None:
     tag = "loop" if p.mask == "none" else "mask"
     if phase == "setup":
         with e.tag(tag, "(row, col) of each score, and which key blocks need the mask"):
-            w.line(
-                "Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, "
-                "Int<kBlockN>>{}));"
-                "  // (MMA, MMA_M, MMA_N) -> (row, col)"
+            identity = "make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})"
+            scs = (
+                f"tl::partition_C(thr_mma, {identity}, Traits::CoordLayoutS{{}})"
+                if e.fragments_written
+                else f"thr_mma.partition_C({identity})"
             )
+            w.line(f"Tensor tScS = {scs};  // (MMA, MMA_M, MMA_N) -> (row, col)")
             if e.reg is not None:
                 regions.emit_score_lambda(w, e.reg, tag_line=e.line_of("score_mod") or e.line_of("mask_expr"))
             if e.by_class:
@@ -797,7 +841,7 @@ def _normalize(e: Emit, phase: str) -> None:
     w.line()
     with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
         if e.reg is not None:
-            regions.emit_normalize(w, e.reg, "thr_mma")
+            regions.emit_normalize(w, e.reg, "thr_mma", e.coord_layout_o)
         else:
             emit_normalize_rows(w)
 
@@ -819,14 +863,19 @@ def _store_o(e: Emit, phase: str) -> None:
                 "Tensor sO = make_tensor(sV.data() + size(sV), Traits::SmemLayoutO{});  // "
                 "(kBlockM, kHeadDimV)"
             )
-        w.line("auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);")
-        w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);")
-        w.line(
-            "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));"
-        )
+        if e.fragments_written:
+            w.comment("the atom make_tiled_copy_C's copy calls, on its partitions (Traits::StoreLayoutO/R)")
+            w.line("typename Traits::SmemCopyAtomO smem_copy_atom_O;")
+            w.line("cute::copy(smem_copy_atom_O, make_tensor(rO.data(), Traits::StoreLayoutOR{}),")
+            w.line("           tl::thr_partition(sO, Traits::StoreLayoutO{}, tidx));")
+        else:
+            w.line("auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);")
+            w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);")
+            w.line("cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO),")
+            w.line("           smem_thr_copy_O.partition_D(sO));")
         w.line()
         if e.reg is None or e.reg.softmax:
-            emit_store_lse(w, "thr_mma")
+            emit_store_lse(w, "thr_mma", coord_layout=e.coord_layout_o)
         w.line("__syncthreads();  // sO complete before it is read in another thread layout")
         w.line()
         w.line(
