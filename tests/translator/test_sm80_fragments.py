@@ -4,7 +4,7 @@ without CuTe's `partition_fragment_A / _B / _C`, the ldmatrix copies' `retile_D`
 `tidfrg_S / _D`, checked on the host against what those give (the layouts are fully static: the same type
 for every thread; the kernel slices the thread layouts at its thread as CuTe's partitions do), at tile
 shapes that reach each mode: one and two atoms of 64 columns, 32-column atoms (d 96), one MMA_M (BM 64,
-8 warps), four (2 warps), d_qk ≠ d_v (mla), long key tiles, d 256."""
+8 warps), four (2 warps), one warp, d_qk ≠ d_v (mla), long key tiles, d 256."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ CONFIGS: dict[str, tuple[str, dict[str, int]]] = {
     "c_w8": ("mha_fwd.tl", {"warps": 8, "BN": 32}),
     "c_bn160": ("mha_fwd.tl", {"warps": 8, "BN": 160, "stages": 1}),  # softcap's tile: Int<20> n8 tiles
     "c_w2": ("mha_fwd.tl", {"warps": 2, "BN": 48}),  # four MMA_M tiles a warp, three k16 slices a key block
+    "c_w1": ("mha_fwd.tl", {"BM": 16, "warps": 1}),  # paged_decode's tile: no warp mode
 }
 
 CHECK = r"""

@@ -144,6 +144,12 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
     # (K: lane 8) the next 8 columns; the warps own 16 · w rows of Q, and all of K and V.
     bq, bv = SmemGeometry(plan.head_dim_qk).swizzle_bits, SmemGeometry(plan.head_dim_v).swizzle_bits
     w = plan.warps
+    # The threads' last mode, the warps (their stride: 16 rows of Q, none for K and V), is not there
+    # with one warp.
+    warps = f", {_c(w)}" if w > 1 else ""
+
+    def warp_stride(n: int) -> str:
+        return f", {_c(n) if n else '_0'}" if w > 1 else ""
     lq = mode(kq_in, kq_out, 16, plan.block_m * wq)
     lk = mode(kq_in, kq_out, 16, plan.block_n * wq)
     lv = mode(wv // 16, nv_out, 16, plan.block_n * wv)
@@ -159,7 +165,7 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
         return lay(
             f"Shape<Shape<_4, _8>, Shape<{_c(w)}, _1>>, "
             f"Shape<Shape<_2, _2>, Shape<{_c(m)}, {_c(cols // 8)}>>",
-            f"Stride<Stride<{sb(2, 1)}, {sb(1, 0)}>, Stride<{sb(16, 0)}, _0>>, "
+            f"Stride<Stride<{sb(2, 1)}, {sb(1, 0)}>, Stride<{sb(16, 0) if w > 1 else '_0'}, _0>>, "
             f"Stride<Stride<{sb(1, 1)}, {sb(8, 0)}>, Stride<{sb(16 * w, 0) if m > 1 else '_0'}, {sb(8, 1)}>>",
         )
 
@@ -169,8 +175,8 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
     lo = mode(wv // 16, nv_out, 16, plan.block_m * wv)
     store_o = swizzled(
         bv,
-        f"Shape<_4, _8, {_c(w)}>, Shape<_2, Shape<_2, _2>>, Shape<{_c(m)}, {lo[0]}>",
-        f"Stride<_2, {_c(wv)}, {_c(16 * wv)}>, Stride<_1, Stride<{_c(8 * wv)}, _8>>, "
+        f"Shape<_4, _8{warps}>, Shape<_2, Shape<_2, _2>>, Shape<{_c(m)}, {lo[0]}>",
+        f"Stride<_2, {_c(wv)}{warp_stride(16 * wv)}>, Stride<_1, Stride<{_c(8 * wv)}, _8>>, "
         f"Stride<{_c(16 * w * wv) if m > 1 else '_0'}, {lo[1]}>",
     )
     dv16 = _c(plan.head_dim_v // 16)
@@ -207,21 +213,22 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
         "StoreLayoutOR": store_o_regs,
         "LdsmLayoutQ": swizzled(
             bq,
-            f"Shape<_16, _2, {_c(w)}>, Shape<_8, _1>, Shape<{_c(m)}, {lq[0]}>",
-            f"Stride<{_c(wq)}, _8, {_c(16 * wq)}>, Stride<_1, _0>, "
+            f"Shape<_16, _2{warps}>, Shape<_8, _1>, Shape<{_c(m)}, {lq[0]}>",
+            f"Stride<{_c(wq)}, _8{warp_stride(16 * wq)}>, Stride<_1, _0>, "
             f"Stride<{_c(16 * w * wq) if m > 1 else '_0'}, {lq[1]}>",
         ),
         "LdsmLayoutK": swizzled(
             bq,
-            f"Shape<_8, _2, _2, {_c(w)}>, Shape<_8, _1>, "
+            f"Shape<_8, _2, _2{warps}>, Shape<_8, _1>, "
             f"Shape<{_c(kv)}, {lk[0]}, Shape<_1, {_c(plan.stages)}>>",
-            f"Stride<{_c(wq)}, _8, {_c(8 * wq)}, _0>, Stride<_1, _0>, "
+            f"Stride<{_c(wq)}, _8, {_c(8 * wq)}{warp_stride(0)}>, Stride<_1, _0>, "
             f"Stride<{_c(16 * wq)}, {lk[1]}, Stride<_0, {k_stage}>>",
         ),
         "LdsmLayoutVt": swizzled(
             bv,
-            f"Shape<_16, _2, {_c(w)}>, Shape<_8, _1>, Shape<{lv[0]}, {_c(kv)}, {_c(plan.stages)}>",
-            f"Stride<{_c(wv)}, _8, _0>, Stride<_1, _0>, Stride<{lv[1]}, {_c(16 * wv)}, {v_stage}>",
+            f"Shape<_16, _2{warps}>, Shape<_8, _1>, Shape<{lv[0]}, {_c(kv)}, {_c(plan.stages)}>",
+            f"Stride<{_c(wv)}, _8{warp_stride(0)}>, Stride<_1, _0>, "
+            f"Stride<{lv[1]}, {_c(16 * wv)}, {v_stage}>",
         ),
     }
 
