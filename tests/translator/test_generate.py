@@ -54,7 +54,7 @@ def test_line_directives_point_each_code_line_at_its_tl_line() -> None:
 def test_fa2_names_and_shape_comments() -> None:
     src = translate_example("mha_fwd").source
     for name in ("mQ", "gQ", "sQ", "tQgQ", "tQsQ", "tSrQ", "tSrK", "tOrVt", "acc_s", "acc_o", "sVt",
-                 "gmem_tiled_copy_QK", "smem_tiled_copy_Q", "smem_tiled_copy_K", "smem_tiled_copy_V"):
+                 "gmem_tiled_copy_QK", "tSsQ", "tSsK", "tOsVt", "smem_copy_atom", "smem_copy_atom_t"):
         assert re.search(rf"\b{name}\b", src), name
     assert "Tensor sQ = make_tensor(" in src and "// (kBlockM, kHeadDimQK)" in src
     assert "// (MMA, MMA_M, MMA_N)" in src

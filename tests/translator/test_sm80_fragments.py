@@ -1,8 +1,10 @@
-"""The sm_80 forward's register fragments written out (`translator/backends/sm80_steps.py`,
-`fragment_layouts`): the layouts the kernel builds without CuTe's `partition_fragment_A / _B / _C` and the
-ldmatrix copies' `retile_D`, checked on the host against what those give (the layouts are fully static:
-the same type for every thread), at tile shapes that reach each mode: one and two atoms of 64 columns,
-32-column atoms (d 96), one MMA_M (BM 64, 8 warps), d_qk ≠ d_v (mla), long key tiles, d 256."""
+"""The sm_80 forward's register fragments and copy partitions written out
+(`translator/backends/sm80_steps.py`, `fragment_layouts`, `copy_layouts`): the layouts the kernel builds
+without CuTe's `partition_fragment_A / _B / _C`, the ldmatrix copies' `retile_D` and the tiled copies'
+`tidfrg_S / _D`, checked on the host against what those give (the layouts are fully static: the same type
+for every thread; the kernel slices the thread layouts at its thread as CuTe's partitions do), at tile
+shapes that reach each mode: one and two atoms of 64 columns, 32-column atoms (d 96), one MMA_M (BM 64,
+8 warps), four (2 warps), one warp, d_qk ≠ d_v (mla), long key tiles, d 256."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ CONFIGS: dict[str, tuple[str, dict[str, int]]] = {
     "c_d256": ("mha_fwd.tl", {"d": 256, "BN": 32, "stages": 1}),
     "c_w8": ("mha_fwd.tl", {"warps": 8, "BN": 32}),
     "c_bn160": ("mha_fwd.tl", {"warps": 8, "BN": 160, "stages": 1}),  # softcap's tile: Int<20> n8 tiles
+    "c_w2": ("mha_fwd.tl", {"warps": 2, "BN": 48}),  # four MMA_M tiles a warp, three k16 slices a key block
+    "c_w1": ("mha_fwd.tl", {"BM": 16, "warps": 1}),  # paged_decode's tile: no warp mode
 }
 
 CHECK = r"""
@@ -59,6 +63,41 @@ template <class Traits> void check() {
   static_assert(is_same_v<decltype(copy_V.retile_D(tOrVt).layout()), typename Traits::FragLayoutVtView>);
   static_assert(is_same_v<decltype(acc_o.layout()), typename Traits::AccLayoutO>);
   static_assert(is_same_v<decltype(acc_s.layout()), typename Traits::AccLayoutS>);
+  // The ldmatrix sources' thread layouts (tl::thr_partition slices them as ThrCopy::partition_S does).
+  using CopyQ = decltype(make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma));
+  using CopyK = decltype(make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma));
+  using CopyV = decltype(make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma));
+  static_assert(is_same_v<decltype(CopyQ::tidfrg_S(sQ.layout())), typename Traits::LdsmLayoutQ>);
+  static_assert(is_same_v<decltype(CopyK::tidfrg_S(sK.layout())), typename Traits::LdsmLayoutK>);
+  Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+  static_assert(is_same_v<decltype(CopyV::tidfrg_S(sVt.layout())), typename Traits::LdsmLayoutVt>);
+  // The global <-> shared copies' thread layouts, of the shared tiles and of the identity tensors.
+  using GQK = typename Traits::GmemTiledCopyQK;
+  using GV = typename Traits::GmemTiledCopyV;
+  using GO = typename Traits::GmemTiledCopyO;
+  constexpr int M = Traits::kBlockM, N = Traits::kBlockN, DQK = Traits::kHeadDimQK, DV = Traits::kHeadDimV;
+  Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});
+  static_assert(is_same_v<decltype(GQK::tidfrg_D(sQ.layout())), typename Traits::CopyLayoutQ>);
+  static_assert(is_same_v<decltype(GQK::tidfrg_D(sK.layout())), typename Traits::CopyLayoutK>);
+  static_assert(is_same_v<decltype(GV::tidfrg_D(sV.layout())), typename Traits::CopyLayoutV>);
+  static_assert(is_same_v<decltype(GO::tidfrg_S(sO.layout())), typename Traits::CopyLayoutO>);
+  static_assert(is_same_v<decltype(GQK::tidfrg_S(make_identity_tensor(Shape<Int<M>, Int<DQK>>{}).layout())),
+                          typename Traits::CopyCoordLayoutQ>);
+  static_assert(is_same_v<decltype(GQK::tidfrg_S(make_identity_tensor(Shape<Int<N>, Int<DQK>>{}).layout())),
+                          typename Traits::CopyCoordLayoutK>);
+  static_assert(is_same_v<decltype(GV::tidfrg_S(make_identity_tensor(Shape<Int<N>, Int<DV>>{}).layout())),
+                          typename Traits::CopyCoordLayoutV>);
+  static_assert(is_same_v<decltype(GO::tidfrg_D(make_identity_tensor(Shape<Int<M>, Int<DV>>{}).layout())),
+                          typename Traits::CopyCoordLayoutO>);
+  // The identity partitions' thrfrg_C (tl::partition_C slices them as ThrMMA::partition_C does) and O's
+  // register -> shared store (make_tiled_copy_C's tidfrg_D of sO and retile_S of the accumulator).
+  auto cS = make_identity_tensor(Shape<Int<M>, Int<N>>{});
+  auto cO = make_identity_tensor(Shape<Int<M>, Int<DV>>{});
+  static_assert(is_same_v<decltype(tiled_mma.thrfrg_C(cS.layout())), typename Traits::CoordLayoutS>);
+  static_assert(is_same_v<decltype(tiled_mma.thrfrg_C(cO.layout())), typename Traits::CoordLayoutO>);
+  using CopyO = decltype(make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma));
+  static_assert(is_same_v<decltype(CopyO::tidfrg_D(sO.layout())), typename Traits::StoreLayoutO>);
+  static_assert(is_same_v<decltype(CopyO::retile(acc_o.layout())), typename Traits::StoreLayoutOR>);
 }
 """
 
@@ -69,7 +108,7 @@ def _traits(name: str, example: str, params: dict[str, int]) -> str:
     source = "\n".join(line for line in source.splitlines() if not line.startswith("#line"))
     m = re.search(r"struct \w+_traits \{.*?\n\};", source, re.S)
     assert m is not None
-    assert "using FragLayoutQ = " in m.group(0)
+    assert "using FragLayoutQ = " in m.group(0) and "using CopyLayoutQ = " in m.group(0)
     return m.group(0)
 
 

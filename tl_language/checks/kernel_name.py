@@ -54,9 +54,10 @@ atomicAdd atomicMax atomicMin atomicExch atomicCAS
 # CuTe and CUTLASS names the generated sources use unqualified (templates and types).
 GENERATED_NAMES = _words(
     """
-AutoVectorizingCopyWithAssumedAlignment CUTE_NO_UNROLL CUTE_UNROLL Copy_Atom GmmaDescriptor Int Layout
-MMA_Atom SM80_CP_ASYNC_CACHEGLOBAL Shape Step Stride Swizzle Tensor Tile TiledMMA UniversalCopy get
-is_base_of_v make_tensor rank remove_cvref_t size tma_store_wait warpgroup_wait
+AutoVectorizingCopyWithAssumedAlignment CUTE_NO_UNROLL CUTE_UNROLL ComposedLayout Copy_Atom GmmaDescriptor
+Int Layout MMA_Atom SM80_CP_ASYNC_CACHEGLOBAL ScaledBasis Shape Step Stride Swizzle Tensor Tile TiledMMA
+UniversalCopy get is_base_of_v make_tensor rank rank_v remove_cvref_t repeat size tma_store_wait
+warpgroup_wait
 """
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -27,6 +27,7 @@ from translator.backends.finish import inference_spec, launch_spec, render
 from translator.backends.inference_steps import NEG_INF, POS_INF, InferenceEmit
 from translator.backends.sm80 import _emit_traits  # the mma.sync traits: the same tiles and layouts
 from translator.backends.sm80_helpers import emit_helpers
+from translator.backends.sm80_steps import fragment_layouts
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -40,7 +41,7 @@ def generate(
     w = CodeWriter()
     _emit_header(w, plan, tl_file)
     _emit_traits(w, plan, facts)
-    emit_helpers(w, facts.mma_k, regions=True)
+    emit_helpers(w, facts.mma_k, regions=True, partitions=fragment_layouts(plan, facts) is not None)
     _emit_cp_async(w)
     w.line()
     _emit_kernel(InferenceEmit(w, plan, facts))

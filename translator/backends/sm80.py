@@ -13,7 +13,7 @@ from translator.backends.arch import ELEMENT, ArchFacts, SmemGeometry, arch_fact
 from translator.backends.finish import launch_spec, render
 from translator.backends.regions import emit_block_mask_for
 from translator.backends.sm80_helpers import emit_helpers
-from translator.backends.sm80_steps import Emit, fragment_layouts
+from translator.backends.sm80_steps import Emit, copy_layouts, fragment_layouts
 from translator.plan import KernelPlan
 from translator.writer import CodeWriter
 
@@ -25,7 +25,9 @@ def generate(
     w = CodeWriter()
     _emit_header(w, plan, facts, tl_file)
     _emit_traits(w, plan, facts)
-    emit_helpers(w, facts.mma_k, regions=not plan.ir.plain)
+    emit_helpers(
+        w, facts.mma_k, regions=not plan.ir.plain, partitions=fragment_layouts(plan, facts) is not None
+    )
     w.line()
     _emit_kernel(Emit(w, plan, facts))
     emit_block_mask_for(w, plan)
@@ -112,11 +114,19 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, facts: ArchFacts) -> None:
         frags = fragment_layouts(plan, facts)
         if frags:
             w.comment("Register fragments as partition_fragment_A / _B / _C and the ldmatrix copies'")
-            w.comment("retile_D derive them (the views: 8 values an ldmatrix.x4), written out so the kernel")
+            w.comment("retile_D derive them (the views: 8 values an ldmatrix.x4), and the ldmatrix sources'")
             w.comment(
-                "does not instantiate that algebra (tests/translator/test_sm80_fragments.py checks them)."
+                "thread layouts as TiledCopy::tidfrg_S does (Ldsm…), written out so the kernel does not"
             )
+            w.comment("instantiate that algebra (tests/translator/test_sm80_fragments.py checks them).")
             for alias, layout in frags.items():
+                w.line(f"using {alias} = {layout};")
+        copies = copy_layouts(plan, facts)
+        if copies:
+            w.comment("The 16-byte global ↔ shared copies' thread layouts, (thread, 8 values, rest), as")
+            w.comment("TiledCopy::tidfrg_D / _S derive them for the swizzled tiles (CopyLayout) and for the")
+            w.comment("identity tensors' (row, col) (CopyCoordLayout); tl::thr_partition slices them.")
+            for alias, layout in copies.items():
                 w.line(f"using {alias} = {layout};")
         w.line()
         how = "cp.async (16 bytes, L2 only)" if facts.cp_async else "128-bit loads and stores (no cp.async)"

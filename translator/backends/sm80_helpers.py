@@ -6,14 +6,27 @@ Softmax, the accumulator → A-operand view that *is* the TL Reshape, and the qu
 
 from __future__ import annotations
 
-from translator.backends.row_helpers import emit_row_helpers
+from translator.backends.row_helpers import emit_partition_c, emit_row_helpers
 from translator.writer import CodeWriter
 
 
-def emit_helpers(w: CodeWriter, mma_k: int, regions: bool = False) -> None:
+def emit_helpers(w: CodeWriter, mma_k: int, regions: bool = False, partitions: bool = False) -> None:
+    """`partitions`: the traits write out the copies' thread layouts (`sm80_steps.fragment_layouts`), so
+    the kernel partitions with `tl::thr_partition`."""
     with w.block("namespace tl", "}  // namespace tl"):
         w.line("using namespace cute;")
         w.line()
+        if partitions:
+            w.comment("CuTe's ThrCopy::partition_S / _D with the layout TiledCopy::tidfrg_S / _D derives")
+            w.comment("given as a type: the same slice at the thread's index, so the same address arithmetic")
+            w.comment("(a swizzled tile's too), without the tiled copy's layout algebra.")
+            w.line("template <class Tensor_, class ThrFrg>")
+            with w.block("CUTE_DEVICE auto thr_partition(Tensor_&& t, ThrFrg thrfrg, int thr_idx)"):
+                w.line("auto thr_tensor = make_tensor(static_cast<Tensor_&&>(t).data(), thrfrg);")
+                w.line("return thr_tensor(thr_idx, _, repeat<rank_v<Tensor_>>(_));")
+            w.line()
+            emit_partition_c(w)
+            w.line()
         w.comment("The m16n8 accumulator of one thread, ((2 cols, 2 rows), MMA_M, MMA_N), seen as")
         w.comment("((2, MMA_M) rows, (2, MMA_N) cols), so Softmax can walk rows and columns.")
         w.line("template <class Layout>")

@@ -38,6 +38,23 @@ class Emit:
         return fragment_layouts(self.plan, self.facts) is not None
 
     @property
+    def coord_layout_o(self) -> str | None:
+        """The traits type of O's identity partition (`row_helpers.identity_partition_o`), if written."""
+        return "Traits::CoordLayoutO" if self.fragments_written else None
+
+    @functools.cached_property
+    def copies_written(self) -> bool:
+        """The traits carry the global ↔ shared copies' thread layouts (`copy_layouts`)."""
+        return copy_layouts(self.plan, self.facts) is not None
+
+    def partition(self, thr_copy: str, how: str, tensor: str, x: str, coord: bool = False) -> str:
+        """A copy's partition of `tensor` (`how`: partition_S or _D of `thr_copy`), on the thread layout
+        the traits write out where they do; `coord`: the identity tensor's, CopyCoordLayout{x}."""
+        if self.copies_written:
+            return f"tl::thr_partition({tensor}, Traits::Copy{'Coord' if coord else ''}Layout{x}{{}}, tidx)"
+        return f"{thr_copy}.{how}({tensor})"
+
+    @property
     def by_class(self) -> bool:
         """Mask expressions beyond the `Mask` header: key blocks are classified one by one."""
         return self.reg is not None and self.plan.ir.header_mask == "expr"
@@ -119,6 +136,59 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
     def lay(shape: str, stride: str) -> str:
         return f"Layout<Shape<{shape}>, Stride<{stride}>>"
 
+    def swizzled(bits: int, shape: str, stride: str) -> str:
+        return f"ComposedLayout<Swizzle<{bits}, 3, 3>, _0, {lay(shape, stride)}>"
+
+    # The ldmatrix sources: TiledCopy::tidfrg_S of the swizzled shared tiles, (thread, 8 values, rest).
+    # A thread's 16-byte row: lanes 0-15 walk 16 rows (8 for K's x4, which lane 16 moves 8 rows on), lane 16
+    # (K: lane 8) the next 8 columns; the warps own 16 · w rows of Q, and all of K and V.
+    bq, bv = SmemGeometry(plan.head_dim_qk).swizzle_bits, SmemGeometry(plan.head_dim_v).swizzle_bits
+    w = plan.warps
+    # The threads' last mode, the warps (their stride: 16 rows of Q, none for K and V), is not there
+    # with one warp.
+    warps = f", {_c(w)}" if w > 1 else ""
+
+    def warp_stride(n: int) -> str:
+        return f", {_c(n) if n else '_0'}" if w > 1 else ""
+    lq = mode(kq_in, kq_out, 16, plan.block_m * wq)
+    lk = mode(kq_in, kq_out, 16, plan.block_n * wq)
+    lv = mode(wv // 16, nv_out, 16, plan.block_n * wv)
+    k_stage = _c(plan.block_n * plan.head_dim_qk) if plan.stages > 1 else "_0"
+    v_stage = _c(plan.block_n * plan.head_dim_v) if plan.stages > 1 else "_0"
+
+    def coord(cols: int) -> str:
+        # thrfrg_C of a (BM, cols) identity tensor: ((ThrV (4, 8), (ThrM warps, ThrN 1)), (FrgV (2 cols,
+        # 2 rows), (MMA_M, cols / 8))), with ScaledBasis<s, 0> stepping rows, <s, 1> columns.
+        def sb(n: int, mode: int) -> str:
+            return f"ScaledBasis<{_c(n)}, {mode}>"
+
+        return lay(
+            f"Shape<Shape<_4, _8>, Shape<{_c(w)}, _1>>, "
+            f"Shape<Shape<_2, _2>, Shape<{_c(m)}, {_c(cols // 8)}>>",
+            f"Stride<Stride<{sb(2, 1)}, {sb(1, 0)}>, Stride<{sb(16, 0) if w > 1 else '_0'}, _0>>, "
+            f"Stride<Stride<{sb(1, 1)}, {sb(8, 0)}>, Stride<{sb(16 * w, 0) if m > 1 else '_0'}, {sb(8, 1)}>>",
+        )
+
+    # O's registers → shared store, 32 bits (a column pair) a copy: make_tiled_copy_C's tidfrg_D of sO
+    # (lane: column pair, row; warp: 16 rows; values: the pair, 8 rows on, 8 columns on) and its retile_S
+    # of the accumulator (pairs, MMA_M, 16-column groups).
+    lo = mode(wv // 16, nv_out, 16, plan.block_m * wv)
+    store_o = swizzled(
+        bv,
+        f"Shape<_4, _8{warps}>, Shape<_2, Shape<_2, _2>>, Shape<{_c(m)}, {lo[0]}>",
+        f"Stride<_2, {_c(wv)}{warp_stride(16 * wv)}>, Stride<_1, Stride<{_c(8 * wv)}, _8>>, "
+        f"Stride<{_c(16 * w * wv) if m > 1 else '_0'}, {lo[1]}>",
+    )
+    dv16 = _c(plan.head_dim_v // 16)
+    store_o_regs = (
+        lay(
+            f"Shape<_2, Shape<_2, _2>>, {_c(m)}, {dv16}",
+            f"Stride<_1, Stride<_2, {_c(4 * m)}>>, _4, {_c(8 * m)}",
+        )
+        if m > 1
+        else lay(f"Shape<_2, _4>, _1, {dv16}", "Stride<_1, _2>, _0, _8")
+    )
+
     return {
         "FragLayoutQ": lay(f"Shape<_2, _2, _2>, {_c(m)}, {kq[0]}", f"Stride<_1, _2, _4>, {_c(ms)}, {kq[1]}"),
         "FragLayoutQView": lay(
@@ -137,7 +207,76 @@ def fragment_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | Non
             f"Shape<_2, _2>, {_c(m)}, {_c(plan.head_dim_v // 8)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"
         ),
         "AccLayoutS": lay(f"Shape<_2, _2>, {_c(m)}, {_c(n)}", f"Stride<_1, _2>, {acc_m}, {_c(4 * m)}"),
+        "CoordLayoutS": coord(plan.block_n),
+        "CoordLayoutO": coord(plan.head_dim_v),
+        "StoreLayoutO": store_o,
+        "StoreLayoutOR": store_o_regs,
+        "LdsmLayoutQ": swizzled(
+            bq,
+            f"Shape<_16, _2{warps}>, Shape<_8, _1>, Shape<{_c(m)}, {lq[0]}>",
+            f"Stride<{_c(wq)}, _8{warp_stride(16 * wq)}>, Stride<_1, _0>, "
+            f"Stride<{_c(16 * w * wq) if m > 1 else '_0'}, {lq[1]}>",
+        ),
+        "LdsmLayoutK": swizzled(
+            bq,
+            f"Shape<_8, _2, _2{warps}>, Shape<_8, _1>, "
+            f"Shape<{_c(kv)}, {lk[0]}, Shape<_1, {_c(plan.stages)}>>",
+            f"Stride<{_c(wq)}, _8, {_c(8 * wq)}{warp_stride(0)}>, Stride<_1, _0>, "
+            f"Stride<{_c(16 * wq)}, {lk[1]}, Stride<_0, {k_stage}>>",
+        ),
+        "LdsmLayoutVt": swizzled(
+            bv,
+            f"Shape<_16, _2{warps}>, Shape<_8, _1>, Shape<{lv[0]}, {_c(kv)}, {_c(plan.stages)}>",
+            f"Stride<{_c(wv)}, _8{warp_stride(0)}>, Stride<_1, _0>, "
+            f"Stride<{lv[1]}, {_c(16 * wv)}, {v_stage}>",
+        ),
     }
+
+
+def copy_layouts(plan: KernelPlan, facts: ArchFacts) -> dict[str, str] | None:
+    """The 16-byte global ↔ shared copies' thread layouts, as `TiledCopy::tidfrg_D / _S` derive them for
+    the shared tiles (cp.async destinations, O's source), and for the identity tensors that give each
+    copied vector's (row, col) (tests/translator/test_sm80_fragments.py checks them); None where the
+    kernel keeps CuTe's partitions (where `fragment_layouts` does, and where the threads' rows do not
+    tile a buffer's rows)."""
+    if fragment_layouts(plan, facts) is None:
+        return None
+    threads = 32 * plan.warps
+    tiles = {
+        "Q": (plan.block_m, plan.head_dim_qk, 1),
+        "K": (plan.block_n, plan.head_dim_qk, plan.stages),
+        "V": (plan.block_n, plan.head_dim_v, plan.stages),
+        "O": (plan.block_m, plan.head_dim_v, 1),
+    }
+    out: dict[str, str] = {}
+    for x, (rows, cols, stages) in tiles.items():
+        g = SmemGeometry(cols)
+        tpr, wk = g.threads_per_row, g.block_k
+        rp = threads // tpr  # rows one pass of the threads covers
+        if threads % tpr or rows % rp:
+            return None
+        mr, mc = rows // rp, cols // wk
+        # (thread, 8 values, (passes over the rows, atom columns[, (1, stage)])): a thread's 8 columns,
+        # tpr threads a row; 0 strides where a mode has one element.
+        shape = f"Shape<{_c(tpr)}, {_c(rp)}>, Shape<_8, _1>, Shape<{_c(mr)}, {_c(mc)}"
+        stride = (
+            f"Stride<_8, {_c(wk)}>, Stride<_1, _0>, "
+            f"Stride<{_c(rp * wk) if mr > 1 else '_0'}, {_c(rows * wk) if mc > 1 else '_0'}"
+        )
+        staged = x in "KV"
+        layout = f"Layout<Shape<{shape}"
+        layout += f", Shape<_1, {_c(stages)}>>>" if staged else ">>"
+        layout += f", Stride<{stride}"
+        layout += f", Stride<_0, {_c(rows * cols) if stages > 1 else '_0'}>>>>" if staged else ">>>"
+        out[f"CopyLayout{x}"] = f"ComposedLayout<Swizzle<{g.swizzle_bits}, 3, 3>, _0, {layout}>"
+        coord = (
+            f"Layout<Shape<{shape}>>, Stride<Stride<ScaledBasis<_8, 1>, ScaledBasis<_1, 0>>, "
+            f"Stride<ScaledBasis<_1, 1>, _0>, "
+            f"Stride<{f'ScaledBasis<{_c(rp)}, 0>' if mr > 1 else '_0'}, "
+            f"{f'ScaledBasis<{_c(wk)}, 1>' if mc > 1 else '_0'}>>>"
+        )
+        out[f"CopyCoordLayout{x}"] = coord
+    return out
 
 
 def _globals(e: Emit, phase: str) -> None:
@@ -220,12 +359,16 @@ def _load_q(e: Emit, phase: str) -> None:
         w.line("typename Traits::GmemTiledCopyQK gmem_tiled_copy_QK;")
         w.line("auto gmem_thr_copy_QK = gmem_tiled_copy_QK.get_thread_slice(tidx);")
         w.line("Tensor tQgQ = gmem_thr_copy_QK.partition_S(gQ);  // (QCPY, QCPY_M, QCPY_K)")
-        w.line("Tensor tQsQ = gmem_thr_copy_QK.partition_D(sQ);  // (QCPY, QCPY_M, QCPY_K)")
-        w.line(
-            "Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, "
-            "Int<kHeadDimQK>>{}));"
-            "  // (row, col) of each copied vector"
+        tq = e.partition("gmem_thr_copy_QK", "partition_D", "sQ", "Q")
+        w.line(f"Tensor tQsQ = {tq};  // (QCPY, QCPY_M, QCPY_K)")
+        cq = e.partition(
+            "gmem_thr_copy_QK",
+            "partition_S",
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimQK>>{})",
+            "Q",
+            True,
         )
+        w.line(f"Tensor tQcQ = {cq};  // (row, col) of each copied vector")
         w.line("const int q_rows = seqlen_q - m_block * kBlockM;  // valid rows in this tile")
         w.line("CUTE_UNROLL")
         with w.block("for (int m = 0; m < size<1>(tQsQ); ++m)"):
@@ -268,11 +411,16 @@ def _load_k(e: Emit, phase: str) -> None:
                 "  // (kBlockN, kHeadDimQK, kStages)"
             )
             w.line("Tensor tKgK = gmem_thr_copy_QK.partition_S(gK);  // (KCPY, KCPY_N, KCPY_K, n_blocks)")
-            w.line("Tensor tKsK = gmem_thr_copy_QK.partition_D(sK);  // (KCPY, KCPY_N, KCPY_K, kStages)")
-            w.line(
-                "Tensor tKcK = gmem_thr_copy_QK.partition_S("
-                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{}));"
+            tk = e.partition("gmem_thr_copy_QK", "partition_D", "sK", "K")
+            w.line(f"Tensor tKsK = {tk};  // (KCPY, KCPY_N, KCPY_K, kStages)")
+            ck = e.partition(
+                "gmem_thr_copy_QK",
+                "partition_S",
+                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{})",
+                "K",
+                True,
             )
+            w.line(f"Tensor tKcK = {ck};")
             _load_tile(e, "K", "gmem_tiled_copy_QK", staged=True)
     elif phase == "prologue":
         w.line()
@@ -310,11 +458,16 @@ def _load_v(e: Emit, phase: str) -> None:
             w.line("typename Traits::GmemTiledCopyV gmem_tiled_copy_V;")
             w.line("auto gmem_thr_copy_V = gmem_tiled_copy_V.get_thread_slice(tidx);")
             w.line("Tensor tVgV = gmem_thr_copy_V.partition_S(gV);  // (VCPY, VCPY_N, VCPY_K, n_blocks)")
-            w.line("Tensor tVsV = gmem_thr_copy_V.partition_D(sV);  // (VCPY, VCPY_N, VCPY_K, kStages)")
-            w.line(
-                "Tensor tVcV = gmem_thr_copy_V.partition_S("
-                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));"
+            tv = e.partition("gmem_thr_copy_V", "partition_D", "sV", "V")
+            w.line(f"Tensor tVsV = {tv};  // (VCPY, VCPY_N, VCPY_K, kStages)")
+            cv = e.partition(
+                "gmem_thr_copy_V",
+                "partition_S",
+                "make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{})",
+                "V",
+                True,
             )
+            w.line(f"Tensor tVcV = {cv};")
             _load_tile(e, "V", "gmem_tiled_copy_V", staged=True)
     elif phase == "prologue":
         if e.plan.stages == 1:
@@ -346,11 +499,12 @@ def _operand_to_reg(e: Emit, x: str, mn: str, derived: str, copy: str, smem_dims
     frag, view = f"tSr{x}", f"tSr{x}_view"
     if e.fragments_written:
         w.line(f"Tensor {frag} = make_tensor<Element>(Traits::FragLayout{x}{{}});  // (MMA, MMA_{mn}, MMA_K)")
+        w.line(f"Tensor tSs{x} = tl::thr_partition(s{x}, Traits::LdsmLayout{x}{{}}, tidx);  // {smem_dims}")
     else:
         w.line(f"Tensor {frag} = {derived};  // (MMA, MMA_{mn}, MMA_K)")
-    w.line(f"auto smem_tiled_copy_{x} = {copy}(typename Traits::SmemCopyAtom{{}}, tiled_mma);")
-    w.line(f"auto smem_thr_copy_{x} = smem_tiled_copy_{x}.get_thread_slice(tidx);")
-    w.line(f"Tensor tSs{x} = smem_thr_copy_{x}.partition_S(s{x});  // {smem_dims}")
+        w.line(f"auto smem_tiled_copy_{x} = {copy}(typename Traits::SmemCopyAtom{{}}, tiled_mma);")
+        w.line(f"auto smem_thr_copy_{x} = smem_tiled_copy_{x}.get_thread_slice(tidx);")
+        w.line(f"Tensor tSs{x} = smem_thr_copy_{x}.partition_S(s{x});  // {smem_dims}")
     if e.fragments_written:
         w.line(
             f"Tensor {view} = make_tensor({frag}.data(), Traits::FragLayout{x}View{{}});"
@@ -366,6 +520,8 @@ def _q_to_reg(e: Emit, phase: str) -> None:
     with e.tag("q_to_reg", "ldmatrix; slices are loaded inside the GEMM, one k-step ahead"):
         w.line("typename Traits::TiledMma tiled_mma;")
         w.line("auto thr_mma = tiled_mma.get_thread_slice(tidx);")
+        if e.fragments_written:
+            w.line("typename Traits::SmemCopyAtom smem_copy_atom;  // ldmatrix, for Q and K")
         derived = "thr_mma.partition_fragment_A(make_tensor(sQ.data().get(), Traits::SmemLayoutQNoSwizzle{}))"
         _operand_to_reg(e, "Q", "M", derived, "make_tiled_copy_A", "(CPY, CPY_M, CPY_K)")
 
@@ -389,22 +545,24 @@ def _v_to_reg(e: Emit, phase: str) -> None:
         )
         if e.fragments_written:
             w.line("Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)")
-        else:
-            w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
+            w.line("typename Traits::SmemCopyAtomTransposed smem_copy_atom_t;  // ldmatrix.trans")
             w.line(
-                "Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));"
-                "  // (MMA, MMA_N_V, MMA_K_V)"
+                "Tensor tOsVt = tl::thr_partition(sVt, Traits::LdsmLayoutVt{}, tidx);"
+                "  // (CPY, CPY_N_V, CPY_K_V, kStages)"
             )
+            w.line("Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});")
+            return
+        w.line("Tensor sVtNoSwizzle = make_tensor(sV.data().get(), Traits::SmemLayoutVtNoSwizzle{});")
+        w.line(
+            "Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle(_, _, 0));  // (MMA, MMA_N_V, MMA_K_V)"
+        )
         w.line(
             "auto smem_tiled_copy_V = make_tiled_copy_B(typename "
             "Traits::SmemCopyAtomTransposed{}, tiled_mma);"
         )
         w.line("auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);")
         w.line("Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)")
-        if e.fragments_written:
-            w.line("Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});")
-        else:
-            w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
+        w.line("Tensor tOrVt_view = smem_thr_copy_V.retile_D(tOrVt);")
 
 
 def _alloc_acc_o(e: Emit, phase: str) -> None:
@@ -513,13 +671,18 @@ def _gemm(e: Emit, phase: str, kind: str) -> None:
             "tSrK_view",
             "acc_s",
         )
-        copies = (("smem_tiled_copy_Q", a_src, a_view), ("smem_tiled_copy_K", b_src, b_view))
+        qc, kc = (
+            ("smem_copy_atom", "smem_copy_atom")
+            if e.fragments_written
+            else ("smem_tiled_copy_Q", "smem_tiled_copy_K")
+        )
+        copies = ((qc, a_src, a_view), (kc, b_src, b_view))
         note = "S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k"
     else:
         a, b, acc = "tOrP", "tOrVt", "acc_o"
         copies = (
             (
-                "smem_tiled_copy_V",
+                "smem_copy_atom_t" if e.fragments_written else "smem_tiled_copy_V",
                 "tOsVt(_, _, {k}, %s)" % ("stage" if e.plan.stages == 2 else "0"),
                 "tOrVt_view",
             ),
@@ -542,11 +705,13 @@ def _mask(e: Emit, phase: str) -> None:
     tag = "loop" if p.mask == "none" else "mask"
     if phase == "setup":
         with e.tag(tag, "(row, col) of each score, and which key blocks need the mask"):
-            w.line(
-                "Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, "
-                "Int<kBlockN>>{}));"
-                "  // (MMA, MMA_M, MMA_N) -> (row, col)"
+            identity = "make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})"
+            scs = (
+                f"tl::partition_C(thr_mma, {identity}, Traits::CoordLayoutS{{}})"
+                if e.fragments_written
+                else f"thr_mma.partition_C({identity})"
             )
+            w.line(f"Tensor tScS = {scs};  // (MMA, MMA_M, MMA_N) -> (row, col)")
             if e.reg is not None:
                 regions.emit_score_lambda(w, e.reg, tag_line=e.line_of("score_mod") or e.line_of("mask_expr"))
             if e.by_class:
@@ -683,7 +848,7 @@ def _normalize(e: Emit, phase: str) -> None:
     w.line()
     with e.tag("normalize", "and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf"):
         if e.reg is not None:
-            regions.emit_normalize(w, e.reg, "thr_mma")
+            regions.emit_normalize(w, e.reg, "thr_mma", e.coord_layout_o)
         else:
             emit_normalize_rows(w)
 
@@ -705,14 +870,19 @@ def _store_o(e: Emit, phase: str) -> None:
                 "Tensor sO = make_tensor(sV.data() + size(sV), Traits::SmemLayoutO{});  // "
                 "(kBlockM, kHeadDimV)"
             )
-        w.line("auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);")
-        w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);")
-        w.line(
-            "cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));"
-        )
+        if e.fragments_written:
+            w.comment("the atom make_tiled_copy_C's copy calls, on its partitions (Traits::StoreLayoutO/R)")
+            w.line("typename Traits::SmemCopyAtomO smem_copy_atom_O;")
+            w.line("cute::copy(smem_copy_atom_O, make_tensor(rO.data(), Traits::StoreLayoutOR{}),")
+            w.line("           tl::thr_partition(sO, Traits::StoreLayoutO{}, tidx));")
+        else:
+            w.line("auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);")
+            w.line("auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);")
+            w.line("cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO),")
+            w.line("           smem_thr_copy_O.partition_D(sO));")
         w.line()
         if e.reg is None or e.reg.softmax:
-            emit_store_lse(w, "thr_mma")
+            emit_store_lse(w, "thr_mma", coord_layout=e.coord_layout_o)
         w.line("__syncthreads();  // sO complete before it is read in another thread layout")
         w.line()
         w.line(
@@ -721,14 +891,19 @@ def _store_o(e: Emit, phase: str) -> None:
         )
         w.line("typename Traits::GmemTiledCopyO gmem_tiled_copy_O;")
         w.line("auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);")
-        w.line("Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (OCPY, OCPY_M, OCPY_K)")
+        to = e.partition("gmem_thr_copy_O", "partition_S", "sO", "O")
+        w.line(f"Tensor tOsO = {to};  // (OCPY, OCPY_M, OCPY_K)")
         w.line("Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (OCPY, OCPY_M, OCPY_K)")
         w.line("Tensor tOrO = make_tensor<Element>(shape(tOgO));")
         w.line("cute::copy(gmem_tiled_copy_O, tOsO, tOrO);")
-        w.line(
-            "Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, "
-            "Int<kHeadDimV>>{}));"
+        co = e.partition(
+            "gmem_thr_copy_O",
+            "partition_D",
+            "make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{})",
+            "O",
+            True,
         )
+        w.line(f"Tensor tOcOg = {co};")
         w.line("CUTE_UNROLL")
         with (
             w.block("for (int m = 0; m < size<1>(tOgO); ++m)"),

@@ -36,8 +36,9 @@ struct mqa_fwd_traits {
   using SmemLayoutKNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutK{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
   // Register fragments as partition_fragment_A / _B / _C and the ldmatrix copies'
-  // retile_D derive them (the views: 8 values an ldmatrix.x4), written out so the kernel
-  // does not instantiate that algebra (tests/translator/test_sm80_fragments.py checks them).
+  // retile_D derive them (the views: 8 values an ldmatrix.x4), and the ldmatrix sources'
+  // thread layouts as TiledCopy::tidfrg_S does (Ldsm…), written out so the kernel does not
+  // instantiate that algebra (tests/translator/test_sm80_fragments.py checks them).
   using FragLayoutQ = Layout<Shape<Shape<_2, _2, _2>, _2, _4>, Stride<Stride<_1, _2, _4>, _32, _8>>;
   using FragLayoutQView = Layout<Shape<Shape<_8, _1>, _2, _4>, Stride<Stride<_1, _0>, _32, _8>>;
   using FragLayoutK = Layout<Shape<Shape<_2, _2>, _16, _4>, Stride<Stride<_1, _2>, _16, _4>>;
@@ -46,6 +47,24 @@ struct mqa_fwd_traits {
   using FragLayoutVtView = Layout<Shape<Shape<_8, _1>, _4, _8>, Stride<Stride<_1, _0>, _8, _32>>;
   using AccLayoutO = Layout<Shape<Shape<_2, _2>, _2, _8>, Stride<Stride<_1, _2>, _4, _8>>;
   using AccLayoutS = Layout<Shape<Shape<_2, _2>, _2, _16>, Stride<Stride<_1, _2>, _4, _8>>;
+  using CoordLayoutS = Layout<Shape<Shape<Shape<_4, _8>, Shape<_4, _1>>, Shape<Shape<_2, _2>, Shape<_2, _16>>>, Stride<Stride<Stride<ScaledBasis<_2, 1>, ScaledBasis<_1, 0>>, Stride<ScaledBasis<_16, 0>, _0>>, Stride<Stride<ScaledBasis<_1, 1>, ScaledBasis<_8, 0>>, Stride<ScaledBasis<_64, 0>, ScaledBasis<_8, 1>>>>>;
+  using CoordLayoutO = Layout<Shape<Shape<Shape<_4, _8>, Shape<_4, _1>>, Shape<Shape<_2, _2>, Shape<_2, _8>>>, Stride<Stride<Stride<ScaledBasis<_2, 1>, ScaledBasis<_1, 0>>, Stride<ScaledBasis<_16, 0>, _0>>, Stride<Stride<ScaledBasis<_1, 1>, ScaledBasis<_8, 0>>, Stride<ScaledBasis<_64, 0>, ScaledBasis<_8, 1>>>>>;
+  using StoreLayoutO = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_4, _8, _4>, Shape<_2, Shape<_2, _2>>, Shape<_2, _4>>, Stride<Stride<_2, _64, _1024>, Stride<_1, Stride<_512, _8>>, Stride<_4096, _16>>>>;
+  using StoreLayoutOR = Layout<Shape<Shape<_2, Shape<_2, _2>>, _2, _4>, Stride<Stride<_1, Stride<_2, _8>>, _4, _16>>;
+  using LdsmLayoutQ = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_16, _2, _4>, Shape<_8, _1>, Shape<_2, _4>>, Stride<Stride<_64, _8, _1024>, Stride<_1, _0>, Stride<_4096, _16>>>>;
+  using LdsmLayoutK = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_8, _2, _2, _4>, Shape<_8, _1>, Shape<_8, _4, Shape<_1, _2>>>, Stride<Stride<_64, _8, _512, _0>, Stride<_1, _0>, Stride<_1024, _16, Stride<_0, _8192>>>>>;
+  using LdsmLayoutVt = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_16, _2, _4>, Shape<_8, _1>, Shape<_4, _8, _2>>, Stride<Stride<_64, _8, _0>, Stride<_1, _0>, Stride<_16, _1024, _8192>>>>;
+  // The 16-byte global ↔ shared copies' thread layouts, (thread, 8 values, rest), as
+  // TiledCopy::tidfrg_D / _S derive them for the swizzled tiles (CopyLayout) and for the
+  // identity tensors' (row, col) (CopyCoordLayout); tl::thr_partition slices them.
+  using CopyLayoutQ = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1>>, Stride<Stride<_8, _64>, Stride<_1, _0>, Stride<_1024, _0>>>>;
+  using CopyCoordLayoutQ = Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1>>, Stride<Stride<ScaledBasis<_8, 1>, ScaledBasis<_1, 0>>, Stride<ScaledBasis<_1, 1>, _0>, Stride<ScaledBasis<_16, 0>, _0>>>;
+  using CopyLayoutK = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1, Shape<_1, _2>>>, Stride<Stride<_8, _64>, Stride<_1, _0>, Stride<_1024, _0, Stride<_0, _8192>>>>>;
+  using CopyCoordLayoutK = Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1>>, Stride<Stride<ScaledBasis<_8, 1>, ScaledBasis<_1, 0>>, Stride<ScaledBasis<_1, 1>, _0>, Stride<ScaledBasis<_16, 0>, _0>>>;
+  using CopyLayoutV = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1, Shape<_1, _2>>>, Stride<Stride<_8, _64>, Stride<_1, _0>, Stride<_1024, _0, Stride<_0, _8192>>>>>;
+  using CopyCoordLayoutV = Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1>>, Stride<Stride<ScaledBasis<_8, 1>, ScaledBasis<_1, 0>>, Stride<ScaledBasis<_1, 1>, _0>, Stride<ScaledBasis<_16, 0>, _0>>>;
+  using CopyLayoutO = ComposedLayout<Swizzle<3, 3, 3>, _0, Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1>>, Stride<Stride<_8, _64>, Stride<_1, _0>, Stride<_1024, _0>>>>;
+  using CopyCoordLayoutO = Layout<Shape<Shape<_8, _16>, Shape<_8, _1>, Shape<_8, _1>>, Stride<Stride<ScaledBasis<_8, 1>, ScaledBasis<_1, 0>>, Stride<ScaledBasis<_1, 1>, _0>, Stride<ScaledBasis<_16, 0>, _0>>>;
 
   // Global → shared with cp.async (16 bytes, L2 only): each thread moves 8 elements; a row of the atom takes
   // kBlockK / 8 threads.
@@ -78,6 +97,26 @@ static_assert(mqa_fwd_traits::kSmemBytesO > 0 || mqa_fwd_traits::kHeadDimV <= mq
 
 namespace tl {
   using namespace cute;
+
+  // CuTe's ThrCopy::partition_S / _D with the layout TiledCopy::tidfrg_S / _D derives
+  // given as a type: the same slice at the thread's index, so the same address arithmetic
+  // (a swizzled tile's too), without the tiled copy's layout algebra.
+  template <class Tensor_, class ThrFrg>
+  CUTE_DEVICE auto thr_partition(Tensor_&& t, ThrFrg thrfrg, int thr_idx) {
+    auto thr_tensor = make_tensor(static_cast<Tensor_&&>(t).data(), thrfrg);
+    return thr_tensor(thr_idx, _, repeat<rank_v<Tensor_>>(_));
+  }
+
+  // CuTe's ThrMMA::partition_C with the layout its thrfrg_C derives given as a type (the
+  // identity tensors' Traits::CoordLayoutS/O): the same slice at this thread's (ThrV, (ThrM,
+  // ThrN)), so the same index arithmetic, without the layout algebra (about 1 s of nvcc).
+  template <class ThrMma, class CTensor, class ThrFrg>
+  CUTE_DEVICE auto partition_C(ThrMma const& thr_mma, CTensor&& ctensor, ThrFrg thrfrg) {
+    auto thr_tensor = make_tensor(static_cast<CTensor&&>(ctensor).data(), thrfrg);
+    auto const& vmnk = thr_mma.thr_vmnk_;
+    auto thr_vmn = make_coord(get<0>(vmnk), make_coord(get<1>(vmnk), get<2>(vmnk)));
+    return thr_tensor(thr_vmn, make_coord(_, cute::repeat<rank<1, 1>(ThrFrg{})>(_)));
+  }
 
   // The m16n8 accumulator of one thread, ((2 cols, 2 rows), MMA_M, MMA_N), seen as
   // ((2, MMA_M) rows, (2, MMA_N) cols), so Softmax can walk rows and columns.
@@ -170,38 +209,38 @@ int window_right) {
   // TL:10  GQA/MQA: consecutive query heads share one K/V head
 #line 10 "mqa_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 174 "mqa_fwd.cu"
+#line 213 "mqa_fwd.cu"
   // TL:13  Allocate Q in global (seqlen_q, d) with offset q_offset
 #line 13 "mqa_fwd.tl"
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(q) + bidb * q_batch_stride + bidh * q_head_stride),
 #line 13 "mqa_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimQK>{}), make_stride(q_row_stride, _1{}));  // (seqlen_q, kHeadDimQK)
-#line 180 "mqa_fwd.cu"
+#line 219 "mqa_fwd.cu"
   // TL:14  Allocate K in global (seqlen_k, d) with offset kv_offset
 #line 14 "mqa_fwd.tl"
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(k) + bidb * k_batch_stride + bidh_kv * k_head_stride),
 #line 14 "mqa_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimQK>{}), make_stride(k_row_stride, _1{}));  // (seqlen_k, kHeadDimQK)
-#line 186 "mqa_fwd.cu"
+#line 225 "mqa_fwd.cu"
   // TL:15  Allocate V in global (seqlen_k, d) with offset kv_offset
 #line 15 "mqa_fwd.tl"
   Tensor mV = make_tensor(make_gmem_ptr(static_cast<Element const*>(v) + bidb * v_batch_stride + bidh_kv * v_head_stride),
 #line 15 "mqa_fwd.tl"
                           make_shape(seqlen_k, Int<kHeadDimV>{}), make_stride(v_row_stride, _1{}));  // (seqlen_k, kHeadDimV)
-#line 192 "mqa_fwd.cu"
+#line 231 "mqa_fwd.cu"
   // TL:16  Allocate O in global (seqlen_q, d) with offset o_offset
 #line 16 "mqa_fwd.tl"
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(o) + bidb * o_batch_stride + bidh * o_head_stride),
 #line 16 "mqa_fwd.tl"
                           make_shape(seqlen_q, Int<kHeadDimV>{}), make_stride(o_row_stride, _1{}));  // (seqlen_q, kHeadDimV)
-#line 198 "mqa_fwd.cu"
+#line 237 "mqa_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (FA2)
 #line 22 "mqa_fwd.tl"
   int n_block_min = 0;
 #line 22 "mqa_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 205 "mqa_fwd.cu"
+#line 244 "mqa_fwd.cu"
 
   // TL:18  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — tiled 16-byte copies into swizzled smem; rows past seqlen_q are zeroed
 #line 18 "mqa_fwd.tl"
@@ -215,9 +254,9 @@ int window_right) {
 #line 18 "mqa_fwd.tl"
   Tensor tQgQ = gmem_thr_copy_QK.partition_S(gQ);  // (QCPY, QCPY_M, QCPY_K)
 #line 18 "mqa_fwd.tl"
-  Tensor tQsQ = gmem_thr_copy_QK.partition_D(sQ);  // (QCPY, QCPY_M, QCPY_K)
+  Tensor tQsQ = tl::thr_partition(sQ, Traits::CopyLayoutQ{}, tidx);  // (QCPY, QCPY_M, QCPY_K)
 #line 18 "mqa_fwd.tl"
-  Tensor tQcQ = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimQK>>{}));  // (row, col) of each copied vector
+  Tensor tQcQ = tl::thr_partition(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimQK>>{}), Traits::CopyCoordLayoutQ{}, tidx);  // (row, col) of each copied vector
 #line 18 "mqa_fwd.tl"
   const int q_rows = seqlen_q - m_block * kBlockM;  // valid rows in this tile
 #line 18 "mqa_fwd.tl"
@@ -238,7 +277,7 @@ int window_right) {
     }
 #line 18 "mqa_fwd.tl"
   }
-#line 242 "mqa_fwd.cu"
+#line 281 "mqa_fwd.cu"
 
   // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — 2 K buffers after Q's
 #line 23 "mqa_fwd.tl"
@@ -248,9 +287,9 @@ int window_right) {
 #line 23 "mqa_fwd.tl"
   Tensor tKgK = gmem_thr_copy_QK.partition_S(gK);  // (KCPY, KCPY_N, KCPY_K, n_blocks)
 #line 23 "mqa_fwd.tl"
-  Tensor tKsK = gmem_thr_copy_QK.partition_D(sK);  // (KCPY, KCPY_N, KCPY_K, kStages)
+  Tensor tKsK = tl::thr_partition(sK, Traits::CopyLayoutK{}, tidx);  // (KCPY, KCPY_N, KCPY_K, kStages)
 #line 23 "mqa_fwd.tl"
-  Tensor tKcK = gmem_thr_copy_QK.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{}));
+  Tensor tKcK = tl::thr_partition(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimQK>>{}), Traits::CopyCoordLayoutK{}, tidx);
 #line 23 "mqa_fwd.tl"
   auto load_K = [&](int n_block, int stage, auto predicated) {
 #line 23 "mqa_fwd.tl"
@@ -285,7 +324,7 @@ int window_right) {
     }
 #line 23 "mqa_fwd.tl"
   };
-#line 289 "mqa_fwd.cu"
+#line 328 "mqa_fwd.cu"
 
   // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — V buffers after the K buffers
 #line 29 "mqa_fwd.tl"
@@ -299,9 +338,9 @@ int window_right) {
 #line 29 "mqa_fwd.tl"
   Tensor tVgV = gmem_thr_copy_V.partition_S(gV);  // (VCPY, VCPY_N, VCPY_K, n_blocks)
 #line 29 "mqa_fwd.tl"
-  Tensor tVsV = gmem_thr_copy_V.partition_D(sV);  // (VCPY, VCPY_N, VCPY_K, kStages)
+  Tensor tVsV = tl::thr_partition(sV, Traits::CopyLayoutV{}, tidx);  // (VCPY, VCPY_N, VCPY_K, kStages)
 #line 29 "mqa_fwd.tl"
-  Tensor tVcV = gmem_thr_copy_V.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));
+  Tensor tVcV = tl::thr_partition(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}), Traits::CopyCoordLayoutV{}, tidx);
 #line 29 "mqa_fwd.tl"
   auto load_V = [&](int n_block, int stage, auto predicated) {
 #line 29 "mqa_fwd.tl"
@@ -336,7 +375,7 @@ int window_right) {
     }
 #line 29 "mqa_fwd.tl"
   };
-#line 340 "mqa_fwd.cu"
+#line 379 "mqa_fwd.cu"
 
   // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, in flight with Q; it may be partial
 #line 23 "mqa_fwd.tl"
@@ -347,7 +386,7 @@ int window_right) {
   }
 #line 23 "mqa_fwd.tl"
   cute::cp_async_fence();
-#line 351 "mqa_fwd.cu"
+#line 390 "mqa_fwd.cu"
   // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — the first (highest) key block, behind its K
 #line 29 "mqa_fwd.tl"
   if (n_block_max > n_block_min) {
@@ -357,7 +396,7 @@ int window_right) {
   }
 #line 29 "mqa_fwd.tl"
   cute::cp_async_fence();
-#line 361 "mqa_fwd.cu"
+#line 400 "mqa_fwd.cu"
 
   // TL:19  Copy Q from shared to register  — ldmatrix; slices are loaded inside the GEMM, one k-step ahead
 #line 19 "mqa_fwd.tl"
@@ -365,53 +404,45 @@ int window_right) {
 #line 19 "mqa_fwd.tl"
   auto thr_mma = tiled_mma.get_thread_slice(tidx);
 #line 19 "mqa_fwd.tl"
+  typename Traits::SmemCopyAtom smem_copy_atom;  // ldmatrix, for Q and K
+#line 19 "mqa_fwd.tl"
   Tensor tSrQ = make_tensor<Element>(Traits::FragLayoutQ{});  // (MMA, MMA_M, MMA_K)
 #line 19 "mqa_fwd.tl"
-  auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
-#line 19 "mqa_fwd.tl"
-  auto smem_thr_copy_Q = smem_tiled_copy_Q.get_thread_slice(tidx);
-#line 19 "mqa_fwd.tl"
-  Tensor tSsQ = smem_thr_copy_Q.partition_S(sQ);  // (CPY, CPY_M, CPY_K)
+  Tensor tSsQ = tl::thr_partition(sQ, Traits::LdsmLayoutQ{}, tidx);  // (CPY, CPY_M, CPY_K)
 #line 19 "mqa_fwd.tl"
   Tensor tSrQ_view = make_tensor(tSrQ.data(), Traits::FragLayoutQView{});  // (CPY, CPY_M, CPY_K)
-#line 378 "mqa_fwd.cu"
+#line 415 "mqa_fwd.cu"
   // TL:24  Copy K from shared to register  — ldmatrix, inside the GEMM
 #line 24 "mqa_fwd.tl"
   Tensor tSrK = make_tensor<Element>(Traits::FragLayoutK{});  // (MMA, MMA_N, MMA_K)
 #line 24 "mqa_fwd.tl"
-  auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
-#line 24 "mqa_fwd.tl"
-  auto smem_thr_copy_K = smem_tiled_copy_K.get_thread_slice(tidx);
-#line 24 "mqa_fwd.tl"
-  Tensor tSsK = smem_thr_copy_K.partition_S(sK);  // (CPY, CPY_N, CPY_K, kStages)
+  Tensor tSsK = tl::thr_partition(sK, Traits::LdsmLayoutK{}, tidx);  // (CPY, CPY_N, CPY_K, kStages)
 #line 24 "mqa_fwd.tl"
   Tensor tSrK_view = make_tensor(tSrK.data(), Traits::FragLayoutKView{});  // (CPY, CPY_N, CPY_K)
-#line 390 "mqa_fwd.cu"
+#line 423 "mqa_fwd.cu"
   // TL:30  Copy V from shared to register  — ldmatrix.trans of Vᵀ, a transposed view of sV (no data moves)
 #line 30 "mqa_fwd.tl"
   Tensor sVt = make_tensor(sV.data(), Traits::SmemLayoutVt{});  // (kHeadDimV, kBlockN, kStages)
 #line 30 "mqa_fwd.tl"
   Tensor tOrVt = make_tensor<Element>(Traits::FragLayoutVt{});  // (MMA, MMA_N_V, MMA_K_V)
 #line 30 "mqa_fwd.tl"
-  auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
+  typename Traits::SmemCopyAtomTransposed smem_copy_atom_t;  // ldmatrix.trans
 #line 30 "mqa_fwd.tl"
-  auto smem_thr_copy_V = smem_tiled_copy_V.get_thread_slice(tidx);
-#line 30 "mqa_fwd.tl"
-  Tensor tOsVt = smem_thr_copy_V.partition_S(sVt);  // (CPY, CPY_N_V, CPY_K_V, kStages)
+  Tensor tOsVt = tl::thr_partition(sVt, Traits::LdsmLayoutVt{}, tidx);  // (CPY, CPY_N_V, CPY_K_V, kStages)
 #line 30 "mqa_fwd.tl"
   Tensor tOrVt_view = make_tensor(tOrVt.data(), Traits::FragLayoutVtView{});
-#line 404 "mqa_fwd.cu"
+#line 435 "mqa_fwd.cu"
 
   // TL:21  Allocate acc_o in register (BM, d)  — fp32 accumulator fragment
 #line 21 "mqa_fwd.tl"
   Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N_V)
 #line 21 "mqa_fwd.tl"
   clear(acc_o);
-#line 411 "mqa_fwd.cu"
+#line 442 "mqa_fwd.cu"
   // TL:26  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 26 "mqa_fwd.tl"
   const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 415 "mqa_fwd.cu"
+#line 446 "mqa_fwd.cu"
   // TL:27  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 27 "mqa_fwd.tl"
   Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -421,17 +452,17 @@ int window_right) {
   fill(row_max, -__int_as_float(0x7f800000));
 #line 27 "mqa_fwd.tl"
   clear(row_sum);
-#line 425 "mqa_fwd.cu"
+#line 456 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — (row, col) of each score, and which key blocks need the mask
 #line 22 "mqa_fwd.tl"
-  Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
+  Tensor tScS = tl::partition_C(thr_mma, make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}), Traits::CoordLayoutS{});  // (MMA, MMA_M, MMA_N) -> (row, col)
 #line 22 "mqa_fwd.tl"
   auto needs_mask = [&](int n_block) {
 #line 22 "mqa_fwd.tl"
     return (n_block + 1) * kBlockN > seqlen_k;
 #line 22 "mqa_fwd.tl"
   };
-#line 435 "mqa_fwd.cu"
+#line 466 "mqa_fwd.cu"
 
   // TL:22  for j = 0: seqlen_k / BN  — key blocks from the highest down (FA2): blocks needing the mask come first
 #line 22 "mqa_fwd.tl"
@@ -442,19 +473,19 @@ int window_right) {
   CUTE_NO_UNROLL
 #line 22 "mqa_fwd.tl"
   for (; n_block >= n_block_min && needs_mask(n_block); --n_block) {
-#line 446 "mqa_fwd.cu"
+#line 477 "mqa_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mqa_fwd.tl"
     Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mqa_fwd.tl"
     clear(acc_s);
-#line 452 "mqa_fwd.cu"
+#line 483 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 22 "mqa_fwd.tl"
     cute::cp_async_wait<1>();
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 458 "mqa_fwd.cu"
+#line 489 "mqa_fwd.cu"
     // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 23 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -464,7 +495,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mqa_fwd.tl"
     }
-#line 468 "mqa_fwd.cu"
+#line 499 "mqa_fwd.cu"
     // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 29 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -474,12 +505,12 @@ int window_right) {
       cute::cp_async_fence();
 #line 29 "mqa_fwd.tl"
     }
-#line 478 "mqa_fwd.cu"
+#line 509 "mqa_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mqa_fwd.tl"
-    cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
+    cute::copy(smem_copy_atom, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
 #line 25 "mqa_fwd.tl"
-    cute::copy(smem_tiled_copy_K, tSsK(_, _, 0, stage), tSrK_view(_, _, 0));
+    cute::copy(smem_copy_atom, tSsK(_, _, 0, stage), tSrK_view(_, _, 0));
 #line 25 "mqa_fwd.tl"
     CUTE_UNROLL
 #line 25 "mqa_fwd.tl"
@@ -487,16 +518,16 @@ int window_right) {
 #line 25 "mqa_fwd.tl"
       if (k + 1 < size<2>(tSrQ)) {
 #line 25 "mqa_fwd.tl"
-        cute::copy(smem_tiled_copy_Q, tSsQ(_, _, k + 1), tSrQ_view(_, _, k + 1));
+        cute::copy(smem_copy_atom, tSsQ(_, _, k + 1), tSrQ_view(_, _, k + 1));
 #line 25 "mqa_fwd.tl"
-        cute::copy(smem_tiled_copy_K, tSsK(_, _, k + 1, stage), tSrK_view(_, _, k + 1));
+        cute::copy(smem_copy_atom, tSsK(_, _, k + 1, stage), tSrK_view(_, _, k + 1));
 #line 25 "mqa_fwd.tl"
       }
 #line 25 "mqa_fwd.tl"
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mqa_fwd.tl"
     }
-#line 500 "mqa_fwd.cu"
+#line 531 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 22 "mqa_fwd.tl"
     CUTE_UNROLL
@@ -510,13 +541,13 @@ int window_right) {
       if (col >= seqlen_k) acc_s(i) = -__int_as_float(0x7f800000);
 #line 22 "mqa_fwd.tl"
     }
-#line 514 "mqa_fwd.cu"
+#line 545 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mqa_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 520 "mqa_fwd.cu"
+#line 551 "mqa_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mqa_fwd.tl"
@@ -545,7 +576,7 @@ int window_right) {
     CUTE_UNROLL
 #line 27 "mqa_fwd.tl"
     for (int r = 0; r < size<0>(scores); ++r) {
-#line 549 "mqa_fwd.cu"
+#line 580 "mqa_fwd.cu"
       // in a masked block a row may have seen no key yet (max = -inf): exponentiate against 0
 #line 27 "mqa_fwd.tl"
       const float m_scaled = row_max(r) == -__int_as_float(0x7f800000) ? 0.f : row_max(r) * scale_log2;
@@ -569,16 +600,16 @@ int window_right) {
       }
 #line 27 "mqa_fwd.tl"
     }
-#line 573 "mqa_fwd.cu"
+#line 604 "mqa_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mqa_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mqa_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 579 "mqa_fwd.cu"
+#line 610 "mqa_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mqa_fwd.tl"
-    cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
+    cute::copy(smem_copy_atom_t, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
 #line 31 "mqa_fwd.tl"
     CUTE_UNROLL
 #line 31 "mqa_fwd.tl"
@@ -586,40 +617,40 @@ int window_right) {
 #line 31 "mqa_fwd.tl"
       if (k + 1 < size<2>(tOrP)) {
 #line 31 "mqa_fwd.tl"
-        cute::copy(smem_tiled_copy_V, tOsVt(_, _, k + 1, stage), tOrVt_view(_, _, k + 1));
+        cute::copy(smem_copy_atom_t, tOsVt(_, _, k + 1, stage), tOrVt_view(_, _, k + 1));
 #line 31 "mqa_fwd.tl"
       }
 #line 31 "mqa_fwd.tl"
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mqa_fwd.tl"
     }
-#line 597 "mqa_fwd.cu"
+#line 628 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
     stage ^= 1;
-#line 601 "mqa_fwd.cu"
+#line 632 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
   }
-#line 605 "mqa_fwd.cu"
+#line 636 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN  — the remaining blocks are fully visible: no mask, no predicates
 #line 22 "mqa_fwd.tl"
   CUTE_NO_UNROLL
 #line 22 "mqa_fwd.tl"
   for (; n_block >= n_block_min; --n_block) {
-#line 611 "mqa_fwd.cu"
+#line 642 "mqa_fwd.cu"
     // TL:20  Allocate S in register (BM, BN)  — fp32 scores of this key block
 #line 20 "mqa_fwd.tl"
     Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
 #line 20 "mqa_fwd.tl"
     clear(acc_s);
-#line 617 "mqa_fwd.cu"
+#line 648 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — K(n_block) has landed (its V may still fly); every warp is done with the other buffers
 #line 22 "mqa_fwd.tl"
     cute::cp_async_wait<1>();
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 623 "mqa_fwd.cu"
+#line 654 "mqa_fwd.cu"
     // TL:23  Copy K (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block into the other buffer; it overlaps this block's whole compute (a full block: only the highest can be partial)
 #line 23 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -629,7 +660,7 @@ int window_right) {
       cute::cp_async_fence();
 #line 23 "mqa_fwd.tl"
     }
-#line 633 "mqa_fwd.cu"
+#line 664 "mqa_fwd.cu"
     // TL:29  Copy V (BN, d) in coordinate [L = j] from global to shared  — prefetch the next key block's V into the other buffer, behind its K
 #line 29 "mqa_fwd.tl"
     if (n_block > n_block_min) {
@@ -639,12 +670,12 @@ int window_right) {
       cute::cp_async_fence();
 #line 29 "mqa_fwd.tl"
     }
-#line 643 "mqa_fwd.cu"
+#line 674 "mqa_fwd.cu"
     // TL:25  Compute GEMM Q, K and get S  — S = Q·Kᵀ; ldmatrix of k-slice k+1 overlaps the MMAs of slice k
 #line 25 "mqa_fwd.tl"
-    cute::copy(smem_tiled_copy_Q, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
+    cute::copy(smem_copy_atom, tSsQ(_, _, 0), tSrQ_view(_, _, 0));
 #line 25 "mqa_fwd.tl"
-    cute::copy(smem_tiled_copy_K, tSsK(_, _, 0, stage), tSrK_view(_, _, 0));
+    cute::copy(smem_copy_atom, tSsK(_, _, 0, stage), tSrK_view(_, _, 0));
 #line 25 "mqa_fwd.tl"
     CUTE_UNROLL
 #line 25 "mqa_fwd.tl"
@@ -652,22 +683,22 @@ int window_right) {
 #line 25 "mqa_fwd.tl"
       if (k + 1 < size<2>(tSrQ)) {
 #line 25 "mqa_fwd.tl"
-        cute::copy(smem_tiled_copy_Q, tSsQ(_, _, k + 1), tSrQ_view(_, _, k + 1));
+        cute::copy(smem_copy_atom, tSsQ(_, _, k + 1), tSrQ_view(_, _, k + 1));
 #line 25 "mqa_fwd.tl"
-        cute::copy(smem_tiled_copy_K, tSsK(_, _, k + 1, stage), tSrK_view(_, _, k + 1));
+        cute::copy(smem_copy_atom, tSsK(_, _, k + 1, stage), tSrK_view(_, _, k + 1));
 #line 25 "mqa_fwd.tl"
       }
 #line 25 "mqa_fwd.tl"
       cute::gemm(tiled_mma, tSrQ(_, _, k), tSrK(_, _, k), acc_s);
 #line 25 "mqa_fwd.tl"
     }
-#line 665 "mqa_fwd.cu"
+#line 696 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN  — V(n_block) has landed; every warp is done reading this K buffer
 #line 22 "mqa_fwd.tl"
     if (n_block > n_block_min) { cute::cp_async_wait<2>(); } else { cute::cp_async_wait<0>(); }
 #line 22 "mqa_fwd.tl"
     __syncthreads();
-#line 671 "mqa_fwd.cu"
+#line 702 "mqa_fwd.cu"
     // TL:26  Compute Multiply S, scale and get new S  — applied inside the exp2 below (scores · scale_log2 − max · scale_log2)
     // TL:27  Compute Softmax S  — online: new row max, rescale acc_o and the sum, exponentiate with exp2
 #line 27 "mqa_fwd.tl"
@@ -718,16 +749,16 @@ int window_right) {
       }
 #line 27 "mqa_fwd.tl"
     }
-#line 722 "mqa_fwd.cu"
+#line 753 "mqa_fwd.cu"
     // TL:28  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the A operand
 #line 28 "mqa_fwd.tl"
     Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 28 "mqa_fwd.tl"
     Tensor tOrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));  // (MMA_A, MMA_M, MMA_K_V)
-#line 728 "mqa_fwd.cu"
+#line 759 "mqa_fwd.cu"
     // TL:31  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V; P from registers, Vᵀ by ldmatrix.trans one k-slice ahead
 #line 31 "mqa_fwd.tl"
-    cute::copy(smem_tiled_copy_V, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
+    cute::copy(smem_copy_atom_t, tOsVt(_, _, 0, stage), tOrVt_view(_, _, 0));
 #line 31 "mqa_fwd.tl"
     CUTE_UNROLL
 #line 31 "mqa_fwd.tl"
@@ -735,22 +766,22 @@ int window_right) {
 #line 31 "mqa_fwd.tl"
       if (k + 1 < size<2>(tOrP)) {
 #line 31 "mqa_fwd.tl"
-        cute::copy(smem_tiled_copy_V, tOsVt(_, _, k + 1, stage), tOrVt_view(_, _, k + 1));
+        cute::copy(smem_copy_atom_t, tOsVt(_, _, k + 1, stage), tOrVt_view(_, _, k + 1));
 #line 31 "mqa_fwd.tl"
       }
 #line 31 "mqa_fwd.tl"
       cute::gemm(tiled_mma, tOrP(_, _, k), tOrVt(_, _, k), acc_o);
 #line 31 "mqa_fwd.tl"
     }
-#line 746 "mqa_fwd.cu"
+#line 777 "mqa_fwd.cu"
     // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
     stage ^= 1;
-#line 750 "mqa_fwd.cu"
+#line 781 "mqa_fwd.cu"
   // TL:22  for j = 0: seqlen_k / BN
 #line 22 "mqa_fwd.tl"
   }
-#line 754 "mqa_fwd.cu"
+#line 785 "mqa_fwd.cu"
 
   // TL:33  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 33 "mqa_fwd.tl"
@@ -775,24 +806,26 @@ int window_right) {
     for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 33 "mqa_fwd.tl"
   }
-#line 779 "mqa_fwd.cu"
+#line 810 "mqa_fwd.cu"
 
   // TL:34  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — registers → shared (dtype) → 128-bit global stores, rows past seqlen_q skipped
 #line 34 "mqa_fwd.tl"
   Tensor rO = tl::convert_fragment<Element>(acc_o);
 #line 34 "mqa_fwd.tl"
   Tensor sO = make_tensor(sQ.data(), Traits::SmemLayoutO{});  // reuses Q's buffer: Q·Kᵀ is done  // (kBlockM, kHeadDimV)
+#line 817 "mqa_fwd.cu"
+  // the atom make_tiled_copy_C's copy calls, on its partitions (Traits::StoreLayoutO/R)
 #line 34 "mqa_fwd.tl"
-  auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
+  typename Traits::SmemCopyAtomO smem_copy_atom_O;
 #line 34 "mqa_fwd.tl"
-  auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
+  cute::copy(smem_copy_atom_O, make_tensor(rO.data(), Traits::StoreLayoutOR{}),
 #line 34 "mqa_fwd.tl"
-  cute::copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-#line 792 "mqa_fwd.cu"
+             tl::thr_partition(sO, Traits::StoreLayoutO{}, tidx));
+#line 825 "mqa_fwd.cu"
 
   // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
 #line 34 "mqa_fwd.tl"
-  Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  Tensor tOcO = tl::partition_C(thr_mma, make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}), Traits::CoordLayoutO{});
 #line 34 "mqa_fwd.tl"
   Tensor tOcO_rowcol = make_tensor(tOcO.data(), tl::acc_rowcol(tOcO.layout()));
 #line 34 "mqa_fwd.tl"
@@ -813,7 +846,7 @@ int window_right) {
   }
 #line 34 "mqa_fwd.tl"
   __syncthreads();  // sO complete before it is read in another thread layout
-#line 817 "mqa_fwd.cu"
+#line 850 "mqa_fwd.cu"
 
 #line 34 "mqa_fwd.tl"
   Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDimV>>{}, make_coord(m_block, 0));  // (kBlockM, kHeadDimV)
@@ -822,7 +855,7 @@ int window_right) {
 #line 34 "mqa_fwd.tl"
   auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);
 #line 34 "mqa_fwd.tl"
-  Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (OCPY, OCPY_M, OCPY_K)
+  Tensor tOsO = tl::thr_partition(sO, Traits::CopyLayoutO{}, tidx);  // (OCPY, OCPY_M, OCPY_K)
 #line 34 "mqa_fwd.tl"
   Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (OCPY, OCPY_M, OCPY_K)
 #line 34 "mqa_fwd.tl"
@@ -830,7 +863,7 @@ int window_right) {
 #line 34 "mqa_fwd.tl"
   cute::copy(gmem_tiled_copy_O, tOsO, tOrO);
 #line 34 "mqa_fwd.tl"
-  Tensor tOcOg = gmem_thr_copy_O.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+  Tensor tOcOg = tl::thr_partition(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}), Traits::CopyCoordLayoutO{}, tidx);
 #line 34 "mqa_fwd.tl"
   CUTE_UNROLL
 #line 34 "mqa_fwd.tl"
@@ -843,5 +876,5 @@ int window_right) {
     }
 #line 34 "mqa_fwd.tl"
   }
-#line 847 "mqa_fwd.cu"
+#line 880 "mqa_fwd.cu"
 }

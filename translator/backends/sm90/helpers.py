@@ -7,7 +7,7 @@ one warp-group GEMM that issues a whole K loop of wgmma instructions as one comm
 
 from __future__ import annotations
 
-from translator.backends.row_helpers import emit_row_helpers
+from translator.backends.row_helpers import emit_partition_c, emit_row_helpers
 from translator.writer import CodeWriter
 
 
@@ -43,7 +43,7 @@ def emit_helpers(w: CodeWriter, regions: bool = False, *, gmma_desc: bool = Fals
         if gmma_desc:
             _emit_gmma_desc(w)
             w.line()
-            _emit_partition_c(w)
+            emit_partition_c(w)
             w.line()
         w.comment("One warp-group GEMM: every k16 slice as a wgmma, one commit group; the caller waits with")
         w.comment(
@@ -115,19 +115,6 @@ def _emit_descriptor_iterator(w: CodeWriter) -> None:
             w.line("return make_tensor(Desc64Iterator{t.data().desc_}, t.layout());")
         with w.block("else"):
             w.line("return make_tensor(t.data(), t.layout());")
-
-
-def _emit_partition_c(w: CodeWriter) -> None:
-    """`partition_C`: CuTe's `ThrMMA::partition_C` on a `thrfrg_C` layout the traits write out."""
-    w.comment("CuTe's ThrMMA::partition_C with the layout its thrfrg_C derives given as a type (the")
-    w.comment("identity tensors' Traits::CoordLayoutS/O): the same slice at this thread's (ThrV, (ThrM,")
-    w.comment("ThrN)), so the same index arithmetic, without the layout algebra (about 1 s of nvcc).")
-    w.line("template <class ThrMma, class CTensor, class ThrFrg>")
-    with w.block("CUTE_DEVICE auto partition_C(ThrMma const& thr_mma, CTensor&& ctensor, ThrFrg thrfrg)"):
-        w.line("auto thr_tensor = make_tensor(static_cast<CTensor&&>(ctensor).data(), thrfrg);")
-        w.line("auto const& vmnk = thr_mma.thr_vmnk_;")
-        w.line("auto thr_vmn = make_coord(get<0>(vmnk), make_coord(get<1>(vmnk), get<2>(vmnk)));")
-        w.line("return thr_tensor(thr_vmn, make_coord(_, cute::repeat<rank<1, 1>(ThrFrg{})>(_)));")
 
 
 def _emit_gmma_desc(w: CodeWriter) -> None:
