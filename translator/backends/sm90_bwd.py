@@ -56,6 +56,7 @@ from runner.abi import (
     BackwardSpec,
     backward_tma_box_cols,
 )
+from tl_language import gpu
 from translator.backends import sm80_bwd as fa2
 from translator.backends.arch import ELEMENT
 from translator.backends.regions import Regions
@@ -91,7 +92,6 @@ BLOCK_N_SPLIT = 64
 THREADS = fa2.THREADS  # two consumer warp groups: the other kernels keep sm80_bwd's 256 threads
 HEAD_DIMS = (64, 128, 256)
 SPLIT_HEAD_DIMS = (256,)
-SMEM_LIMIT = 227 * 1024  # sm_90's opt-in dynamic shared memory a block
 DQ_VECTOR = 4  # dQ's fp32 additions as float4 reductions (sm_90): a quarter of the atomic instructions
 # dq_accum's tile in one contiguous part per consumer warp group (`sm80_bwd._emit_convert`), so each warp
 # group hands its own part to dq_bulk's bulk add without waiting for the other
@@ -337,9 +337,10 @@ def _check_shared(plan: KernelPlan, block_m: int, dq_bulk: bool, overlap_p: bool
     was built and measured for the key-row split only)."""
     d = plan.head_dim_qk
     need = shared_bytes(d, block_m=block_m, dq_bulk=dq_bulk)
+    limit = gpu.TARGETS["sm_90"].smem_per_block
     where = plan.range_of("d", "load_q", "kernel")
-    if need > SMEM_LIMIT:
-        why = f"head dim {d}{' with dq_bulk' if dq_bulk else ''} needs {need} bytes of shared memory (sm_90: {SMEM_LIMIT})"
+    if need > limit:
+        why = f"head dim {d}{' with dq_bulk' if dq_bulk else ''} needs {need} bytes of shared memory (sm_90: {limit})"
         raise TranslateError([unsupported(where, f"the sm_90 backward: {why}")])
     if overlap_p and split_head(d):
         raise TranslateError([unsupported(where, f"the sm_90 backward: overlap_p at head dim {d} (not built)")])
