@@ -89,8 +89,8 @@ def test_d256_splits_the_head_dim_between_the_warp_groups():
     _in_order(
         main,
         "Element* smem_p = smem_ds + 2 * kBlockM * kBlockN;",
-        "tl::stsm_x4_t(ds_addr[i] + ds_stage + kPOffset, tPrP(4 * i + 0)",
-        "tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i + 0)",
+        "tl::stsm_x4_t(ds_addr[i] + ds_stage + kPOffset, tPrP(4 * i), tPrP(4 * i + 1)",
+        "tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i), tdSrdS(4 * i + 1)",
         "tl::fence_async_shared();",
         "tl::consumer_sync(1, Traits::kNThreads);  // Pᵀ and dSᵀ of both warp groups",
         "tl::wgmma<false, false>(tiled_mma_dkv, tdVrPt, tdVrdO, acc_dv);",

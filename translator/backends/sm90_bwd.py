@@ -801,13 +801,7 @@ def _emit_query_block(
         w.line("Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));")
         w.comment("dSᵀ for dQ's GEMM: accumulator elements → shared, one stmatrix (8 × 8, transposed, ×4) a step")
         w.line("Tensor tdSrdS = recast<uint32_t>(rdS);  // atom i: its 32-bit pairs 4i … 4i + 3 (ds_addr)")
-        w.line("const uint32_t ds_stage = stage * (kBlockM * kBlockN * sizeof(Element));")
-        w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < Traits::kWgQueries / 16; ++i)"):
-            w.line(
-                "tl::stsm_x4_t(ds_addr[i] + ds_stage, tdSrdS(4 * i), tdSrdS(4 * i + 1), tdSrdS(4 * i + 2), "
-                "tdSrdS(4 * i + 3));"
-            )
+        _emit_stsm_t(w, (("tdSrdS", ""),))
         w.line("tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);")
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // dS of both warp groups is in shared memory")
@@ -822,13 +816,8 @@ def _emit_split_dkv(w: CodeWriter, plan: KernelPlan, dq_bulk: bool) -> None:
         w.comment("one stmatrix (8 × 8, transposed, ×4) a step; atom i: the 32-bit pairs 4i … 4i + 3 (ds_addr)")
         w.line("Tensor tPrP = recast<uint32_t>(rP);")
         w.line("Tensor tdSrdS = recast<uint32_t>(rdS);")
-        w.line("const uint32_t ds_stage = stage * (kBlockM * kBlockN * sizeof(Element));")
         w.line("constexpr uint32_t kPOffset = 2 * kBlockM * kBlockN * sizeof(Element);  // smem_p − smem_ds")
-        w.line("CUTE_UNROLL")
-        with w.block("for (int i = 0; i < Traits::kWgQueries / 16; ++i)"):
-            for t, off in (("tPrP", " + kPOffset"), ("tdSrdS", "")):
-                regs = ", ".join(f"{t}(4 * i + {k})" for k in range(4))
-                w.line(f"tl::stsm_x4_t(ds_addr[i] + ds_stage{off}, {regs});")
+        _emit_stsm_t(w, (("tPrP", " + kPOffset"), ("tdSrdS", "")))
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // Pᵀ and dSᵀ of both warp groups are in shared memory")
         w.line("Tensor sPt = make_tensor(make_smem_ptr(smem_p + stage * (kBlockM * kBlockN)), typename Traits::SmemLayoutdSt{});")
@@ -838,6 +827,18 @@ def _emit_split_dkv(w: CodeWriter, plan: KernelPlan, dq_bulk: bool) -> None:
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, SS wgmma (this warp group's head-dim columns)"):
         w.line("tl::wgmma<false, false>(tiled_mma_dkv, tdVrPt, tdVrdO, acc_dv);")
     _emit_dq_dk(w, plan, dq_bulk, False, split=True)
+
+
+def _emit_stsm_t(w: CodeWriter, stores: tuple[tuple[str, str], ...]) -> None:
+    """Each (32-bit register view, C++ byte offset from this stage's dS tile) of `stores` into shared
+    memory by stmatrix (8 × 8, transposed, ×4), a step per 16 of the warp group's query columns, at the
+    closed-form `ds_addr`."""
+    w.line("const uint32_t ds_stage = stage * (kBlockM * kBlockN * sizeof(Element));")
+    w.line("CUTE_UNROLL")
+    with w.block("for (int i = 0; i < Traits::kWgQueries / 16; ++i)"):
+        for t, off in stores:
+            regs = ", ".join(f"{t}(4 * i{f' + {k}' if k else ''})" for k in range(4))
+            w.line(f"tl::stsm_x4_t(ds_addr[i] + ds_stage{off}, {regs});")
 
 
 def _emit_dq_dk(w: CodeWriter, plan: KernelPlan, dq_bulk: bool, swap_dq: bool, *, split: bool) -> None:
