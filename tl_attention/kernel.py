@@ -30,7 +30,7 @@ from pipeline.variants import EXAMPLES, variant
 from runner.abi import LaunchSpec
 from runner.compile import CompiledKernel
 from runner.toolchain import ToolchainError, compile_target
-from tl_attention import checks
+from tl_attention import checks, mask_cache
 from tl_attention.backward import find_backward
 from tl_attention.ops import forward_op, register_kernel, resolve
 
@@ -87,7 +87,11 @@ class Kernel:
     translated: Translated
     origin: str  # the path given, or "<TL text>"
     key: str  # the op registry key
+    # The block classes of this many recent calls whose masks read side tensors, reused while those
+    # tensors are unchanged (`tl_attention.mask_cache`); 0: classify at every call.
+    block_mask_cache: int = 4
     _loaded: dict[int, Any] = field(default_factory=dict, repr=False)
+    _mask_cache: mask_cache.BlockMaskCache = field(default_factory=mask_cache.BlockMaskCache, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -128,13 +132,16 @@ class Kernel:
         """Attention of q, k, v in `layout` ('bhsd' like SDPA, 'bshd' like FlashAttention); GQA when k and
         v have fewer heads than q. `extras`: the TL's runtime Scalars and side tensors by name. Returns o in
         `layout`, and with `return_lse` also lse float32 (batch, heads, seqlen_q). `block_mask`: this
-        kernel's `block_mask(...)` for the same side tensors, scalars and lengths (else a kernel whose
-        masks read side tensors classifies its blocks at every call, forward and backward)."""
+        kernel's `block_mask(...)` for the same side tensors, scalars and lengths; without it a kernel whose
+        masks read side tensors reuses the classes of an earlier call on the same, unchanged side tensors
+        (`tl_attention.mask_cache`, `block_mask_cache`) and classifies its blocks otherwise."""
         q, k, v, softmax_scale, win, tensors, scalars = self._checked(q, k, v, layout, scale, window, extras)
         if return_lse and not self.spec.writes_lse:
             raise ValueError(f"return_lse: {self.name} has no softmax, so it has no log-sum-exp to return")
         if block_mask is not None and block_mask.key != self.key:
             raise ValueError(f"block_mask: built by another kernel ({block_mask.key}), not {self.name}")
+        if block_mask is None:
+            block_mask = self._cached_block_mask(q, k, v, softmax_scale, win, tensors, scalars)
         classes = (block_mask.forward, block_mask.backward) if block_mask is not None else (None, None)
         o, lse = forward_op(self.key, q, k, v, softmax_scale, win, tensors, scalars, *classes)
         if layout == "bhsd":
@@ -159,13 +166,21 @@ class Kernel:
         side tensors, scalars, window, batch, heads and lengths stay; q, k and v give the shapes only. Only
         for a kernel whose masks read side tensors (documents, flags), on CUDA tensors."""
         from runner.abi import block_mask_kind
-        from runner.launch import block_classes
 
         if not block_mask_kind(self.spec.program):
             raise ValueError(f"block_mask: {self.name}'s masks read no side tensor: it has no block classes")
         q, k, v, softmax_scale, win, tensors, scalars = self._checked(q, k, v, layout, None, window, extras)
         if q.device.type != "cuda":
             raise ValueError(f"block_mask: the classes are built on the GPU; q is on {q.device}")
+        return self._build_block_mask(q, k, v, softmax_scale, win, tensors, scalars, backward)
+
+    def _build_block_mask(
+        self, q: Any, k: Any, v: Any, softmax_scale: float, win: list[int], tensors: list[Any],
+        scalars: list[float], backward: bool,
+    ) -> BlockMask:  # fmt: skip
+        """`block_mask`'s classes from the call's checked arguments (`_checked`)."""
+        from runner.launch import block_classes
+
         named = dict(zip(self.tensor_names, tensors, strict=True))
         typed = self._scalars(scalars)
         forward = block_classes(
@@ -176,6 +191,35 @@ class Kernel:
         build = getattr(grads, "block_classes", None)
         back = build(q, k, window=(win[0], win[1]), tensors=named, scalars=typed) if build else None
         return BlockMask(self.key, forward, back)
+
+    def _cached_block_mask(
+        self, q: Any, k: Any, v: Any, softmax_scale: float, win: list[int], tensors: list[Any],
+        scalars: list[float],
+    ) -> BlockMask | None:  # fmt: skip
+        """The classes of an earlier call on the same side tensors, unchanged, or built now and kept
+        (`tl_attention.mask_cache`); None where the kernel classifies at its launch: masks that read no
+        side tensor, the cache off, tensors it cannot key (inference tensors, graph capture, tracing)."""
+        from runner.abi import block_mask_kind
+
+        if self.block_mask_cache <= 0 or not block_mask_kind(self.spec.program):
+            return None
+        if not mask_cache.cacheable([q, *tensors]):
+            return None
+        backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *tensors))
+        key = (
+            q.device.index,
+            mask_cache.stream_of(q.device),
+            *q.shape[:3],
+            *k.shape[1:3],
+            *win,
+            *scalars,
+            backward,
+        )
+
+        def build() -> BlockMask:
+            return self._build_block_mask(q, k, v, softmax_scale, win, tensors, scalars, backward)
+
+        return self._mask_cache.get(key, tensors, build, self.block_mask_cache)
 
     def _checked(
         self, q: Any, k: Any, v: Any, layout: str, scale: Any, window: Any, extras: dict[str, Any]

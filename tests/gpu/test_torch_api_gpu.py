@@ -158,30 +158,59 @@ def test_kernel_gradients_match_reference(kernels: dict[str, Any]) -> None:
 
 
 def test_a_prebuilt_block_mask_gives_the_per_call_results(kernels: dict[str, Any]) -> None:
-    """document_mask.tl with its block classes built once (`Kernel.block_mask`) and passed to the call:
-    the output bit for bit and the gradients (dQ's float32 atomics aside) as when every kernel classifies
-    the blocks itself; classes for other lengths are refused before any launch."""
+    """document_mask.tl with its block classes built once (`Kernel.block_mask`) and passed to the call,
+    or kept by the kernel between calls (its mask cache): the output bit for bit and the gradients (dQ's
+    float32 atomics aside) as when every kernel classifies the blocks itself; classes for other lengths
+    are refused before any launch."""
     kernel = kernels["documents"]
     q, k, v = (t.requires_grad_() for t in qkv(seqlen=1000, seed=7))
     gen = torch.Generator(device="cuda").manual_seed(7)
     doc = torch.sort(torch.randint(0, 6, (2, 1000), generator=gen, device="cuda"), dim=1).values.int()
     grad_o = torch.randn(q.shape, generator=gen, device="cuda", dtype=BF16)
     runs = []
-    for mask in (None, kernel.block_mask(q, k, v, doc=doc)):
+    kernel._mask_cache.clear()
+    counts = (kernel._mask_cache.builds, kernel._mask_cache.hits)
+    for cache, mask in ((0, None), (4, None), (4, None), (4, kernel.block_mask(q, k, v, doc=doc))):
+        kernel.block_mask_cache = cache
         for t in (q, k, v):
             t.grad = None
         o = kernel(q, k, v, scale=0.1, doc=doc, block_mask=mask)
         o.backward(grad_o)
         runs.append((o.detach(), *(t.grad for t in (q, k, v))))
-    (o1, dq1, dk1, dv1), (o2, dq2, dk2, dv2) = runs
-    assert not o1.isnan().any() and torch.equal(o1, o2)
+    assert (kernel._mask_cache.builds, kernel._mask_cache.hits) == (counts[0] + 1, counts[1] + 1)
+    o1, dq1, dk1, dv1 = runs[0]
+    assert not o1.isnan().any()
+    for o2, dq2, dk2, dv2 in runs[1:]:
+        assert torch.equal(o1, o2)
+        if find_backward(kernel) is not None:
+            assert torch.equal(dk1, dk2) and torch.equal(dv1, dv2)
+            torch.testing.assert_close(dq1, dq2, atol=1e-2, rtol=1e-2)
     if find_backward(kernel) is not None:
         assert kernel.block_mask(q, k, v, doc=doc).backward is not None
-        assert torch.equal(dk1, dk2) and torch.equal(dv1, dv2)
-        torch.testing.assert_close(dq1, dq2, atol=1e-2, rtol=1e-2)
     short = kernel.block_mask(q[:, :, :500], k[:, :, :500], v[:, :, :500], doc=doc[:, :500])
     with pytest.raises(ValueError, match="block_classes"):
         kernel(q, k, v, doc=doc, block_mask=short)
+
+
+def test_the_kept_block_classes_follow_an_in_place_write(kernels: dict[str, Any]) -> None:
+    """The kernel's mask cache after `doc` is rewritten in place (one document instead of six): the
+    call classifies again and gives what the kernel gives with its classes built per launch."""
+    kernel = kernels["documents"]
+    kernel.block_mask_cache = 4
+    kernel._mask_cache.clear()
+    counts = (kernel._mask_cache.builds, kernel._mask_cache.hits)
+    q, k, v = qkv(seqlen=700, seed=11)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    doc = torch.sort(torch.randint(0, 6, (2, 700), generator=gen, device="cuda"), dim=1).values.int()
+    with torch.no_grad():
+        before = kernel(q, k, v, doc=doc)
+        doc.zero_()
+        after = kernel(q, k, v, doc=doc)
+        kernel.block_mask_cache = 0
+        fresh = kernel(q, k, v, doc=doc)
+    kernel.block_mask_cache = 4
+    assert (kernel._mask_cache.builds, kernel._mask_cache.hits) == (counts[0] + 2, counts[1])
+    assert torch.equal(after, fresh) and not torch.equal(before, after)
 
 
 def alibi_reference(q: Any, k: Any, v: Any, scale: float, slopes: Any) -> Any:

@@ -119,3 +119,92 @@ def test_a_block_mask_reaches_the_forward_and_the_backward() -> None:
         kernel(q, k, v, doc=doc, block_mask=BlockMask(other.key, back))
     with pytest.raises(ValueError, match="no side tensor"):
         other.block_mask(q, k, v, cap=5.0)
+
+
+def test_the_mask_cache_reuses_classes_until_a_side_tensor_changes() -> None:
+    """`BlockMaskCache`: a hit for the same tensor object unchanged; a build after an in-place write (the
+    version counter), for an equal but new tensor, or another key; entries of freed tensors are dropped,
+    and the least recently used goes first past the size."""
+    from tl_attention.mask_cache import BlockMaskCache
+
+    cache, built = BlockMaskCache(), []
+
+    def get(key: tuple, *tensors: torch.Tensor, size: int = 4) -> object:
+        return cache.get(key, tensors, lambda: built.append(key) or len(built), size)
+
+    doc = torch.zeros(2, 16, dtype=torch.int32)
+    assert get((1,), doc) == 1 and get((1,), doc) == 1 and cache.hits == 1
+    doc[0, 3] = 1  # in place: the version counter moves
+    assert get((1,), doc) == 2 and get((1,), doc) == 2
+    assert get((1,), doc.clone()) == 3  # equal values, another tensor
+    assert get((2,), doc) == 4 and cache.builds == 4
+    gone = torch.ones(4, dtype=torch.int32)
+    get((3,), gone)
+    del gone
+    get((4,), doc)  # the insert drops the entries of freed tensors and of written ones
+    assert len(cache) == 3  # (1,), (2,) and (4,) of doc as it is now
+    last = [get((n,), doc, size=2) for n in range(5, 9)]
+    hits = cache.hits
+    assert len(cache) == 2 and [get((7,), doc, size=2), get((8,), doc, size=2)] == last[2:]
+    assert cache.hits == hits + 2
+    assert get((5,), doc, size=2) == cache.builds == last[-1] + 1  # evicted, built again
+
+
+def test_the_cache_keys_only_plain_cuda_tensors_outside_capture_and_tracing() -> None:
+    from tl_attention.mask_cache import cacheable
+
+    assert not cacheable([torch.zeros(2)])  # CPU: the classes are built on the GPU
+    with torch.inference_mode():
+        assert not cacheable([torch.zeros(2)])
+
+
+@pytest.mark.usefixtures("on_cpu", "no_providers")
+def test_a_kernel_reuses_its_block_classes_across_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without `block_mask=`, a side-tensor mask's classes are built at the first call and reused while
+    the side tensors stay the same, unchanged; a call that needs gradients builds the backward's too, and
+    they reach the provider; `block_mask_cache = 0` turns it off."""
+    from tl_attention import mask_cache
+    from tl_attention.backward import register_backward_provider
+    from tl_attention.kernel import BlockMask, Kernel
+
+    monkeypatch.setattr(mask_cache, "cacheable", lambda tensors: True)  # the op runs on CPU here
+    builds: list[bool] = []
+
+    def build(self: Kernel, q, k, v, scale, win, tensors, scalars, backward) -> BlockMask:  # type: ignore[no-untyped-def]
+        builds.append(backward)
+        marker = torch.full((1,), len(builds), dtype=torch.uint8)
+        return BlockMask(self.key, marker, marker.clone() if backward else None)
+
+    monkeypatch.setattr(Kernel, "_build_block_mask", build)
+    seen: list[object] = []
+
+    def provider(kn: object) -> object:
+        def fn(q, k, v, o, lse, grad_o, **kw):  # type: ignore[no-untyped-def]
+            seen.append(kw.get("block_classes"))
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), {}
+
+        return fn
+
+    register_backward_provider(provider)
+    kernel = tl_attention.compile("document_mask.tl")
+    q, k, v = inputs((1, 2, 16, 128), (1, 2, 16, 128), (1, 2, 16, 128), seed=3)
+    doc = torch.tensor([[0] * 9 + [1] * 7], dtype=torch.int32)
+    with torch.no_grad():
+        kernel(q, k, v, doc=doc)
+        kernel(q, k, v, doc=doc)
+    assert builds == [False]
+    for _ in range(2):
+        kernel(q, k, v, doc=doc).float().sum().backward()
+    assert builds == [False, True] and all(s is not None and int(s[0]) == 2 for s in seen)
+    doc[0, 8] = 1  # an in-place write: classified again
+    kernel(q, k, v, doc=doc).float().sum().backward()
+    assert builds == [False, True, True] and int(seen[-1][0]) == 3  # type: ignore[index]
+    kernel(q[:, :, :8], k[:, :, :8], v[:, :, :8], doc=doc[:, :8].contiguous()).float().sum().backward()
+    assert len(builds) == 4  # other lengths, another tensor
+    kernel.block_mask_cache = 0
+    kernel(q, k, v, doc=doc).float().sum().backward()
+    assert len(builds) == 4 and seen[-1] is None  # the kernels classify at their launch
+    assert (
+        kernel(q, k, v, doc=doc, block_mask=BlockMask(kernel.key, torch.zeros(1, dtype=torch.uint8)))
+        is not None
+    )
