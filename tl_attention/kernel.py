@@ -203,7 +203,7 @@ class Kernel:
 
         if self.block_mask_cache <= 0 or not block_mask_kind(self.spec.program):
             return None
-        if not mask_cache.cacheable([q, *tensors]):
+        if not mask_cache.cacheable(q, tensors):
             return None
         backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *tensors))
         key = (

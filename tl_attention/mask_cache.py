@@ -11,7 +11,7 @@ because the classes are built on it, and read there without another synchronisat
 
 Not detected: a write PyTorch does not see (another library's kernel through a raw pointer); build the
 classes explicitly there (`Kernel.block_mask`) or set `block_mask_cache = 0`. The kernel skips the cache
-for inference tensors (they carry no version counter), during CUDA graph capture (a captured launch would
+for side tensors that are inference tensors (no version counter), during CUDA graph capture (a captured launch would
 keep a pointer into an entry the cache may free) and while tracing (`torch.compile`, fake tensors).
 """
 
@@ -90,10 +90,10 @@ def stream_of(device: Any) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream) if device.type == "cuda" else 0
 
 
-def cacheable(tensors: Sequence[Any]) -> bool:
-    """Whether classes built from `tensors` (q first, then the side tensors) may be reused: plain CUDA
-    tensors with version counters, eager, not being captured into a CUDA graph."""
-    if torch.compiler.is_compiling() or not tensors or not tensors[0].is_cuda:
+def cacheable(q: Any, tensors: Sequence[Any]) -> bool:
+    """Whether classes built for a call on CUDA tensor `q` from side tensors `tensors` may be reused:
+    plain tensors with version counters, eager, not being captured into a CUDA graph."""
+    if torch.compiler.is_compiling() or not tensors or not q.is_cuda:
         return False
     if any(type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_inference() for t in tensors):
         return False

@@ -153,9 +153,11 @@ def test_the_mask_cache_reuses_classes_until_a_side_tensor_changes() -> None:
 def test_the_cache_keys_only_plain_cuda_tensors_outside_capture_and_tracing() -> None:
     from tl_attention.mask_cache import cacheable
 
-    assert not cacheable([torch.zeros(2)])  # CPU: the classes are built on the GPU
+    doc = torch.zeros(2, dtype=torch.int32)
+    assert not cacheable(torch.zeros(2), [doc])  # CPU: the classes are built on the GPU
+    assert not cacheable(torch.zeros(2, device="meta"), [doc])
     with torch.inference_mode():
-        assert not cacheable([torch.zeros(2)])
+        assert not cacheable(torch.zeros(2, device="meta"), [torch.zeros(2, dtype=torch.int32)])
 
 
 @pytest.mark.usefixtures("on_cpu", "no_providers")
@@ -167,7 +169,7 @@ def test_a_kernel_reuses_its_block_classes_across_calls(monkeypatch: pytest.Monk
     from tl_attention.backward import register_backward_provider
     from tl_attention.kernel import BlockMask, Kernel
 
-    monkeypatch.setattr(mask_cache, "cacheable", lambda tensors: True)  # the op runs on CPU here
+    monkeypatch.setattr(mask_cache, "cacheable", lambda q, tensors: True)  # the op runs on CPU here
     builds: list[bool] = []
 
     def build(self: Kernel, q, k, v, scale, win, tensors, scalars, backward) -> BlockMask:  # type: ignore[no-untyped-def]
