@@ -11,8 +11,9 @@ because the classes are built on it, and read there without another synchronisat
 
 Not detected: a write PyTorch does not see (another library's kernel through a raw pointer); build the
 classes explicitly there (`Kernel.block_mask`) or set `block_mask_cache = 0`. The kernel skips the cache
-for side tensors that are inference tensors (no version counter), during CUDA graph capture (a captured launch would
-keep a pointer into an entry the cache may free) and while tracing (`torch.compile`, fake tensors).
+for side tensors that are inference tensors (no version counter), during CUDA graph capture (a captured
+launch would keep a pointer into an entry the cache may free) and while tracing (`torch.compile`, fake
+tensors).
 """
 
 from __future__ import annotations
