@@ -10,7 +10,9 @@ is taken against the faster of the two.
 Programs whose masks read side tensors (documents, global flags) classify their blocks at every launch
 (`tl`, what a bare `launch` costs) and, in the row `classes once`, with the classes built once outside the
 timed launches (`runner.launch.block_classes`, as Flex's and FA4's block masks are built, and as a model
-reuses them across its layers); its output is checked equal to the per-launch one before it is timed.
+reuses them across its layers), and in `torch call, kept` through `tl_attention` as a model calls it
+(no `block_mask=`: the kernel keeps the classes of its first call, `tl_attention.mask_cache`); both
+outputs are checked equal to the per-launch one before they are timed.
 
     python3 benchmarks/variants.py [--seqlen 8192] [--batch 2] [--heads 16] [--only a,b] [--json OUT]
                                    [--seqlens 4096,8192,16384 [--tokens 16384]] [--dtype fp16]
@@ -170,6 +172,7 @@ def _bench_shape(
                 )
             else:
                 print(f"{n}: the launch with prebuilt block classes differs from the plain launch, not timed")
+            _torch_call(n, built[n].text, q, k, v, o, side, scalars, fns)
         mods = flex_mods(n, scalars, side, S, S)
         fa4_kw = fa4_native(n, scalars, side)
         notes: dict[str, Any] = {}
@@ -204,6 +207,29 @@ def _bench_shape(
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def _torch_call(
+    n: str, text: str, q: Any, k: Any, v: Any, o: Any, side: dict[str, Any], scalars: dict, fns: dict
+) -> None:
+    """`tl-call`: the same kernel called as a model calls it (`tl_attention`, no `block_mask=`), so its
+    classes are built at the first call and kept while the side tensors are unchanged
+    (`tl_attention.mask_cache`); the argument checks and the cache's lookup are in the time. Checked
+    equal to the per-launch output first."""
+    import torch
+
+    import tl_attention
+
+    kernel = tl_attention.compile(text, name=f"{n.replace(' ', '_')}_bench.tl")  # the timed build's source
+
+    def call(i: int) -> Any:
+        with torch.no_grad():
+            return kernel(q, k, v, layout="bshd", scale=1 / math.sqrt(q.shape[-1]), **side, **scalars)
+
+    if torch.equal(call(0), o):
+        fns["tl-call"] = call
+    else:
+        print(f"{n}: the PyTorch call differs from the plain launch, not timed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     device = cuda_device_arch()
     results = compile_many(
         [
-            CompileJob(source=b.source, arch=b.spec.arch, name=f"{n}.cu", device_arch=device)
+            CompileJob(source=b.source, arch=b.spec.arch, name=b.cu_path.name, device_arch=device)
             for n, b in built.items()
         ]
     )
@@ -306,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{'  classes once':22s} {'':8s} {'':5s} {_num(r, 'tl-once')} {'':27s} "
                 f"{_ratio(r, 'flex', 'tl-once')} {_ratio(r, 'fa4-best', 'tl-once')}"
+            )
+        if "tl-call" in r:
+            # a model's call: the classes kept by the kernel between calls, the call's checks in the time
+            print(
+                f"{'  torch call, kept':22s} {'':8s} {'':5s} {_num(r, 'tl-call')} {'':27s} "
+                f"{_ratio(r, 'flex', 'tl-call')} {_ratio(r, 'fa4-best', 'tl-call')}"
             )
         for only, param, value in ab:
             if only in ("", r["variant"]):

@@ -328,9 +328,9 @@ def load_many(kernels: list[Kernel]) -> None:
             kn._loaded.setdefault(index, load(result.compiled, kn.spec))
 
 
-def _read(source: str | Path) -> tuple[str, Path, str]:
+def _read(source: str | Path, name: str | None = None) -> tuple[str, Path, str]:
     """(TL text, the path diagnostics name, origin). A str is a path when it names a file (or, not found,
-    a file of examples/ or examples/variants/) and TL text otherwise."""
+    a file of examples/ or examples/variants/) and TL text otherwise, named `name` (default inline.tl)."""
     if isinstance(source, Path) or ("\n" not in source and source.endswith(".tl")):
         path = Path(source)
         if not path.exists() and not path.is_absolute():
@@ -342,13 +342,16 @@ def _read(source: str | Path) -> tuple[str, Path, str]:
             return path.read_text(), path, str(source)
         except OSError as exc:
             raise FileNotFoundError(f"{source}: cannot read the TL file ({exc.strerror})") from None
-    return source, Path("inline.tl"), "<TL text>"
+    return source, Path(name or "inline.tl"), "<TL text>"
 
 
-def compile(source: str | Path, *, target: str | None = None, lazy: bool = False) -> Kernel:
+def compile(
+    source: str | Path, *, target: str | None = None, lazy: bool = False, name: str | None = None
+) -> Kernel:
     """A TL kernel from a path or TL text, ready to call on tensors (see the module docstring). `lazy`:
-    stop after the translation even with a device (the first call, or `load_many`, compiles)."""
-    text, path, origin = _read(source)
+    stop after the translation even with a device (the first call, or `load_many`, compiles). `name`:
+    the file name TL text goes by in diagnostics and the generated source (default inline.tl)."""
+    text, path, origin = _read(source, name)
     device_arch = current_arch()
     if target == "auto":
         target = device_family(device_arch) if device_arch else None
