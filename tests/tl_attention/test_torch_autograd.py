@@ -89,17 +89,14 @@ def test_opcheck_with_real_cpu_kernels() -> None:
     torch.library.opcheck(ops.forward_op, (kernel.key, q, k, v, 0.1, [-1, -1], [slopes], []))
 
 
-@pytest.mark.usefixtures("on_cpu", "no_providers")
-def test_a_block_mask_reaches_the_forward_and_the_backward() -> None:
-    """`block_mask=`: its forward classes go to the forward op and its backward classes, saved for the
-    backward, reach the provider as `block_classes` (and nothing when no mask is given)."""
+def record_block_classes() -> list[object]:
+    """Registers a backward provider that returns zero gradients and records the `block_classes` each
+    backward is handed (None when none is): the list it appends to."""
     from tl_attention.backward import register_backward_provider
-    from tl_attention.kernel import BlockMask
 
-    kernel = tl_attention.compile("document_mask.tl")
     seen: list[object] = []
 
-    def provider(k: object) -> object:
+    def provider(kernel: object) -> object:
         def fn(q, k, v, o, lse, grad_o, **kw):  # type: ignore[no-untyped-def]
             seen.append(kw.get("block_classes"))
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), {}
@@ -107,6 +104,17 @@ def test_a_block_mask_reaches_the_forward_and_the_backward() -> None:
         return fn
 
     register_backward_provider(provider)
+    return seen
+
+
+@pytest.mark.usefixtures("on_cpu", "no_providers")
+def test_a_block_mask_reaches_the_forward_and_the_backward() -> None:
+    """`block_mask=`: its forward classes go to the forward op and its backward classes, saved for the
+    backward, reach the provider as `block_classes` (and nothing when no mask is given)."""
+    from tl_attention.kernel import BlockMask
+
+    kernel = tl_attention.compile("document_mask.tl")
+    seen = record_block_classes()
     q, k, v = inputs((1, 2, 16, 128), (1, 2, 16, 128), (1, 2, 16, 128), seed=3)
     doc = torch.tensor([[0] * 9 + [1] * 7], dtype=torch.int32)
     back = torch.ones(1, 1, 1, 1, dtype=torch.uint8)
@@ -166,7 +174,6 @@ def test_a_kernel_reuses_its_block_classes_across_calls(monkeypatch: pytest.Monk
     the side tensors stay the same, unchanged; a call that needs gradients builds the backward's too, and
     they reach the provider; `block_mask_cache = 0` turns it off."""
     from tl_attention import mask_cache
-    from tl_attention.backward import register_backward_provider
     from tl_attention.kernel import BlockMask, Kernel
 
     monkeypatch.setattr(mask_cache, "cacheable", lambda q, tensors: True)  # the op runs on CPU here
@@ -178,16 +185,7 @@ def test_a_kernel_reuses_its_block_classes_across_calls(monkeypatch: pytest.Monk
         return BlockMask(self.key, marker, marker.clone() if backward else None)
 
     monkeypatch.setattr(Kernel, "_build_block_mask", build)
-    seen: list[object] = []
-
-    def provider(kn: object) -> object:
-        def fn(q, k, v, o, lse, grad_o, **kw):  # type: ignore[no-untyped-def]
-            seen.append(kw.get("block_classes"))
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), {}
-
-        return fn
-
-    register_backward_provider(provider)
+    seen = record_block_classes()
     kernel = tl_attention.compile("document_mask.tl")
     q, k, v = inputs((1, 2, 16, 128), (1, 2, 16, 128), (1, 2, 16, 128), seed=3)
     doc = torch.tensor([[0] * 9 + [1] * 7], dtype=torch.int32)
