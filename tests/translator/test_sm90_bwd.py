@@ -244,7 +244,7 @@ def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
     _in_order(
         main,
         "tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);",
-        "Shape<Int<kHeadDim>, Int<kBlockM>>{});  // dQᵀ",
+        "make_tensor<float>(typename Traits::AccLayoutdQ{});  // (kHeadDim, kBlockM)  // dQᵀ",
         "tl::wgmma<true, false>(tiled_mma_dq, tdQrKt, tdQrdS, acc_dq);",
         "tl::wgmma<false, true>(tiled_mma_dkv, tdKrdS, tdKrQ, acc_dk);",
         "dq_tile_s[i * 128] = make_float4(",  # dq_bulk: d = 128's default
@@ -1110,3 +1110,60 @@ def test_d64_takes_the_128_row_tile_where_it_was_measured(tl, d, rows):
     assert f"static constexpr int kBlockM = {rows};" in src
     if rows == 128:
         assert "static constexpr int kBlockM = 64;" in _sm90(text, options={"block_m": 64}).source
+
+
+_FRAGMENTS_HOST = r"""
+#include <cstdio>
+#include <type_traits>
+namespace tl {
+PARTITION_C
+}  // namespace tl
+int main() {
+  using Traits = TRAITS;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  typename Traits::TiledMmaSdP tiled_mma_sdp;
+  typename Traits::TiledMmadKV tiled_mma_dkv;
+  typename Traits::TiledMmadQ tiled_mma_dq;
+  using S = decltype(partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}));
+  using KV = decltype(partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using Q = decltype(partition_fragment_C(tiled_mma_dq, DQ_SHAPE{}));
+  static_assert(std::is_same_v<S, decltype(make_tensor<float>(typename Traits::AccLayoutSdP{}))>);
+  static_assert(std::is_same_v<KV, decltype(make_tensor<float>(typename Traits::AccLayoutdKV{}))>);
+  static_assert(std::is_same_v<Q, decltype(make_tensor<float>(typename Traits::AccLayoutdQ{}))>);
+  auto id_s = make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{});
+  using CoordS = decltype(tiled_mma_sdp.thrfrg_C(id_s.layout()));
+  static_assert(std::is_same_v<CoordS, typename Traits::CoordLayoutS>);
+  int bad = 0;
+  for (int tidx = 0; tidx < Traits::kNThreads; ++tidx) {
+    auto thr = tiled_mma_sdp.get_thread_slice(tidx);
+    auto cute_s = thr.partition_C(id_s);
+    auto ours = tl::partition_C(thr, id_s, typename Traits::CoordLayoutS{});
+    static_assert(std::is_same_v<decltype(cute_s), decltype(ours)>);
+    for (int i = 0; i < size(cute_s); ++i) bad += cute_s(i) != ours(i);
+  }
+  printf("mismatches %d\n", bad);
+  return bad != 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
+@pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128), (64, 64), (256, 64)])
+def test_the_accumulators_and_the_score_coordinates_are_cutes_partitions(tmp_path, d, block_m):
+    """The traits' written-out accumulator layouts (Sᵀ and dPᵀ, dK and dV, dQ or dQᵀ) are the types of
+    CuTe's partition_fragment_C, and Sᵀ's identity partition through `CoordLayoutS` and
+    `tl::partition_C` has the type and every (key, query) of CuTe's partition_C, for all 256 consumer
+    threads: each warp-group split (key rows, query columns at d 256, dQ's columns, rows or transposed)."""
+    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
+    src = _sm90(text, options={"block_m": block_m}).source
+    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
+    assert traits
+    head = src[: src.index("\n};\n", traits.start()) + 4]
+    helper = src[src.index("  template <class ThrMma, class CTensor, class ThrFrg>") :]
+    helper = helper[: helper.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
+    code = re.sub(r"//.*", "", _main(src))
+    assert "partition_fragment_C" not in code and ".partition_C(" not in code
+    dq = "Shape<Int<kHeadDim>, Int<kBlockM>>" if block_m == 80 else "Shape<Int<kBlockM>, Int<kHeadDim>>"
+    host = _FRAGMENTS_HOST.replace("PARTITION_C", helper).replace("TRAITS", traits.group(1))
+    _host_check(tmp_path / "fragments", head + host.replace("DQ_SHAPE", dq))

@@ -623,11 +623,14 @@ def _emit_convert(
     w.line()
 
 
-def emit_dkdv_accumulators(w: CodeWriter) -> None:
+def emit_dkdv_accumulators(w: CodeWriter, layout: str | None = None) -> None:
     """dK and dV of the key block in fp32 registers, cleared before the loop over the group's heads
-    (both skeletons)."""
-    w.line("Tensor acc_dk = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
-    w.line("Tensor acc_dv = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});")
+    (both skeletons; `layout`: the traits' written-out fragment layout, else CuTe's partition)."""
+    for acc in ("acc_dk", "acc_dv"):
+        if layout:
+            w.line(f"Tensor {acc} = make_tensor<float>(typename Traits::{layout}{{}});  // (kBlockN, kHeadDim)")
+        else:
+            w.line(f"Tensor {acc} = partition_fragment_C(tiled_mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{{}});")
     w.line("clear(acc_dk);")
     w.line("clear(acc_dv);")
     w.line()

@@ -60,6 +60,8 @@ from tl_language import gpu
 from translator.backends import sm80_bwd as fa2
 from translator.backends.arch import ELEMENT
 from translator.backends.regions import Regions
+from translator.backends.row_helpers import emit_partition_c
+from translator.backends.sm90.fragments import acc_layout, coord_layout
 from translator.backends.sm90.gmma import WGMMA_M, GmmaAtom, atom_definitions, atom_n
 from translator.backends.sm90.helpers import emit_helpers
 from translator.backends.sm90.tma import emit_tma_tiles
@@ -421,6 +423,7 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
             w.comment("dQ = dS·K, (kBlockM, kHeadDim): warp group g owns columns kHeadDim / 2 · g …")
             layout = "_1, _2, _1"
         w.line(f"using TiledMmadQ = decltype(make_tiled_mma({a['dQ'].type()}{{}}, Layout<Shape<{layout}>>{{}}));")
+        _emit_fragment_layouts(w, a, block_m, d, split)
         w.line()
         w.comment("Shared memory, K-major swizzled atoms; the transposed operands are views (no data moves).")
         w.comment("K's atom divides kHeadDim / 2 (each warp group's MN-major slice of Kᵀ in dQ's GEMM).")
@@ -447,8 +450,29 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
     w.line()
 
 
+def _emit_fragment_layouts(w: CodeWriter, a: dict[str, GmmaAtom], block_m: int, d: int, split: bool) -> None:
+    """The accumulators' layouts and Sᵀ's identity partition as the traits' types (what CuTe's
+    partition_fragment_C and thrfrg_C derive for the TiledMMAs above; `sm90.fragments`), so the kernel
+    does not instantiate that layout algebra."""
+    n = block_n(d)
+    sdp = (1, 2) if split else (2, 1)  # warp groups along (M, N)
+    dq_rows, dq_cols = (d, block_m) if swapped_dq(block_m) else (block_m, d)
+    dq = (2, 1) if swapped_dq(block_m) or split_dq_rows(block_m) else (1, 2)
+    w.comment("The accumulators, ((2 cols, 2 rows, N / 8), MMA_M, MMA_N) as partition_fragment_C gives a warp")
+    w.comment("group's, and Sᵀ's (key, query)s as thrfrg_C lays out its identity tensor ((ThrV, (ThrM, ThrN)),")
+    w.comment("(FrgV, (RestM, RestN)); ScaledBasis<s, 0> steps keys, <s, 1> queries), sliced by tl::partition_C")
+    w.line(f"using AccLayoutSdP = {acc_layout(n, block_m, a['SdP'].n, *sdp)};")
+    w.line(f"using AccLayoutdKV = {acc_layout(n, d, a['dKV'].n, *sdp)};")
+    w.line(f"using AccLayoutdQ = {acc_layout(dq_rows, dq_cols, a['dQ'].n, *dq)};")
+    first, rest = coord_layout(n, block_m, a["SdP"].n, *sdp).split("\n")
+    w.line(f"using CoordLayoutS = {first}")
+    w.line(f"{rest};")
+
+
 def _emit_bwd_helpers(w: CodeWriter, *, dq_bulk: bool = False) -> None:
     with w.block("namespace tl", "}  // namespace tl"):
+        emit_partition_c(w)
+        w.line()
         w.comment("threadIdx.x read again where it is called (volatile: not merged with an earlier read, so")
         w.comment("what is computed from it is computed there)")
         with w.block("CUTE_DEVICE int thread_index()"):
@@ -620,8 +644,9 @@ def _emit_main(
             w.line(f"for (int i = 0; i < {steps}; ++i) ds_addr[i] = base + i * 2048;  // atom i: queries 16i …")
         w.line("}")
         w.line(
-            "Tensor tScS = thr_mma_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));  // (key, query)"
+            "Tensor tScS = tl::partition_C(thr_mma_sdp, make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}),"
         )
+        w.line("    typename Traits::CoordLayoutS{});  // (key, query)")
         w.line()
         w.line("int fill = 0;  // query blocks consumed so far: stage fill % 2, its phase (fill / 2) % 2")
         w.line("int kv_fill = 0;  // key blocks consumed so far: the K/V barriers' phase kv_fill % 2")
@@ -647,7 +672,7 @@ def _emit_key_block(
     block of the group's heads, dQ's share added into dq_slice, K and V released, dK and dV stored."""
     with w.tl(plan.line_of("load_k"), "K and V of this key block: the producer's TMA"):
         w.line("Barrier::wait(full_kv, kv_fill & 1);")
-    fa2.emit_dkdv_accumulators(w)
+    fa2.emit_dkdv_accumulators(w, layout="AccLayoutdKV")
     with w.block("for (int g = 0; g < group; ++g)"):
         with w.tl(
             plan.line_of("mask") if plan.mask != "none" else None, "block classes: skip empty query blocks"
@@ -764,12 +789,8 @@ def _emit_query_block(
     w.line("Tensor tdVrdO = wg_mma_dkv.partition_fragment_B(sdOt);")
     w.line("Tensor tdKrQ = wg_mma_dkv.partition_fragment_B(sQt);")
     with w.tl(plan.line_of("gemm_qk"), "Sᵀ = K·Qᵀ (raw scores) and dPᵀ = V·dOᵀ, SS wgmma"):
-        w.line(
-            "Tensor acc_s = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});  // Sᵀ"
-        )
-        w.line(
-            "Tensor acc_dp = partition_fragment_C(tiled_mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});  // dPᵀ"
-        )
+        w.line("Tensor acc_s = make_tensor<float>(typename Traits::AccLayoutSdP{});  // Sᵀ (kBlockN, kBlockM)")
+        w.line("Tensor acc_dp = make_tensor<float>(typename Traits::AccLayoutSdP{});  // dPᵀ")
         w.line("tl::wgmma<true, false>(tiled_mma_sdp, tSrK, tSrQ, acc_s);")
         w.line("tl::wgmma<true, false>(tiled_mma_sdp, tdPrV, tdPrdO, acc_dp);")
         if overlap_p:
@@ -850,7 +871,7 @@ def _emit_dq_dk(w: CodeWriter, plan: KernelPlan, dq_bulk: bool, swap_dq: bool, *
         else ("dQ = dS·K", ("kBlockM", "kHeadDim"), "tdQrdS, tdQrKt", "")
     )
     with w.tl(plan.line_of("gemm_qk"), f"{dq} (SS) and dK += dSᵀ·Q ({'SS' if split else 'RS'}), dQ's atomics under dK's GEMM"):
-        w.line(f"Tensor acc_dq = partition_fragment_C(tiled_mma_dq, Shape<Int<{m}>, Int<{n}>>{{}});{note}")
+        w.line(f"Tensor acc_dq = make_tensor<float>(typename Traits::AccLayoutdQ{{}});  // ({m}, {n}){note}")
         w.line(f"tl::wgmma<true, false>(tiled_mma_dq, {ab}, acc_dq);")
         if split:
             w.line("tl::wgmma<false, false>(tiled_mma_dkv, tdKrdSt, tdKrQ, acc_dk);")

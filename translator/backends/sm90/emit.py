@@ -42,6 +42,7 @@ from translator.backends.regions import (
 )
 from translator.backends.row_helpers import emit_normalize_rows, emit_store_lse
 from translator.backends.sm90.config import BOX_COLS, ELEMENT, HopperConfig, hopper_config
+from translator.backends.sm90.fragments import coord_layout, static_mode
 from translator.backends.sm90.gmma import WGMMA_K, WGMMA_M, GmmaAtom, atom_definitions, pv_atom, qk_atom
 from translator.backends.sm90.helpers import emit_helpers
 from translator.backends.sm90.tma import emit_tma_tiles
@@ -179,11 +180,6 @@ def _header(e: _Emit, tl_file: str | None) -> None:
         w.line(line)
 
 
-def _static(n: int, stride: int) -> tuple[str, str]:
-    """A layout mode of CuTe's partitions as (shape, stride) type names: a mode of one has stride 0."""
-    return ("_1", "_0") if n == 1 else (f"Int<{n}>", f"Int<{stride}>")
-
-
 def _k_major(rows: int, d: int) -> tuple[str, str]:
     """The k16 slices of a K-major (rows × d) tile of 64-column blocks, in 16-byte units: four of
     32 bytes in a block's 128-byte rows, then the next block (rows · 128 bytes on)."""
@@ -206,11 +202,11 @@ SW128 = "cute::ComposedLayout<cute::Swizzle<3, 4, 3>, cute::smem_ptr_flag_bits<1
 def _smem_layout(rows: int, cols: int, stages: int | None = None) -> str:
     """tile_to_shape(GMMA::Layout_K_SW128_Atom, (rows, cols[, stages])): 8-row atoms down the rows, then
     64-column blocks (rows · 64 values apart), then stages."""
-    r, rs = _static(rows // 8, 512)
-    c, cs = _static(cols // BOX_COLS, rows * BOX_COLS)
+    r, rs = static_mode(rows // 8, 512)
+    c, cs = static_mode(cols // BOX_COLS, rows * BOX_COLS)
     shape, stride = f"Shape<_8, {r}>, Shape<_64, {c}>", f"Stride<_64, {rs}>, Stride<_1, {cs}>"
     if stages is not None:
-        st, sts = _static(stages, rows * cols)
+        st, sts = static_mode(stages, rows * cols)
         shape, stride = f"{shape}, Shape<_1, {st}>", f"{stride}, Stride<_0, {sts}>"
     return f"{SW128}Layout<Shape<{shape}>, Stride<{stride}>>>"
 
@@ -222,34 +218,8 @@ def _smem_layout_vt(block_n: int, d_v: int, stages: int) -> str:
     c, cs = (
         ("_64", "_1") if blocks == 1 else (f"Shape<_64, Int<{blocks}>>", f"Stride<_1, Int<{block_n * 64}>>")
     )
-    st, sts = _static(stages, block_n * d_v)
+    st, sts = static_mode(stages, block_n * d_v)
     return f"{SW128}Layout<Shape<{c}, Int<{block_n}>, {st}>, Stride<{cs}, _64, {sts}>>>"
-
-
-def _basis(n: int, stride: int, axis: int) -> tuple[str, str]:
-    """A mode of an identity tensor's partition: n steps of `stride` rows (axis 0) or columns (1)."""
-    return ("_1", "_0") if n == 1 else (f"Int<{n}>", f"cute::ScaledBasis<Int<{stride}>, {axis}>")
-
-
-def _coord_layout(c: HopperConfig, n: int, atom_n: int) -> str:
-    """CuTe's thrfrg_C of the (BM, n) identity layout for a TiledMMA of kConsumers 64 × atom_n atoms
-    along M (tests/translator/test_sm90_desc.py): the 64-row C atom's thread layout (4, 8, 4) ×
-    kConsumers, its values (2, 2, atom_n / 8), then the wgmma tiles each warp group repeats."""
-    thr_m, thr_ms = _basis(c.consumers, WGMMA_M, 0)
-    frg_n, frg_ns = _basis(atom_n // 8, 8, 1)
-    rest_m, rest_ms = _basis(c.rows_per_consumer // WGMMA_M, WGMMA_M * c.consumers, 0)
-    rest_n, rest_ns = _basis(n // atom_n, atom_n, 1)
-    shape = (
-        f"Shape<Shape<Shape<_4, _8, _4>, Shape<{thr_m}, _1>>, "
-        f"Shape<Shape<_2, _2, {frg_n}>, Shape<{rest_m}, {rest_n}>>>"
-    )
-    thr_v = ", ".join(f"cute::ScaledBasis<_{s}, {axis}>" for s, axis in ((2, 1), (1, 0), (16, 0)))
-    frg_v = ", ".join(f"cute::ScaledBasis<_{s}, {axis}>" for s, axis in ((1, 1), (8, 0)))
-    stride = (
-        f"Stride<Stride<Stride<{thr_v}>, Stride<{thr_ms}, _0>>, "
-        f"Stride<Stride<{frg_v}, {frg_ns}>, Stride<{rest_ms}, {rest_ns}>>>"
-    )
-    return f"Layout<{shape},\n      {stride}>"
 
 
 def _desc_layouts(e: _Emit) -> None:
@@ -257,12 +227,12 @@ def _desc_layouts(e: _Emit) -> None:
     partition_fragment_A / _B / _C of one warp group derive (tests/translator/test_sm90_desc.py)."""
     w, p, c = e.w, e.plan, e.cfg
     mma_m = c.rows_per_consumer // WGMMA_M
-    m_shape, m_stride = _static(mma_m, WGMMA_M * c.consumers * 8)
+    m_shape, m_stride = static_mode(mma_m, WGMMA_M * c.consumers * 8)
     q_k, q_ks = _k_major(p.block_m, p.head_dim_qk)
     k_k, k_ks = _k_major(p.block_n, p.head_dim_qk)
-    ks_shape, ks_stride = _static(p.stages, p.block_n * p.head_dim_qk // 8)
-    vk_shape, vk_stride = _static(p.block_n // WGMMA_K, 128)
-    vs_shape, vs_stride = _static(p.stages, p.block_n * p.head_dim_v // 8)
+    ks_shape, ks_stride = static_mode(p.stages, p.block_n * p.head_dim_qk // 8)
+    vk_shape, vk_stride = static_mode(p.block_n // WGMMA_K, 128)
+    vs_shape, vs_stride = static_mode(p.stages, p.block_n * p.head_dim_v // 8)
     w.comment("The wgmma operands in shared memory as one GMMA descriptor and its steps in 16-byte units")
     w.comment("(MMA, MMA_M or MMA_N, MMA_K[, stage]), as CuTe's partition_fragment_A / _B lay them out for a")
     w.comment("warp group: Q's and K's k16 slices 32 bytes apart in a 128-byte row, then the next 64-column")
@@ -280,7 +250,7 @@ def _desc_layouts(e: _Emit) -> None:
     w.comment("((ThrV, (ThrM, ThrN)), (FrgV, (RestM, RestN))), a wgmma C fragment's thread and value modes")
     w.comment("(ScaledBasis<s, 0> steps rows, <s, 1> columns); tl::partition_C takes the thread's slice.")
     for name, n, atom in (("S", p.block_n, _atoms(p)[0]), ("O", p.head_dim_v, _atoms(p)[1])):
-        first, rest = _coord_layout(c, n, atom.n).split("\n")
+        first, rest = coord_layout(p.block_m, n, atom.n, c.consumers).split("\n")
         w.line(f"using CoordLayout{name} = {first}")
         w.line(f"{rest};")
     w.comment("The accumulators' fragments (partition_fragment_C): ((2 cols, 2 rows, N/8), MMA_M, MMA_N)")
@@ -288,8 +258,8 @@ def _desc_layouts(e: _Emit) -> None:
     w.line(f"using AccShapeO = Shape<Shape<_2, _2, Int<kHeadDimV / 8>>, {m_shape}, _1>;")
     w.comment("Their layouts (make_tensor's, compact) and P's as the RS wgmma's A operand (what tl::acc_to_A")
     w.comment("derives: ((2, 2, 2) a k16 slice, MMA_M, BN / 16 slices)), written out as for the descriptors.")
-    acc_s_m, acc_o_m = _static(mma_m, p.block_n // 2)[1], _static(mma_m, p.head_dim_v // 2)[1]
-    k_shape, k_stride = _static(p.block_n // WGMMA_K, 8)
+    acc_s_m, acc_o_m = static_mode(mma_m, p.block_n // 2)[1], static_mode(mma_m, p.head_dim_v // 2)[1]
+    k_shape, k_stride = static_mode(p.block_n // WGMMA_K, 8)
     w.line(f"using AccLayoutS = Layout<AccShapeS, Stride<Stride<_1, _2, _4>, {acc_s_m}, _0>>;")
     w.line(f"using AccLayoutO = Layout<AccShapeO, Stride<Stride<_1, _2, _4>, {acc_o_m}, _0>>;")
     w.line(
