@@ -239,8 +239,11 @@ def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
     assert f"tl::SM90_64x80x16_F32BF16BF16_SS<{k}, {k}>{{}}, Layout<Shape<_2, _1, _1>>" in src  # Sᵀ, dPᵀ
     assert f"TiledMmadQ = decltype(make_tiled_mma(tl::SM90_64x80x16_F32BF16BF16_SS<{mn}, {k}>{{}}, " in src
     assert "Layout<Shape<_2, _1, _1>>{}));" in src.split("using TiledMmadQ")[1].split("\n")[0]
-    assert "Tensor tdQrKt = wg_mma_dq.partition_fragment_A(sKt);" in main
-    assert "Tensor tdQrdS = wg_mma_dq.partition_fragment_B(sdS);" in main
+    # Kᵀ is A (each warp group 64 head-dim rows, at its M coordinate), dS is B (shared)
+    kt = "tl::gmma_desc<GMMA::LayoutType::B128>(smem_k + get<1>(wg_mma_dq.thr_vmnk_) * 8192, 0, 64)}"
+    assert f"Tensor tdQrKt = make_tensor(GMMA::DescriptorIterator{{{kt}" in main
+    ds = "tl::gmma_desc<GMMA::LayoutType::B128>(smem_ds_stage, 1, 64)}"
+    assert f"Tensor tdQrdS = make_tensor(GMMA::DescriptorIterator{{{ds}" in main
     _in_order(
         main,
         "tl::wgmma<false, true>(tiled_mma_dkv, tdVrP, tdVrdO, acc_dv);",
@@ -1167,3 +1170,126 @@ def test_the_accumulators_and_the_score_coordinates_are_cutes_partitions(tmp_pat
     dq = "Shape<Int<kHeadDim>, Int<kBlockM>>" if block_m == 80 else "Shape<Int<kBlockM>, Int<kHeadDim>>"
     host = _FRAGMENTS_HOST.replace("PARTITION_C", helper).replace("TRAITS", traits.group(1))
     _host_check(tmp_path / "fragments", head + host.replace("DQ_SHAPE", dq))
+
+
+_DESC = re.compile(
+    r"Tensor (\w+) = make_tensor\(GMMA::DescriptorIterator\{tl::gmma_desc<GMMA::LayoutType::\w+>\("
+    r"(.+?), \d+, \d+\)\}, typename Traits::DescLayout\w+\{\}\);"
+)
+# each descriptor tensor: (the TiledMMA slice, A or B, the shared tensor CuTe partitions)
+_CUTE_OPERANDS = {
+    "tSrK": ("sdp", "A", "sK"),
+    "tdPrV": ("sdp", "A", "sV"),
+    "tSrQ": ("sdp", "B", "sQ"),
+    "tdPrdO": ("sdp", "B", "sdO"),
+    "tdVrdO": ("dkv", "B", "sdOt"),
+    "tdKrQ": ("dkv", "B", "sQt"),
+    "tdVrPt": ("dkv", "A", "sPt"),
+    "tdKrdSt": ("dkv", "A", "sdSt"),
+}
+
+_DESC_HOST = r"""
+#include <cstdio>
+#include <type_traits>
+namespace tl {
+GMMA_DESC
+}  // namespace tl
+int main() {
+  using Traits = TRAITS;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  static Element smem[1 << 18];
+  Element *smem_k = smem, *smem_v = smem + (1 << 16), *smem_ds_stage = smem + (2 << 16);
+  Element *smem_q_stage = smem + (3 << 16), *smem_p = smem_ds_stage + (1 << 14);
+  const int stage = 0;
+  typename Traits::TiledMmaSdP tiled_mma_sdp;
+  typename Traits::TiledMmadKV tiled_mma_dkv;
+  typename Traits::TiledMmadQ tiled_mma_dq;
+  Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutV{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q_stage), typename Traits::SmemLayoutQdO{});
+  Element* smem_do = smem_q_stage + kBlockM * kHeadDim;
+  Tensor sdO = make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQdO{});
+  Tensor sQt = make_tensor(make_smem_ptr(smem_q_stage), typename Traits::SmemLayoutQdOt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQdOt{});
+  SPLIT_VIEWS
+  int bad = 0;
+  auto same = [&](char const* what, int wg, auto const& cute_frag, auto const& cute_part,
+                  auto const& ours, Element const* our_ptr) {
+    using CuteLayout = remove_cvref_t<decltype(cute_frag.layout())>;
+    bool ok = std::is_same_v<CuteLayout, remove_cvref_t<decltype(ours.layout())>>
+        && raw_pointer_cast(cute_part.data()) == our_ptr
+        && cute_frag.data().desc_.desc_ == ours.data().desc_.desc_;
+    if (!ok) {
+      printf("%s of warp group %d: CuTe ", what, wg); print(cute_frag.layout());
+      printf(" %016llx +%ld, ours ", (unsigned long long)cute_frag.data().desc_.desc_,
+             long(raw_pointer_cast(cute_part.data()) - smem));
+      print(ours.layout());
+      printf(" %016llx +%ld\n", (unsigned long long)ours.data().desc_.desc_, long(our_ptr - smem));
+    }
+    bad += !ok;
+  };
+  for (int wg = 0; wg < 2; ++wg) {
+    auto wg_mma_sdp = tiled_mma_sdp.get_thread_slice(wg * 128);
+    auto wg_mma_dkv = tiled_mma_dkv.get_thread_slice(wg * 128);
+    auto wg_mma_dq = tiled_mma_dq.get_thread_slice(wg * 128);
+    EMITTED
+    CHECKS
+  }
+  printf("mismatches %d\n", bad);
+  return bad != 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
+@pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128), (64, 64), (256, 64)])
+def test_the_operands_gmma_descriptors_are_cutes_partitions(tmp_path, d, block_m):
+    """Every shared-memory wgmma operand's descriptor tensor as the kernel builds it (`operands`,
+    `tl::gmma_desc`, the warp group's part at its TiledMMA coordinate) against CuTe's
+    partition_fragment_A / _B of the same tile for both consumer warp groups: the layout type, the
+    partition's start pointer and the descriptor bits (the start address reads 0 on the host for both,
+    so the pointer is compared apart); K-major and MN-major, 64- and 128-byte swizzles, each split."""
+    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
+    src = _sm90(text, options={"block_m": block_m}).source
+    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
+    assert traits
+    head = src[: src.index("\n};\n", traits.start()) + 4]
+    start = "  template <GMMA::LayoutType kLayout>\n  CUTE_DEVICE GmmaDescriptor gmma_desc("
+    helper = src[src.index(start) :]
+    helper = helper[: helper.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
+    code = re.sub(r"//.*", "", _main(src))
+    assert "partition_fragment_" not in code and "SmemLayout" not in code
+    found = {m.group(1): m for m in _DESC.finditer(_main(src))}
+    swapped = block_m == 80
+    operands = {
+        **_CUTE_OPERANDS,
+        "tdQrKt": ("dq", "A" if swapped else "B", "sKt"),
+        "tdQrdS": ("dq", "B" if swapped else "A", "sdS"),
+    }
+    want = {"tSrK", "tdPrV", "tdQrKt", "tdQrdS", "tSrQ", "tdPrdO", "tdVrdO", "tdKrQ"}
+    assert set(found) == want | ({"tdVrPt", "tdKrdSt"} if d == 256 else set()), sorted(found)
+    emitted, checks = [], []
+    for name, m in found.items():
+        mma, ab, tensor = operands[name]
+        emitted.append(m.group(0))
+        frag = f"wg_mma_{mma}.partition_fragment_{ab}({tensor})"
+        part = f"wg_mma_{mma}.partition_{ab}({tensor})"
+        checks.append(f'same("{name}", wg, {frag}, {part}, {name}, {m.group(2)});')
+    views = ""
+    if d == 256:
+        views = (
+            "Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});\n"
+            "  Tensor sPt = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutdSt{});"
+        )
+    host = (
+        _DESC_HOST.replace("GMMA_DESC", helper)
+        .replace("TRAITS", traits.group(1))
+        .replace("SPLIT_VIEWS", views)
+        .replace("EMITTED", "\n    ".join(emitted))
+        .replace("CHECKS", "\n    ".join(checks))
+    )
+    _host_check(tmp_path / "desc", head + host)

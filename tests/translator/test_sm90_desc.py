@@ -37,7 +37,8 @@ CONFIGS: dict[str, dict[str, int | str]] = {
 }
 
 _TENSOR = re.compile(
-    r"Tensor (tSrQ|tSrK|tOrV) = make_tensor\(GMMA::DescriptorIterator\{tl::gmma_desc_sw128\("
+    r"Tensor (tSrQ|tSrK|tOrV) = make_tensor\(GMMA::DescriptorIterator\{"
+    r"tl::gmma_desc<GMMA::LayoutType::B128>\("
     r"(.+?), (\d+), (\d+)\)\},\s*Traits::(DescLayout\w+)\{\}\);"
 )
 
@@ -122,13 +123,13 @@ int check(char const* name) {
     auto wg_mma_pv = tiled_mma_pv.get_thread_slice(consumer_wg * 128);
     same("Q", wg_mma_qk.partition_fragment_A(sQ), typename Traits::LAYOUT_Q{},
          raw_pointer_cast(wg_mma_qk.partition_A(sQ).data()), PTR_Q,
-         tl::gmma_desc_sw128(PTR_Q, ARGS_Q).desc_);
+         tl::gmma_desc<GMMA::LayoutType::B128>(PTR_Q, ARGS_Q).desc_);
     same("K", wg_mma_qk.partition_fragment_B(sK), typename Traits::LAYOUT_K{},
          raw_pointer_cast(wg_mma_qk.partition_B(sK).data()), PTR_K,
-         tl::gmma_desc_sw128(PTR_K, ARGS_K).desc_);
+         tl::gmma_desc<GMMA::LayoutType::B128>(PTR_K, ARGS_K).desc_);
     same("Vt", wg_mma_pv.partition_fragment_B(sVt), typename Traits::LAYOUT_V{},
          raw_pointer_cast(wg_mma_pv.partition_B(sVt).data()), PTR_V,
-         tl::gmma_desc_sw128(PTR_V, ARGS_V).desc_);
+         tl::gmma_desc<GMMA::LayoutType::B128>(PTR_V, ARGS_V).desc_);
   }
   // The identity tensors' partitions (tScS, tOcO): thrfrg_C's layout as written, and for every consumer
   // thread tl::partition_C's slice of it the type and (row, col) of CuTe's partition_C
@@ -212,7 +213,8 @@ def test_operand_descriptors_and_accumulators_match_cute_partitions(tmp_path):
         renamed = f"traits_{name}"
         tile = source[source.index("// Tile constants") : source.index("\n};\n", traits.start()) + 4]
         parts.append(tile.replace(traits.group(1), renamed))
-        fn = source[source.index("  CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(") :]
+        start = "  template <GMMA::LayoutType kLayout>\n  CUTE_DEVICE GmmaDescriptor gmma_desc("
+        fn = source[source.index(start) :]
         gmma_desc = fn[: fn.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
         helpers = (
             "  template <class ThrMma, class CTensor, class ThrFrg>",

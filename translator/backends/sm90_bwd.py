@@ -60,8 +60,13 @@ from tl_language import gpu
 from translator.backends import sm80_bwd as fa2
 from translator.backends.arch import ELEMENT
 from translator.backends.regions import Regions
-from translator.backends.row_helpers import emit_partition_c
-from translator.backends.sm90.fragments import acc_layout, coord_layout
+from translator.backends.sm90.fragments import (
+    Operand,
+    acc_layout,
+    coord_layout,
+    k_major_operand,
+    mn_major_operand,
+)
 from translator.backends.sm90.gmma import WGMMA_M, GmmaAtom, atom_definitions, atom_n
 from translator.backends.sm90.helpers import emit_helpers
 from translator.backends.sm90.tma import emit_tma_tiles
@@ -257,7 +262,7 @@ def generate_backward_sm90(
         for line in atom_definitions(*atoms(plan.dtype, d, block_m).values()):  # wgmma N outside the base shapes
             w.line(line)
         _emit_traits(w, plan, block_m)
-        emit_helpers(w, regions=True)
+        emit_helpers(w, regions=True, gmma_desc=True)
         w.line()
         _emit_bwd_helpers(w, dq_bulk=dq_bulk)
 
@@ -280,6 +285,7 @@ def generate_backward_sm90(
             heavy_columns=heavy_columns,
             head_sections=head_sections,
             swap_dq=swap_dq,
+            ops=operands(d, block_m),
         ),
         line_directives=True,
         block_m=block_m,
@@ -450,6 +456,42 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
     w.line()
 
 
+def _atom_cols(extent: int) -> int:
+    """The row of `smem_atom(extent)`, in elements."""
+    return next(width for width in (64, 32, 16) if extent % width == 0)
+
+
+# A warp group's coordinate along the GEMM's M or N in a TiledMMA's thread layout (its slice `wg_mma_*`)
+M_COORD = "get<1>(wg_mma_{}.thr_vmnk_)"
+N_COORD = "get<2>(wg_mma_{}.thr_vmnk_)"
+
+
+def operands(d: int, block_m: int) -> dict[str, Operand]:
+    """Each shared-memory wgmma operand as one warp group's GMMA descriptors (`sm90.fragments`), by the
+    traits' name: K and V (Sᵀ's and dPᵀ's A), Q and dO (their B), Qᵀ and dOᵀ (dK's and dV's B, MN-major),
+    Kᵀ and dS (dQ's), and with `split_head` dSᵀ and Pᵀ (dK's and dV's A, MN-major)."""
+    n, split = block_n(d), split_head(d)
+    wk, wq, wds = _atom_cols(d // 2), _atom_cols(d), _atom_cols(n)
+    out = {
+        "K": k_major_operand(n, d, wk, 0 if split else WGMMA_M),
+        "V": k_major_operand(n, d, wq, 0 if split else WGMMA_M),
+        "QdO": k_major_operand(block_m, d, wq, block_m // 2 if split else 0),
+        "QdOt": mn_major_operand(block_m, d, wq, d // 2 if split else 0),
+    }
+    if swapped_dq(block_m):  # dQᵀ: Kᵀ is A, 64 head-dim rows a warp group; dS is B
+        out["Kt"] = mn_major_operand(n, d, wk, WGMMA_M)
+        out["dS"] = k_major_operand(block_m, n, wds)
+    elif split_dq_rows(block_m):  # each warp group 64 query rows of dS, all of Kᵀ
+        out["Kt"] = mn_major_operand(n, d, wk)
+        out["dS"] = k_major_operand(block_m, n, wds, WGMMA_M)
+    else:  # each warp group half of Kᵀ's columns, all of dS
+        out["Kt"] = mn_major_operand(n, d, wk, d // 2)
+        out["dS"] = k_major_operand(block_m, n, wds)
+    if split:
+        out["dSt"] = mn_major_operand(block_m, n, wds)
+    return out
+
+
 def _emit_fragment_layouts(w: CodeWriter, a: dict[str, GmmaAtom], block_m: int, d: int, split: bool) -> None:
     """The accumulators' layouts and Sᵀ's identity partition as the traits' types (what CuTe's
     partition_fragment_C and thrfrg_C derive for the TiledMMAs above; `sm90.fragments`), so the kernel
@@ -467,12 +509,15 @@ def _emit_fragment_layouts(w: CodeWriter, a: dict[str, GmmaAtom], block_m: int, 
     first, rest = coord_layout(n, block_m, a["SdP"].n, *sdp).split("\n")
     w.line(f"using CoordLayoutS = {first}")
     w.line(f"{rest};")
+    w.comment("The shared-memory operands as one GMMA descriptor each and its (MMA, MMA_M or MMA_N, MMA_K)")
+    w.comment("steps in 16-byte units: what partition_fragment_A / _B give a warp group (k16 slices 32 bytes")
+    w.comment("apart in a K-major atom's row, then the next column block; 16 rows apart MN-major)")
+    for name, op in operands(d, block_m).items():
+        w.line(f"using DescLayout{name} = {op.layout};")
 
 
 def _emit_bwd_helpers(w: CodeWriter, *, dq_bulk: bool = False) -> None:
     with w.block("namespace tl", "}  // namespace tl"):
-        emit_partition_c(w)
-        w.line()
         w.comment("threadIdx.x read again where it is called (volatile: not merged with an earlier read, so")
         w.comment("what is computed from it is computed there)")
         with w.block("CUTE_DEVICE int thread_index()"):
@@ -540,6 +585,7 @@ def _emit_main(
     heavy_columns: int = 0,
     head_sections: bool = False,
     swap_dq: bool = False,
+    ops: dict[str, Operand] | None = None,
 ) -> None:
     reg = Regions(plan.ir)
     col = fa2.grid_col(key_major or heavy_columns > 0)
@@ -585,15 +631,6 @@ def _emit_main(
             w.line("uint64_t* empty_qdo = full_qdo + 2;")
             w.line("uint64_t* full_kv = full_qdo + 4;  // K and V of the key block: TMA (producer)")
             w.line("uint64_t* empty_kv = full_qdo + 5;  // the consumers are done with them")
-            views = [
-                ("sK", "smem_k", "K", "kBlockN, kHeadDim"),
-                ("sV", "smem_v", "V", "kBlockN, kHeadDim"),
-                ("sKt", "smem_k", "Kt", "kHeadDim, kBlockN"),
-            ]  # dS's views are the stage's (`_emit_query_block`)
-            for t, ptr, lay, shape in views:
-                w.line(
-                    f"Tensor {t} = make_tensor(make_smem_ptr({ptr}), typename Traits::SmemLayout{lay}{{}});  // ({shape})"
-                )
         w.line()
         fa2._emit_dq_slice(w, deterministic, col)
         _emit_stage_barriers(w, plan)
@@ -610,11 +647,14 @@ def _emit_main(
         w.comment("The shared-memory operands are partitioned by warp group through a warp-uniform index, so")
         w.comment("ptxas keeps their GMMA descriptors in uniform registers (as the forward's consumers do)")
         w.line("const int wg = __shfl_sync(0xffffffff, tidx / 128, 0);")
+        assert ops is not None, "the operands' descriptors (`operands`)"
         for m in ("sdp", "dkv", "dq"):
-            w.line(f"auto wg_mma_{m} = tiled_mma_{m}.get_thread_slice(wg * 128);")
-        w.line("Tensor tSrK = wg_mma_sdp.partition_fragment_A(sK);  // GMMA descriptors")
-        w.line("Tensor tdPrV = wg_mma_sdp.partition_fragment_A(sV);")
-        w.line(f"Tensor tdQrKt = wg_mma_dq.partition_fragment_{'A' if swap_dq else 'B'}(sKt);")
+            w.line(f"auto wg_mma_{m} = tiled_mma_{m}.get_thread_slice(wg * 128);  // its (M, N) coordinate")
+        w.comment("Their GMMA descriptors (Traits::DescLayout*), what CuTe's partition_fragment_A / _B give this")
+        w.comment("warp group (tests/translator/test_sm90_bwd.py), without instantiating them")
+        _desc_tensor(w, "tSrK", "smem_k", ops["K"], "K", M_COORD.format("sdp"))
+        _desc_tensor(w, "tdPrV", "smem_v", ops["V"], "V", M_COORD.format("sdp"))
+        _desc_tensor(w, "tdQrKt", "smem_k", ops["Kt"], "Kt", (M_COORD if swap_dq else N_COORD).format("dq"))
         wg_queries, wg_atoms = ("32·wg + ", "Traits::kWgQueries / 8") if split else ("", "kBlockM / 8")
         w.comment("dSᵀ's stmatrix addresses (shared window) for stage 0, once, in closed form: lane l of warp w in")
         w.comment("warp group wg writes row l % 8 of matrix m = l / 8 of atom i (the fragment's values 8i … 8i + 7),")
@@ -653,7 +693,7 @@ def _emit_main(
         with w.tl(plan.line_of("loop"), "the key blocks of this grid column (one, unless deterministic)"):
             w.line("CUTE_NO_UNROLL")
             with w.block(f"for (int n_block = {col}; n_block < n_blocks; n_block += gridDim.x)"):
-                _emit_key_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk, swap_dq)
+                _emit_key_block(w, plan, reg, softmax, partials, ops, overlap_p, dq_bulk, swap_dq)
     w.line("}")
     w.line()
 
@@ -664,6 +704,7 @@ def _emit_key_block(
     reg: Regions,
     softmax: bool,
     partials: list[tuple[Load, Expr]],
+    ops: dict[str, Operand],
     overlap_p: bool = False,
     dq_bulk: bool = False,
     swap_dq: bool = False,
@@ -680,7 +721,7 @@ def _emit_key_block(
             summed = fa2._emit_group_head(w, reg, softmax, partials, loads="none")
         w.line("CUTE_NO_UNROLL")
         with w.block("for (int m_block = m_block_min; m_block < m_block_max; )"):
-            _emit_query_block(w, plan, reg, softmax, partials, overlap_p, dq_bulk, swap_dq)
+            _emit_query_block(w, plan, reg, softmax, partials, ops, overlap_p, dq_bulk, swap_dq)
         fa2._emit_group_tail(w, reg, partials, summed)
     _emit_store_dkv_shared(w, scaled=fa2.scale_folded_grad(plan.ir)[0], split=split_head(plan.head_dim_qk))
     w.line("tl::fence_async_shared();  // the reads of K's and V's tiles before the next key block's TMA")
@@ -770,6 +811,7 @@ def _emit_query_block(
     reg: Regions,
     softmax: bool,
     partials: list[tuple[Load, Expr]],
+    ops: dict[str, Operand],
     overlap_p: bool = False,
     dq_bulk: bool = False,
     swap_dq: bool = False,
@@ -781,13 +823,13 @@ def _emit_query_block(
         w.line("Barrier::wait(&full_qdo[stage], (fill >> 1) & 1);")
     w.comment("dS of this block: the other buffer's readers (the previous block's dQ) may still run")
     w.line("Element* smem_ds_stage = smem_ds + stage * (kBlockM * kBlockN);")
-    w.line("Tensor sdS = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdS{});")
-    w.line(f"Tensor tdQrdS = wg_mma_dq.partition_fragment_{'B' if swap_dq else 'A'}(sdS);")
-    fa2._emit_qdo_views(w, "smem_qdo + stage * kQdOElems", gmma=True)
-    w.line("Tensor tSrQ = wg_mma_sdp.partition_fragment_B(sQ);")
-    w.line("Tensor tdPrdO = wg_mma_sdp.partition_fragment_B(sdO);")
-    w.line("Tensor tdVrdO = wg_mma_dkv.partition_fragment_B(sdOt);")
-    w.line("Tensor tdKrQ = wg_mma_dkv.partition_fragment_B(sQt);")
+    _desc_tensor(w, "tdQrdS", "smem_ds_stage", ops["dS"], "dS", M_COORD.format("dq"))
+    w.line("Element* smem_q_stage = smem_qdo + stage * kQdOElems;  // then dO's tile")
+    sdp_n, dkv_n = N_COORD.format("sdp"), N_COORD.format("dkv")
+    _desc_tensor(w, "tSrQ", "smem_q_stage", ops["QdO"], "QdO", sdp_n)
+    _desc_tensor(w, "tdPrdO", "smem_q_stage + kBlockM * kHeadDim", ops["QdO"], "QdO", sdp_n)
+    _desc_tensor(w, "tdVrdO", "smem_q_stage + kBlockM * kHeadDim", ops["QdOt"], "QdOt", dkv_n, "  // dOᵀ")
+    _desc_tensor(w, "tdKrQ", "smem_q_stage", ops["QdOt"], "QdOt", dkv_n, "  // Qᵀ")
     with w.tl(plan.line_of("gemm_qk"), "Sᵀ = K·Qᵀ (raw scores) and dPᵀ = V·dOᵀ, SS wgmma"):
         w.line("Tensor acc_s = make_tensor<float>(typename Traits::AccLayoutSdP{});  // Sᵀ (kBlockN, kBlockM)")
         w.line("Tensor acc_dp = make_tensor<float>(typename Traits::AccLayoutSdP{});  // dPᵀ")
@@ -816,7 +858,7 @@ def _emit_query_block(
     w.line("Tensor rP = tl::convert_fragment<Element>(acc_s);")
     w.line("Tensor rdS = tl::convert_fragment<Element>(acc_dp);")
     if split_head(plan.head_dim_qk):
-        _emit_split_dkv(w, plan, dq_bulk)
+        _emit_split_dkv(w, plan, dq_bulk, ops)
         return
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, RS wgmma (Pᵀ: the accumulator re-viewed as A)"):
         w.line("Tensor tdVrP = make_tensor(rP.data(), tl::acc_to_A(rP.layout()));")
@@ -829,7 +871,7 @@ def _emit_query_block(
     _emit_dq_dk(w, plan, dq_bulk, swap_dq, split=False)
 
 
-def _emit_split_dkv(w: CodeWriter, plan: KernelPlan, dq_bulk: bool) -> None:
+def _emit_split_dkv(w: CodeWriter, plan: KernelPlan, dq_bulk: bool, ops: dict[str, Operand]) -> None:
     """`split_head`: Pᵀ and dSᵀ of this warp group's query columns into shared memory (stmatrix, the
     closed-form `ds_addr`; Pᵀ's buffer follows dS's two), then, once both warp groups' are there, dV, dQ
     and dK as SS wgmma, each warp group its half of the head dim."""
@@ -841,13 +883,25 @@ def _emit_split_dkv(w: CodeWriter, plan: KernelPlan, dq_bulk: bool) -> None:
         _emit_stsm_t(w, (("tPrP", " + kPOffset"), ("tdSrdS", "")))
         w.line("tl::fence_async_shared();")
         w.line(f"{CONSUMER_SYNC}  // Pᵀ and dSᵀ of both warp groups are in shared memory")
-        w.line("Tensor sPt = make_tensor(make_smem_ptr(smem_p + stage * (kBlockM * kBlockN)), typename Traits::SmemLayoutdSt{});")
-        w.line("Tensor sdSt = make_tensor(make_smem_ptr(smem_ds_stage), typename Traits::SmemLayoutdSt{});  // (kBlockN, kBlockM)")
-        w.line("Tensor tdVrPt = wg_mma_dkv.partition_fragment_A(sPt);")
-        w.line("Tensor tdKrdSt = wg_mma_dkv.partition_fragment_A(sdSt);")
+        _desc_tensor(w, "tdVrPt", "smem_p + stage * (kBlockM * kBlockN)", ops["dSt"], "dSt", note="  // Pᵀ")
+        _desc_tensor(w, "tdKrdSt", "smem_ds_stage", ops["dSt"], "dSt", note="  // dSᵀ")
     with w.tl(plan.line_of("gemm_pv"), "dV += Pᵀ·dO, SS wgmma (this warp group's head-dim columns)"):
         w.line("tl::wgmma<false, false>(tiled_mma_dkv, tdVrPt, tdVrdO, acc_dv);")
     _emit_dq_dk(w, plan, dq_bulk, False, split=True)
+
+
+def _desc_tensor(
+    w: CodeWriter, name: str, ptr: str, op: Operand, layout: str, coord: str = "", note: str = ""
+) -> None:
+    """`name`: the operand `op` at shared pointer `ptr` as a tensor of GMMA descriptors; this warp
+    group's part `coord` · op.wg_offset elements on, `coord` its M or N coordinate in the TiledMMA's
+    thread layout (`thr_vmnk_`), the value CuTe's partition offsets by (computed as CuTe does, the
+    machine code is the same; `wg % 2` moved a uniform register in one build)."""
+    at = f"{ptr} + {coord} * {op.wg_offset}" if op.wg_offset else ptr
+    w.line(
+        f"Tensor {name} = make_tensor(GMMA::DescriptorIterator{{tl::gmma_desc<GMMA::LayoutType::{op.layout_type}>("
+        f"{at}, {op.lbo}, {op.sbo})}}, typename Traits::DescLayout{layout}{{}});{note}"
+    )
 
 
 def _emit_stsm_t(w: CodeWriter, stores: tuple[tuple[str, str], ...]) -> None:

@@ -821,16 +821,19 @@ def _consumer(e: _Emit) -> None:
     w.line()
     with e.tag("q_to_reg", "no ldmatrix on Hopper: wgmma reads Q from shared memory through descriptors"):
         w.line(
-            "Tensor tSrQ = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128("
+            "Tensor tSrQ = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc<GMMA::LayoutType::B128>("
             "smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols, 1, 64)},"
         )
         w.line("    Traits::DescLayoutQ{});  // this warp group's 64-row slices (MMA, MMA_M, MMA_K)")
     with e.tag("k_to_reg", "descriptors of every K stage"):
-        w.line("Tensor tSrK = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_k, 1, 64)},")
+        w.line(
+            "Tensor tSrK = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc<GMMA::LayoutType::B128>("
+            "smem_k, 1, 64)},"
+        )
         w.line("    Traits::DescLayoutK{});  // (MMA, MMA_N, MMA_K, kStages)")
     with e.tag("v_to_reg", "descriptors of Vᵀ, an MN-major view of every V stage"):
         w.line(
-            "Tensor tOrV = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128("
+            "Tensor tOrV = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc<GMMA::LayoutType::B128>("
             f"smem_v, {_vt_lbo(e.cfg)}, 64)}},"
         )
         w.line("    Traits::DescLayoutVt{});  // (MMA, MMA_N, MMA_K, kStages)")

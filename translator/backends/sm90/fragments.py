@@ -6,6 +6,8 @@ test_sm90_bwd.py check them against CuTe on the host."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from translator.backends.sm90.gmma import WGMMA_M
 
 
@@ -50,3 +52,49 @@ def acc_layout(rows: int, cols: int, atom_n: int, wg_m: int, wg_n: int = 1) -> s
     return (
         f"Layout<Shape<Shape<_2, _2, Int<{atom_n // 8}>>, {m}, {n}>, Stride<Stride<_1, _2, _4>, {ms}, {ns}>>"
     )
+
+
+# A K-major GMMA swizzle atom's row, in 16-bit values → its GMMA::LayoutType (128-, 64-, 32-byte swizzle)
+LAYOUT_TYPES = {64: "B128", 32: "B64", 16: "B32"}
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A wgmma operand in shared memory as CuTe's partition_fragment_A / _B give it for a warp group:
+    `layout`, the descriptor tensor's (MMA, MMA_M or MMA_N, MMA_K) layout in 16-byte units; the
+    descriptor's GMMA::LayoutType and leading and stride byte offsets (16-byte units, as
+    `GMMA::make_gmma_desc` sets them); `wg_offset`, elements from the tile's start to the next warp
+    group's part (0 where the warp groups share the operand)."""
+
+    layout: str
+    layout_type: str
+    lbo: int
+    sbo: int
+    wg_offset: int
+
+
+def k_major_operand(rows: int, cols: int, atom: int, wg_rows: int = 0) -> Operand:
+    """A (rows, cols) tile of K-major atoms (8 rows × `atom` columns, rows first, then `atom`-wide
+    column blocks) whose rows are the GEMM's M or N and columns its K; `wg_rows`: the rows each warp
+    group takes (0: all of them, shared). The k16 slices are 32 bytes apart in an atom's row, then the
+    next column block (rows · atom elements on)."""
+    slices = atom // 16
+    if cols == atom:
+        k, ks = f"Int<{slices}>", "_2"
+    else:
+        k, ks = f"Shape<Int<{slices}>, Int<{cols // atom}>>", f"Stride<_2, Int<{rows * atom // 8}>>"
+    layout = f"Layout<Shape<_1, _1, {k}>, Stride<_0, _0, {ks}>>"
+    return Operand(layout, LAYOUT_TYPES[atom], 1, atom, wg_rows * atom)
+
+
+def mn_major_operand(rows: int, cols: int, atom: int, wg_cols: int = 0) -> Operand:
+    """The transposed view of a (rows, cols) tile of K-major atoms: its columns are the GEMM's M or N
+    (MN-major), its rows the K; `wg_cols`: the columns each warp group takes (0: all, shared), whole
+    column blocks. A k16 slice is 16 rows (2 · atom 16-byte units); the leading byte offset steps from
+    one column block to the next (0 where a warp group's columns are one block, as CuTe leaves it)."""
+    extent = wg_cols or cols
+    assert extent % atom == 0, "a warp group's columns are whole atoms"
+    k, ks = static_mode(rows // 16, 2 * atom)
+    layout = f"Layout<Shape<_1, _1, {k}>, Stride<_0, _0, {ks}>>"
+    lbo = rows * atom // 8 if extent > atom else 0
+    return Operand(layout, LAYOUT_TYPES[atom], lbo, atom, wg_cols // atom * rows * atom)

@@ -12,7 +12,8 @@ from translator.writer import CodeWriter
 
 
 def emit_helpers(w: CodeWriter, regions: bool = False, *, gmma_desc: bool = False) -> None:
-    """`gmma_desc`: also `gmma_desc_sw128`, the forward's descriptors of its shared tiles in closed form."""
+    """`gmma_desc`: also `gmma_desc` and `partition_C`, operand descriptors and identity partitions
+    from layouts the traits write out."""
     with w.block("namespace tl", "}  // namespace tl"):
         w.line("using namespace cute;")
         w.line()
@@ -118,13 +119,14 @@ def _emit_descriptor_iterator(w: CodeWriter) -> None:
 
 
 def _emit_gmma_desc(w: CodeWriter) -> None:
-    """`gmma_desc_sw128`: CuTe's `GMMA::make_gmma_desc` for a 128-byte-swizzled operand tile, its fields
-    set in the same order, with the leading and stride byte offsets the caller read off the layout."""
-    w.comment("The GMMA descriptor of a 128-byte-swizzled shared tile starting at `smem` (CuTe's")
-    w.comment("make_gmma_desc, its fields in the same order); the byte offsets are in 16-byte units.")
-    with w.block("CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(void const* smem, uint16_t lbo, uint16_t sbo)"):
+    """`gmma_desc`: CuTe's `GMMA::make_gmma_desc` for a swizzled operand tile, its fields set in the same
+    order, with the swizzle and the leading and stride byte offsets the caller read off the layout."""
+    w.comment("The GMMA descriptor of a swizzled shared tile starting at `smem` (CuTe's make_gmma_desc, its")
+    w.comment("fields in the same order); the byte offsets are in 16-byte units.")
+    w.line("template <GMMA::LayoutType kLayout>")
+    with w.block("CUTE_DEVICE GmmaDescriptor gmma_desc(void const* smem, uint16_t lbo, uint16_t sbo)"):
         w.line("GmmaDescriptor desc;")
-        w.line("desc.bitfield.layout_type_ = uint8_t(GMMA::LayoutType::B128);")
+        w.line("desc.bitfield.layout_type_ = uint8_t(kLayout);")
         w.line("desc.bitfield.start_address_ = static_cast<uint16_t>(cast_smem_ptr_to_uint(smem) >> 4);")
         w.line("desc.bitfield.base_offset_ = 0;")
         w.line("desc.bitfield.stride_byte_offset_ = sbo;")
