@@ -1136,6 +1136,9 @@ int main() {
   auto id_s = make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{});
   using CoordS = decltype(tiled_mma_sdp.thrfrg_C(id_s.layout()));
   static_assert(std::is_same_v<CoordS, typename Traits::CoordLayoutS>);
+  auto id_q = make_identity_tensor(DQ_SHAPE{});
+  using CoordQ = decltype(tiled_mma_dq.thrfrg_C(id_q.layout()));
+  static_assert(std::is_same_v<CoordQ, typename Traits::CoordLayoutdQ>);
   int bad = 0;
   for (int tidx = 0; tidx < Traits::kNThreads; ++tidx) {
     auto thr = tiled_mma_sdp.get_thread_slice(tidx);
@@ -1143,6 +1146,11 @@ int main() {
     auto ours = tl::partition_C(thr, id_s, typename Traits::CoordLayoutS{});
     static_assert(std::is_same_v<decltype(cute_s), decltype(ours)>);
     for (int i = 0; i < size(cute_s); ++i) bad += cute_s(i) != ours(i);
+    auto thr_q = tiled_mma_dq.get_thread_slice(tidx);
+    auto cute_q = thr_q.partition_C(id_q);
+    auto ours_q = tl::partition_C(thr_q, id_q, typename Traits::CoordLayoutdQ{});
+    static_assert(std::is_same_v<decltype(cute_q), decltype(ours_q)>);
+    for (int i = 0; i < size(cute_q); ++i) bad += cute_q(i) != ours_q(i);
   }
   printf("mismatches %d\n", bad);
   return bad != 0;
@@ -1155,8 +1163,8 @@ int main() {
 @pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128), (64, 64), (256, 64)])
 def test_the_accumulators_and_the_score_coordinates_are_cutes_partitions(tmp_path, d, block_m):
     """The traits' written-out accumulator layouts (Sᵀ and dPᵀ, dK and dV, dQ or dQᵀ) are the types of
-    CuTe's partition_fragment_C, and Sᵀ's identity partition through `CoordLayoutS` and
-    `tl::partition_C` has the type and every (key, query) of CuTe's partition_C, for all 256 consumer
+    CuTe's partition_fragment_C, and Sᵀ's and dQ's identity partitions through `CoordLayoutS / dQ` and
+    `tl::partition_C` have the type and every (row, col) of CuTe's partition_C, for all 256 consumer
     threads: each warp-group split (key rows, query columns at d 256, dQ's columns, rows or transposed)."""
     text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
     src = _sm90(text, options={"block_m": block_m}).source
@@ -1167,6 +1175,7 @@ def test_the_accumulators_and_the_score_coordinates_are_cutes_partitions(tmp_pat
     helper = helper[: helper.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
     code = re.sub(r"//.*", "", _main(src))
     assert "partition_fragment_C" not in code and ".partition_C(" not in code
+    assert ".partition_C(" not in re.sub(r"//.*", "", src.split("_bwd_convert_dq(")[1])
     dq = "Shape<Int<kHeadDim>, Int<kBlockM>>" if block_m == 80 else "Shape<Int<kBlockM>, Int<kHeadDim>>"
     host = _FRAGMENTS_HOST.replace("PARTITION_C", helper).replace("TRAITS", traits.group(1))
     _host_check(tmp_path / "fragments", head + host.replace("DQ_SHAPE", dq))

@@ -160,6 +160,7 @@ def assemble(
     dq_vector: int = 1,
     dq_groups: int = 1,
     dq_swapped: bool = False,
+    dq_coords: str = "",
     main_threads: int = 0,
     main_params: tuple[str, ...] = (),
 ) -> tuple[str, BackwardSpec]:
@@ -167,7 +168,8 @@ def assemble(
     and helpers of `emit_defs`): the D kernel, the dQ conversion and the row gradients are the same for
     every skeleton, and so are the kernels' parameters, but for `main_params`, which `emit_main`'s kernel
     takes after them (the sm_90 producer's TMA descriptors). `dq_vector`, `dq_groups`, `dq_swapped`: how the
-    dQ/dK/dV kernel adds its dQ tile into dq_accum (`_emit_convert`)."""
+    dQ/dK/dV kernel adds its dQ tile into dq_accum (`_emit_convert`); `dq_coords`: the traits' thrfrg_C
+    layout of dQ's identity tensor, if they write it out (sliced by `tl::partition_C`)."""
     ir = plan.ir
     name = plan.kernel_name
     w = CodeWriter()
@@ -193,7 +195,7 @@ def assemble(
     _emit_preprocess(w, plan, sink_partials, tail)
     emit_main(w, plan, partials, tail, deterministic)
     dq_scale = scale_folded_grad(ir)[0]
-    _emit_convert(w, plan, dq_vector, groups=dq_groups, swapped=dq_swapped, scaled=dq_scale)
+    _emit_convert(w, plan, dq_vector, groups=dq_groups, swapped=dq_swapped, scaled=dq_scale, coords=dq_coords)
     if ir.block_mask:
         emit_block_mask_kernel(
             w, ir, name=f"{name}_bwd", block_m=block_m, block_n=block_n, tag_line=plan.line_of("mask_expr")
@@ -522,6 +524,7 @@ def _emit_convert(
     groups: int = 1,
     swapped: bool = False,
     scaled: bool = False,
+    coords: str = "",
 ) -> None:
     """dq_accum → dQ, in the order the dQ/dK/dV kernel adds its fragment in. `dq_vector` (v): that many
     consecutive fragment elements go in one vector atomic (4: sm_90's float4 reductions; 1: sm_80's
@@ -558,10 +561,15 @@ def _emit_convert(
         w.comment(f"((t / kGroup · n + i / {v}) · kGroup + t % kGroup) · {v} + i % {v}, n = {v}-vectors a thread")
         w.line("typename Traits::TiledMmadQ tiled_mma_dq;")
         m, n, row, col = ("kHeadDim", "kBlockM", 1, 0) if swapped else ("kBlockM", "kHeadDim", 0, 1)
-        w.line(
-            "Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C("
-            f"make_identity_tensor(Shape<Int<{m}>, Int<{n}>>{{}}));" + ("  // dQᵀ: (column, row)" if swapped else "")
-        )
+        identity = f"make_identity_tensor(Shape<Int<{m}>, Int<{n}>>{{}})"
+        note = "  // dQᵀ: (column, row)" if swapped else ""
+        if coords:  # the traits' thrfrg_C layout (the sm_90 skeleton's), CuTe's slice of it
+            w.line(
+                f"Tensor tdQcdQ = tl::partition_C(tiled_mma_dq.get_thread_slice(threadIdx.x), {identity}, "
+                f"typename Traits::{coords}{{}});{note}"
+            )
+        else:
+            w.line(f"Tensor tdQcdQ = tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C({identity});{note}")
         w.line(f"constexpr int kGroup = Traits::kNThreads / {groups};")
         w.line(f"constexpr int kVectors = decltype(size(tdQcdQ))::value / {v};")
         w.line("const int group = threadIdx.x / kGroup, rank = threadIdx.x % kGroup;")

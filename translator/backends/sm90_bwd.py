@@ -292,6 +292,7 @@ def generate_backward_sm90(
         block_n=block_n(d),
         shared_bytes=shared_bytes(d, block_m=block_m, dq_bulk=dq_bulk),
         dq_swapped=swap_dq,
+        dq_coords="CoordLayoutdQ",
         main_threads=THREADS + PRODUCER_THREADS,
         main_params=BACKWARD_TMA_PARAMS,
         arch=NVRTC_ARCH,
@@ -501,14 +502,15 @@ def _emit_fragment_layouts(w: CodeWriter, a: dict[str, GmmaAtom], block_m: int, 
     dq_rows, dq_cols = (d, block_m) if swapped_dq(block_m) else (block_m, d)
     dq = (2, 1) if swapped_dq(block_m) or split_dq_rows(block_m) else (1, 2)
     w.comment("The accumulators, ((2 cols, 2 rows, N / 8), MMA_M, MMA_N) as partition_fragment_C gives a warp")
-    w.comment("group's, and Sᵀ's (key, query)s as thrfrg_C lays out its identity tensor ((ThrV, (ThrM, ThrN)),")
+    w.comment("group's, and Sᵀ's (key, query)s and dQ's as thrfrg_C lays out their identity tensors ((ThrV, (ThrM, ThrN)),")
     w.comment("(FrgV, (RestM, RestN)); ScaledBasis<s, 0> steps keys, <s, 1> queries), sliced by tl::partition_C")
     w.line(f"using AccLayoutSdP = {acc_layout(n, block_m, a['SdP'].n, *sdp)};")
     w.line(f"using AccLayoutdKV = {acc_layout(n, d, a['dKV'].n, *sdp)};")
     w.line(f"using AccLayoutdQ = {acc_layout(dq_rows, dq_cols, a['dQ'].n, *dq)};")
-    first, rest = coord_layout(n, block_m, a["SdP"].n, *sdp).split("\n")
-    w.line(f"using CoordLayoutS = {first}")
-    w.line(f"{rest};")
+    for name, shape in (("S", (n, block_m, a["SdP"].n, *sdp)), ("dQ", (dq_rows, dq_cols, a["dQ"].n, *dq))):
+        first, rest = coord_layout(*shape).split("\n")
+        w.line(f"using CoordLayout{name} = {first}")
+        w.line(f"{rest};")
     w.comment("The shared-memory operands as one GMMA descriptor each and its (MMA, MMA_M or MMA_N, MMA_K)")
     w.comment("steps in 16-byte units: what partition_fragment_A / _B give a warp group (k16 slices 32 bytes")
     w.comment("apart in a K-major atom's row, then the next column block; 16 rows apart MN-major)")
