@@ -1001,15 +1001,11 @@ def test_ds_stmatrix_addresses_in_closed_form_are_cutes_for_every_thread(tmp_pat
     """The emitted closed-form dSᵀ stmatrix addresses and register pairs, run on the host beside CuTe's
     make_tiled_copy_C / partition_D / retile_S over the same traits: equal for all 256 consumer threads,
     every atom, each query tile (d 256: the warp groups split the query columns, `split_head`)."""
-    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
-    src = _sm90(text, options={"block_m": block_m}).source
-    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
-    assert traits
-    head = src[: src.index("\n};\n", traits.start()) + 4]
+    src, name, head = _with_traits(d, block_m)
     body = src.split("uint32_t ds_addr[Traits::kWgQueries / 16];", 1)[1]
     emitted = body[: body.index("\n  }\n") + 4].replace("cast_smem_ptr_to_uint(smem_ds)", "0u")
     assert "ds_addr[i] = base + i * 2048;" in emitted and emitted.lstrip().startswith("{")
-    host = _DS_HOST.replace("TRAITS", traits.group(1)).replace("EMITTED", emitted)
+    host = _DS_HOST.replace("TRAITS", name).replace("EMITTED", emitted)
     _host_check(tmp_path / "ds", head + host)
 
 
@@ -1078,11 +1074,7 @@ def test_dkv_stmatrix_addresses_put_every_accumulator_where_the_row_stores_read_
     beside CuTe's coordinates of the dK / dV accumulators: every element of all 256 consumer threads
     lands at its (row, col) of the tile whose 16-byte pieces the row stores read swizzled (piece c of row
     r at c ^ (r % 8)); d 256: each warp group half of the columns (`split_head`)."""
-    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
-    src = _sm90(text).source
-    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
-    assert traits
-    head = src[: src.index("\n};\n", traits.start()) + 4]
+    src, name, head = _with_traits(d)
     rowcol = src[src.index("  template <class Layout>\n  CUTE_DEVICE constexpr auto acc_rowcol(") :]
     rowcol = rowcol[: rowcol.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
     body = src.split("uint32_t dkv_addr[Traits::kWgCols / 16];  // step i, relative to the tile", 1)[1]
@@ -1090,7 +1082,7 @@ def test_dkv_stmatrix_addresses_put_every_accumulator_where_the_row_stores_read_
     assert "dkv_addr[i] = row * (kHeadDim * 2)" in emitted and emitted.lstrip().startswith("{")
     # the stores pair register k with (row 8·(k % 2), piece 2i + k / 2), as the host check reads them
     assert "tl::pack2(rdK_rc(1, 4 * i + 2), rdK_rc(1, 4 * i + 3)));" in src
-    host = _DKV_HOST.replace("ACC_ROWCOL", rowcol).replace("TRAITS", traits.group(1))
+    host = _DKV_HOST.replace("ACC_ROWCOL", rowcol).replace("TRAITS", name)
     _host_check(tmp_path / "dkv", head + host.replace("EMITTED", emitted))
 
 
@@ -1113,6 +1105,20 @@ def test_d64_takes_the_128_row_tile_where_it_was_measured(tl, d, rows):
     assert f"static constexpr int kBlockM = {rows};" in src
     if rows == 128:
         assert "static constexpr int kBlockM = 64;" in _sm90(text, options={"block_m": 64}).source
+
+
+# query tiles and head dims that reach each warp-group split of the sm_90 backward's GEMMs
+TILES = [(128, 64), (128, 80), (64, 128), (64, 64), (256, 64)]
+
+
+def _with_traits(d: int, block_m: int | None = None) -> tuple[str, str, str]:
+    """(source, traits struct name, the source up to the traits' end) of mha_fwd's sm_90 backward at
+    head dim `d` (d 256: the re-tiled forward) on `block_m`-row query tiles (None: the default)."""
+    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
+    src = _sm90(text, options={"block_m": block_m} if block_m else None).source
+    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
+    assert traits
+    return src, traits.group(1), src[: src.index("\n};\n", traits.start()) + 4]
 
 
 _FRAGMENTS_HOST = r"""
@@ -1160,24 +1166,20 @@ int main() {
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
-@pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128), (64, 64), (256, 64)])
+@pytest.mark.parametrize("d, block_m", TILES)
 def test_the_accumulators_and_the_score_coordinates_are_cutes_partitions(tmp_path, d, block_m):
     """The traits' written-out accumulator layouts (Sᵀ and dPᵀ, dK and dV, dQ or dQᵀ) are the types of
     CuTe's partition_fragment_C, and Sᵀ's and dQ's identity partitions through `CoordLayoutS / dQ` and
     `tl::partition_C` have the type and every (row, col) of CuTe's partition_C, for all 256 consumer
     threads: each warp-group split (key rows, query columns at d 256, dQ's columns, rows or transposed)."""
-    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
-    src = _sm90(text, options={"block_m": block_m}).source
-    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
-    assert traits
-    head = src[: src.index("\n};\n", traits.start()) + 4]
+    src, name, head = _with_traits(d, block_m)
     helper = src[src.index("  template <class ThrMma, class CTensor, class ThrFrg>") :]
     helper = helper[: helper.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
     code = re.sub(r"//.*", "", _main(src))
     assert "partition_fragment_C" not in code and ".partition_C(" not in code
     assert ".partition_C(" not in re.sub(r"//.*", "", src.split("_bwd_convert_dq(")[1])
     dq = "Shape<Int<kHeadDim>, Int<kBlockM>>" if block_m == 80 else "Shape<Int<kBlockM>, Int<kHeadDim>>"
-    host = _FRAGMENTS_HOST.replace("PARTITION_C", helper).replace("TRAITS", traits.group(1))
+    host = _FRAGMENTS_HOST.replace("PARTITION_C", helper).replace("TRAITS", name)
     _host_check(tmp_path / "fragments", head + host.replace("DQ_SHAPE", dq))
 
 
@@ -1255,18 +1257,14 @@ int main() {
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None and not Path(NVCC).exists(), reason="needs nvcc")
-@pytest.mark.parametrize("d, block_m", [(128, 64), (128, 80), (64, 128), (64, 64), (256, 64)])
+@pytest.mark.parametrize("d, block_m", TILES)
 def test_the_operands_gmma_descriptors_are_cutes_partitions(tmp_path, d, block_m):
     """Every shared-memory wgmma operand's descriptor tensor as the kernel builds it (`operands`,
     `tl::gmma_desc`, the warp group's part at its TiledMMA coordinate) against CuTe's
     partition_fragment_A / _B of the same tile for both consumer warp groups: the layout type, the
     partition's start pointer and the descriptor bits (the start address reads 0 on the host for both,
     so the pointer is compared apart); K-major and MN-major, 64- and 128-byte swizzles, each split."""
-    text = _d256() if d == 256 else MHA.read_text().replace("Param d = 128", f"Param d = {d}")
-    src = _sm90(text, options={"block_m": block_m}).source
-    traits = re.search(r"struct (\w+_bwd_traits) \{", src)
-    assert traits
-    head = src[: src.index("\n};\n", traits.start()) + 4]
+    src, name, head = _with_traits(d, block_m)
     start = "  template <GMMA::LayoutType kLayout>\n  CUTE_DEVICE GmmaDescriptor gmma_desc("
     helper = src[src.index(start) :]
     helper = helper[: helper.index("\n  }\n") + 4].replace("CUTE_DEVICE", "CUTE_HOST_DEVICE")
@@ -1282,12 +1280,12 @@ def test_the_operands_gmma_descriptors_are_cutes_partitions(tmp_path, d, block_m
     want = {"tSrK", "tdPrV", "tdQrKt", "tdQrdS", "tSrQ", "tdPrdO", "tdVrdO", "tdKrQ"}
     assert set(found) == want | ({"tdVrPt", "tdKrdSt"} if d == 256 else set()), sorted(found)
     emitted, checks = [], []
-    for name, m in found.items():
-        mma, ab, tensor = operands[name]
+    for t, m in found.items():
+        mma, ab, tensor = operands[t]
         emitted.append(m.group(0))
         frag = f"wg_mma_{mma}.partition_fragment_{ab}({tensor})"
         part = f"wg_mma_{mma}.partition_{ab}({tensor})"
-        checks.append(f'same("{name}", wg, {frag}, {part}, {name}, {m.group(2)});')
+        checks.append(f'same("{t}", wg, {frag}, {part}, {t}, {m.group(2)});')
     views = ""
     if d == 256:
         views = (
@@ -1296,7 +1294,7 @@ def test_the_operands_gmma_descriptors_are_cutes_partitions(tmp_path, d, block_m
         )
     host = (
         _DESC_HOST.replace("GMMA_DESC", helper)
-        .replace("TRAITS", traits.group(1))
+        .replace("TRAITS", name)
         .replace("SPLIT_VIEWS", views)
         .replace("EMITTED", "\n    ".join(emitted))
         .replace("CHECKS", "\n    ".join(checks))
