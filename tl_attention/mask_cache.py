@@ -18,6 +18,7 @@ tensors).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -49,6 +50,7 @@ class BlockMaskCache:
 
     def __init__(self) -> None:
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._lock = threading.Lock()  # calls from several threads (one stream each) share the kernel
         self.hits = 0
         self.builds = 0
 
@@ -63,7 +65,12 @@ class BlockMaskCache:
     ) -> Built:
         """The entry of `key` and `tensors` (the side tensors, by identity and state), built by `build`
         and stored when there is none."""
-        full = (*key, *(tensor_state(t) for t in tensors))
+        with self._lock:
+            return self._get((*key, *(tensor_state(t) for t in tensors)), tensors, build, size)
+
+    def _get(
+        self, full: tuple[Hashable, ...], tensors: Sequence[Any], build: Callable[[], Built], size: int
+    ) -> Built:
         entry = self._entries.get(full)
         if entry is not None and entry.alive_for(tensors):
             self._entries.move_to_end(full)
