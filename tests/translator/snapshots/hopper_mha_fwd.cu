@@ -251,11 +251,12 @@ namespace tl {
     }
   }
 
-  // The GMMA descriptor of a 128-byte-swizzled shared tile starting at `smem` (CuTe's
-  // make_gmma_desc, its fields in the same order); the byte offsets are in 16-byte units.
-  CUTE_DEVICE GmmaDescriptor gmma_desc_sw128(void const* smem, uint16_t lbo, uint16_t sbo) {
+  // The GMMA descriptor of a swizzled shared tile starting at `smem` (CuTe's make_gmma_desc, its
+  // fields in the same order); the byte offsets are in 16-byte units.
+  template <GMMA::LayoutType kLayout>
+  CUTE_DEVICE GmmaDescriptor gmma_desc(void const* smem, uint16_t lbo, uint16_t sbo) {
     GmmaDescriptor desc;
-    desc.bitfield.layout_type_ = uint8_t(GMMA::LayoutType::B128);
+    desc.bitfield.layout_type_ = uint8_t(kLayout);
     desc.bitfield.start_address_ = static_cast<uint16_t>(cast_smem_ptr_to_uint(smem) >> 4);
     desc.bitfield.base_offset_ = 0;
     desc.bitfield.stride_byte_offset_ = sbo;
@@ -382,14 +383,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   const int m_block = blockIdx.x;  // TL block_m: this tile of query rows
 #line 18 "hopper_mha_fwd.tl"
   const int bidh_kv = bidh / (heads / heads_kv);  // K/V head of this query head
-#line 386 "hopper_mha_fwd.cu"
+#line 387 "hopper_mha_fwd.cu"
 
   // TL:26  for j = 0: seqlen_k / BN  — key blocks [n_block_min, n_block_max), walked from the last (producer and consumers agree)
 #line 26 "hopper_mha_fwd.tl"
   int n_block_min = 0;
 #line 26 "hopper_mha_fwd.tl"
   int n_block_max = cute::ceil_div(seqlen_k, kBlockN);
-#line 393 "hopper_mha_fwd.cu"
+#line 394 "hopper_mha_fwd.cu"
 
   // TL:10  mbarriers of the pipeline: Q full; per stage K and V full (TMA) and empty (consumers)
 #line 10 "hopper_mha_fwd.tl"
@@ -424,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
   }
 #line 10 "hopper_mha_fwd.tl"
   __syncthreads();  // the last block-wide barrier: the warp groups part ways below
-#line 428 "hopper_mha_fwd.cu"
+#line 429 "hopper_mha_fwd.cu"
   if (warp_group == 0) {
     // Producer warp group: registers back to the pool, one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
@@ -434,7 +435,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       int k_stage = 0, v_stage = 0;
 #line 26 "hopper_mha_fwd.tl"
       uint32_t k_phase = 0, v_phase = 0;
-#line 438 "hopper_mha_fwd.cu"
+#line 439 "hopper_mha_fwd.cu"
       // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — TMA, once per tile, after the first K; rows past seqlen_q arrive as zeros
 #line 22 "hopper_mha_fwd.tl"
       auto load_q = [&]() {
@@ -450,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         }
 #line 22 "hopper_mha_fwd.tl"
       };
-#line 454 "hopper_mha_fwd.cu"
+#line 455 "hopper_mha_fwd.cu"
       // TL:27  Copy K (BN, d) in coordinate [L = j] from global to shared  — wait until the consumers freed the buffer, then TMA into it
 #line 27 "hopper_mha_fwd.tl"
       auto load_k = [&](const int n_block) {
@@ -470,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++k_stage == kStages) { k_stage = 0; k_phase ^= 1; }
 #line 27 "hopper_mha_fwd.tl"
       };
-#line 474 "hopper_mha_fwd.cu"
+#line 475 "hopper_mha_fwd.cu"
       // TL:33  Copy V (BN, d) in coordinate [L = j] from global to shared  — its own ring of barriers: Q·Kᵀ may start before V lands
 #line 33 "hopper_mha_fwd.tl"
       auto load_v = [&](const int n_block) {
@@ -490,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         if (++v_stage == kStages) { v_stage = 0; v_phase ^= 1; }
 #line 33 "hopper_mha_fwd.tl"
       };
-#line 494 "hopper_mha_fwd.cu"
+#line 495 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — in the consumers' order: they read V(n + 1) after K(n), so V trails K by one block and the next K never waits for the later-freed V buffer
 #line 26 "hopper_mha_fwd.tl"
       if (n_block_max > n_block_min) {
@@ -512,11 +513,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         load_v(n_block_min);
 #line 26 "hopper_mha_fwd.tl"
       } else {
-#line 516 "hopper_mha_fwd.cu"
+#line 517 "hopper_mha_fwd.cu"
         // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared
 #line 22 "hopper_mha_fwd.tl"
         load_q();  // no key block: the consumers still wait for Q
-#line 520 "hopper_mha_fwd.cu"
+#line 521 "hopper_mha_fwd.cu"
       }
     }
   }
@@ -539,36 +540,36 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
 
     // TL:23  Copy Q from shared to register  — no ldmatrix on Hopper: wgmma reads Q from shared memory through descriptors
 #line 23 "hopper_mha_fwd.tl"
-    Tensor tSrQ = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols, 1, 64)},
+    Tensor tSrQ = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc<GMMA::LayoutType::B128>(smem_q + consumer_wg % Traits::kConsumers * 64 * kBoxCols, 1, 64)},
 #line 23 "hopper_mha_fwd.tl"
         Traits::DescLayoutQ{});  // this warp group's 64-row slices (MMA, MMA_M, MMA_K)
-#line 546 "hopper_mha_fwd.cu"
+#line 547 "hopper_mha_fwd.cu"
     // TL:28  Copy K from shared to register  — descriptors of every K stage
 #line 28 "hopper_mha_fwd.tl"
-    Tensor tSrK = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_k, 1, 64)},
+    Tensor tSrK = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc<GMMA::LayoutType::B128>(smem_k, 1, 64)},
 #line 28 "hopper_mha_fwd.tl"
         Traits::DescLayoutK{});  // (MMA, MMA_N, MMA_K, kStages)
-#line 552 "hopper_mha_fwd.cu"
+#line 553 "hopper_mha_fwd.cu"
     // TL:34  Copy V from shared to register  — descriptors of Vᵀ, an MN-major view of every V stage
 #line 34 "hopper_mha_fwd.tl"
-    Tensor tOrV = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc_sw128(smem_v, 1280, 64)},
+    Tensor tOrV = make_tensor(GMMA::DescriptorIterator{tl::gmma_desc<GMMA::LayoutType::B128>(smem_v, 1280, 64)},
 #line 34 "hopper_mha_fwd.tl"
         Traits::DescLayoutVt{});  // (MMA, MMA_N, MMA_K, kStages)
-#line 558 "hopper_mha_fwd.cu"
+#line 559 "hopper_mha_fwd.cu"
     // TL:30  Compute Multiply S, scale and get new S  — folded into Softmax's exp2: one FFMA per score
 #line 30 "hopper_mha_fwd.tl"
     const float scale_log2 = softmax_scale * 1.44269504088896340736f;  // scale · log2(e)
-#line 562 "hopper_mha_fwd.cu"
+#line 563 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — (row, col) of each score, for masking
 #line 26 "hopper_mha_fwd.tl"
     Tensor tScS = tl::partition_C(thr_mma_qk, make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}), Traits::CoordLayoutS{});
-#line 566 "hopper_mha_fwd.cu"
+#line 567 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the K/V ring's position, as the producer's
 #line 26 "hopper_mha_fwd.tl"
     int stage = 0;
 #line 26 "hopper_mha_fwd.tl"
     uint32_t phase = 0;
-#line 572 "hopper_mha_fwd.cu"
+#line 573 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: consumer warp groups take turns issuing GEMMs, in a ring (0, 1, …); each turn is a named barrier (3 + group) that the group before it arrives on
 #line 26 "hopper_mha_fwd.tl"
     const int next_wg = consumer_wg + 1 == Traits::kConsumers ? 0 : consumer_wg + 1;
@@ -576,14 +577,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     auto my_turn = [&]() { tl::consumer_sync(3 + consumer_wg, 256); };
 #line 26 "hopper_mha_fwd.tl"
     auto your_turn = [&]() { tl::consumer_arrive(3 + next_wg, 256); };
-#line 580 "hopper_mha_fwd.cu"
+#line 581 "hopper_mha_fwd.cu"
 
     // TL:25  Allocate acc_o in register (BM, d)  — fp32 wgmma accumulator fragment
 #line 25 "hopper_mha_fwd.tl"
     Tensor acc_o = make_tensor<float>(Traits::AccLayoutO{});  // (MMA, MMA_M, MMA_N)
 #line 25 "hopper_mha_fwd.tl"
     clear(acc_o);
-#line 587 "hopper_mha_fwd.cu"
+#line 588 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — running row max and row sum (per thread, for its rows)
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -595,7 +596,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     fill(row_max, -__int_as_float(0x7f800000));
 #line 31 "hopper_mha_fwd.tl"
     clear(row_sum);
-#line 599 "hopper_mha_fwd.cu"
+#line 600 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — key columns past seqlen_k (last block only)
 #line 26 "hopper_mha_fwd.tl"
@@ -606,7 +607,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
 #line 26 "hopper_mha_fwd.tl"
         Tensor coords = make_tensor(tScS.data(), tl::acc_rowcol(tScS.layout()));  // (row, col)s
-#line 610 "hopper_mha_fwd.cu"
+#line 611 "hopper_mha_fwd.cu"
         // A row keeps the columns below col_end (and from col_begin on, in a window). A thread's
         // columns differ from its first by constants, so with the bounds taken relative to that
         // column each score costs one compare against an immediate and a select.
@@ -636,13 +637,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 26 "hopper_mha_fwd.tl"
     };
-#line 640 "hopper_mha_fwd.cu"
+#line 641 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — online: new row max, exp2 of the scores, the factor that rescales acc_o and the sum
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_step = [&](auto& acc_s) {
 #line 31 "hopper_mha_fwd.tl"
       Tensor scores = make_tensor(acc_s.data(), tl::acc_rowcol(acc_s.layout()));  // (rows, cols)
-#line 646 "hopper_mha_fwd.cu"
+#line 647 "hopper_mha_fwd.cu"
       // One max and one sum chain per row: in this one-pass form four chains measured 1–4% slower
       // on the H200. The pipelined loop at d_v <= 128 takes the split form instead (four max
       // chains there, with every row's max before the exps).
@@ -658,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         for (int c = 0; c < size<1>(scores); ++c) m = fmaxf(m, scores(r, c));
 #line 31 "hopper_mha_fwd.tl"
         m = tl::quad_max(m);
-#line 662 "hopper_mha_fwd.cu"
+#line 663 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         const float m_scaled = m == -__int_as_float(0x7f800000) ? 0.f : m * scale_log2;
@@ -684,7 +685,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 688 "hopper_mha_fwd.cu"
+#line 689 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — before P·V's wait: maxes, the FFMAs and the first columns' exps
 #line 31 "hopper_mha_fwd.tl"
     Tensor row_max_scaled = make_fragment_like(row_max);  // this block's max · scale_log2
@@ -722,7 +723,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       CUTE_UNROLL
 #line 31 "hopper_mha_fwd.tl"
       for (int r = 0; r < size<0>(scores); ++r) {
-#line 726 "hopper_mha_fwd.cu"
+#line 727 "hopper_mha_fwd.cu"
         // a row that saw only masked keys keeps max = -inf: exp2 against 0 so it stays 0
 #line 31 "hopper_mha_fwd.tl"
         row_max_scaled(r) = m(r) == -__int_as_float(0x7f800000) ? 0.f : m(r) * scale_log2;
@@ -750,7 +751,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 754 "hopper_mha_fwd.cu"
+#line 755 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — after P·V's wait: the other exps, each pair converted into P (the Reshape) and summed
 #line 31 "hopper_mha_fwd.tl"
     auto softmax_after_wait = [&](auto& acc_s, auto& rP) {
@@ -802,7 +803,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int r = 0; r < size<0>(scores); ++r) row_sum(r) = sum[r];
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 806 "hopper_mha_fwd.cu"
+#line 807 "hopper_mha_fwd.cu"
     // TL:31  Compute Softmax S  — rescale acc_o by each row's correction (after the P·V that wrote it has drained)
 #line 31 "hopper_mha_fwd.tl"
     auto rescale_o = [&]() {
@@ -820,43 +821,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 31 "hopper_mha_fwd.tl"
     };
-#line 824 "hopper_mha_fwd.cu"
+#line 825 "hopper_mha_fwd.cu"
 
     // TL:22  Copy Q (BM, d) in coordinate [L = block_m] from global to shared  — consumers wait for Q once per tile (also before O reuses its buffer)
 #line 22 "hopper_mha_fwd.tl"
     FullBarrier::wait(bar_q, 0);
-#line 829 "hopper_mha_fwd.cu"
+#line 830 "hopper_mha_fwd.cu"
 
     // TL:26  for j = 0: seqlen_k / BN  — ping-pong: the last group hands group 0 the first turn
 #line 26 "hopper_mha_fwd.tl"
     if (consumer_wg == Traits::kConsumers - 1 && n_block_max > n_block_min) your_turn();
-#line 834 "hopper_mha_fwd.cu"
+#line 835 "hopper_mha_fwd.cu"
     // TL:26  for j = 0: seqlen_k / BN  — the first key block alone: its P feeds the pipelined loop
 #line 26 "hopper_mha_fwd.tl"
     if (n_block_max > n_block_min) {
 #line 26 "hopper_mha_fwd.tl"
       int n_block = n_block_max - 1;
-#line 840 "hopper_mha_fwd.cu"
+#line 841 "hopper_mha_fwd.cu"
       // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
       Tensor acc_s = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
-#line 844 "hopper_mha_fwd.cu"
+#line 845 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_k[stage], phase);
-#line 848 "hopper_mha_fwd.cu"
+#line 849 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 852 "hopper_mha_fwd.cu"
+#line 853 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s);
-#line 856 "hopper_mha_fwd.cu"
+#line 857 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       your_turn();
-#line 860 "hopper_mha_fwd.cu"
+#line 861 "hopper_mha_fwd.cu"
       // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -864,21 +865,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       warpgroup_fence_operand(acc_s);
 #line 29 "hopper_mha_fwd.tl"
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 868 "hopper_mha_fwd.cu"
+#line 869 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       apply_mask(acc_s, n_block);
-#line 872 "hopper_mha_fwd.cu"
+#line 873 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — first block: acc_o is still zero, nothing to rescale
 #line 31 "hopper_mha_fwd.tl"
       softmax_step(acc_s);
-#line 876 "hopper_mha_fwd.cu"
+#line 877 "hopper_mha_fwd.cu"
       // TL:32  Reshape S from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N_new)  — P in the input dtype, its registers re-viewed as the wgmma A operand
 #line 32 "hopper_mha_fwd.tl"
       Tensor rP = tl::convert_fragment<Element>(acc_s);
 #line 32 "hopper_mha_fwd.tl"
       Tensor tOrP = make_tensor(rP.data(), Traits::PLayoutA{});  // (MMA_A, MMA_M, MMA_K)
-#line 882 "hopper_mha_fwd.cu"
+#line 883 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — V of this block is consumed one iteration later, with the P just made
 #line 26 "hopper_mha_fwd.tl"
       int v_stage = stage;
@@ -886,41 +887,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       uint32_t v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
       if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 890 "hopper_mha_fwd.cu"
+#line 891 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — one key block n: Q·Kᵀ(n) overlaps P·V(n + 1)
 #line 26 "hopper_mha_fwd.tl"
       auto overlap_step = [&](const int n_block, auto masked) {
-#line 894 "hopper_mha_fwd.cu"
+#line 895 "hopper_mha_fwd.cu"
         // TL:24  Allocate S in register (BM, BN)  — fp32 scores of one key block (no clear: the first wgmma k-slice writes C = A·B)
 #line 24 "hopper_mha_fwd.tl"
         Tensor acc_s_next = make_tensor<float>(Traits::AccLayoutS{});  // (MMA, MMA_M, MMA_N)
-#line 898 "hopper_mha_fwd.cu"
+#line 899 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — S = Q·Kᵀ: SS wgmma once K has landed; one commit group
 #line 29 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_k[stage], phase);
-#line 902 "hopper_mha_fwd.cu"
+#line 903 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         my_turn();
-#line 906 "hopper_mha_fwd.cu"
+#line 907 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S
 #line 29 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/true, /*kRS=*/false>(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s_next);
-#line 910 "hopper_mha_fwd.cu"
+#line 911 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — rescale O for the last row max while Q·Kᵀ runs, before P·V adds to it
 #line 31 "hopper_mha_fwd.tl"
         rescale_o();
-#line 914 "hopper_mha_fwd.cu"
+#line 915 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
         FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
         tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 920 "hopper_mha_fwd.cu"
+#line 921 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         your_turn();
-#line 924 "hopper_mha_fwd.cu"
+#line 925 "hopper_mha_fwd.cu"
         // TL:29  Compute GEMM Q, K and get S  — wait for Q·Kᵀ only (P·V is the younger commit group and keeps running)
 #line 29 "hopper_mha_fwd.tl"
         warpgroup_wait<1>();
@@ -928,13 +929,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_s_next);
 #line 29 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_k[stage]);  // for the whole warp
-#line 932 "hopper_mha_fwd.cu"
+#line 933 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — runs on the CUDA cores while the tensor cores finish P·V
 #line 31 "hopper_mha_fwd.tl"
         softmax_before_wait(acc_s_next);
 #line 31 "hopper_mha_fwd.tl"
         tl::block_boundary(seqlen_k >> 30);  // keeps the wait for P·V below this half
-#line 938 "hopper_mha_fwd.cu"
+#line 939 "hopper_mha_fwd.cu"
         // TL:35  Compute GEMM S, V and accumulate acc_o  — P·V has drained: free V
 #line 35 "hopper_mha_fwd.tl"
         warpgroup_wait<0>();
@@ -942,11 +943,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         warpgroup_fence_operand(acc_o);
 #line 35 "hopper_mha_fwd.tl"
         if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
-#line 946 "hopper_mha_fwd.cu"
+#line 947 "hopper_mha_fwd.cu"
         // TL:31  Compute Softmax S  — the rest, writing the next P into the registers P·V has finished reading
 #line 31 "hopper_mha_fwd.tl"
         softmax_after_wait(acc_s_next, rP);
-#line 950 "hopper_mha_fwd.cu"
+#line 951 "hopper_mha_fwd.cu"
         // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
         v_stage = stage;
@@ -954,37 +955,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
         v_phase = phase;
 #line 26 "hopper_mha_fwd.tl"
         if (++stage == kStages) { stage = 0; phase ^= 1; }
-#line 958 "hopper_mha_fwd.cu"
+#line 959 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       };
 #line 26 "hopper_mha_fwd.tl"
       n_block = n_block_max - 2;
-#line 964 "hopper_mha_fwd.cu"
+#line 965 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN  — every block left of the first: no mask
 #line 26 "hopper_mha_fwd.tl"
       CUTE_NO_UNROLL
 #line 26 "hopper_mha_fwd.tl"
       for (; n_block >= n_block_min; --n_block) overlap_step(n_block, cute::false_type{});
-#line 970 "hopper_mha_fwd.cu"
+#line 971 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       my_turn();
-#line 974 "hopper_mha_fwd.cu"
+#line 975 "hopper_mha_fwd.cu"
       // TL:31  Compute Softmax S  — the last rescale, before the last P·V
 #line 31 "hopper_mha_fwd.tl"
       rescale_o();
-#line 978 "hopper_mha_fwd.cu"
+#line 979 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — acc_o += P·V: RS wgmma, P from registers, Vᵀ from shared memory
 #line 35 "hopper_mha_fwd.tl"
       FullBarrier::wait(&full_v[v_stage], v_phase);
 #line 35 "hopper_mha_fwd.tl"
       tl::wgmma</*kZeroInit=*/false, /*kRS=*/true>(tiled_mma_pv, tOrP, tOrV(_, _, _, v_stage), acc_o);
-#line 984 "hopper_mha_fwd.cu"
+#line 985 "hopper_mha_fwd.cu"
       // TL:26  for j = 0: seqlen_k / BN
 #line 26 "hopper_mha_fwd.tl"
       if (consumer_wg != Traits::kConsumers - 1) your_turn();  // the last gave one turn first
-#line 988 "hopper_mha_fwd.cu"
+#line 989 "hopper_mha_fwd.cu"
       // TL:35  Compute GEMM S, V and accumulate acc_o  — the last P·V
 #line 35 "hopper_mha_fwd.tl"
       warpgroup_wait<0>();
@@ -994,7 +995,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       if (cute::elect_one_sync()) EmptyBarrier::arrive(&empty_v[v_stage]);
 #line 26 "hopper_mha_fwd.tl"
     }
-#line 998 "hopper_mha_fwd.cu"
+#line 999 "hopper_mha_fwd.cu"
 
     // TL:37  Compute Divide acc_o, rowsum and get new acc_o  — and the row log-sum-exp; a row that saw no key gets O = 0, LSE = +inf
 #line 37 "hopper_mha_fwd.tl"
@@ -1019,7 +1020,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       for (int c = 0; c < size<1>(acc_o_rowcol); ++c) acc_o_rowcol(r, c) *= inv_sum;
 #line 37 "hopper_mha_fwd.tl"
     }
-#line 1023 "hopper_mha_fwd.cu"
+#line 1024 "hopper_mha_fwd.cu"
 
     // TL:38  Copy acc_o (BM, d) in coordinate [L = block_m] from register to global as O  — LSE from registers; O registers → shared (stmatrix) → TMA store (rows past seqlen_q are clipped by TMA)
     // LSE (batch, heads, seqlen_q), fp32: the thread holding column 0 of a row writes it.
@@ -1043,7 +1044,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       }
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 1047 "hopper_mha_fwd.cu"
+#line 1048 "hopper_mha_fwd.cu"
 
 #line 38 "hopper_mha_fwd.tl"
     Tensor rO = tl::convert_fragment<Element>(acc_o);
@@ -1051,7 +1052,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     tl::consumer_sync(1, kConsumerThreads);  // every warp group's last Q·Kᵀ has read sQ
 #line 38 "hopper_mha_fwd.tl"
     Tensor sO = make_tensor(make_smem_ptr(smem_o), Traits::SmemLayoutO{});  // (kBlockM, kHeadDimV)
-#line 1055 "hopper_mha_fwd.cu"
+#line 1056 "hopper_mha_fwd.cu"
     // stmatrix (8 × 8, ×4) a step, as CuTe's make_tiled_copy_C / partition_D / retile_S lay it out
     // for this thread: lane l of warp w gives row 16·w + l % 16 (64 a warp group) of 16 columns
     // 8·(l / 16) on, a step 16 columns on (32 bytes), then the next 64-column block; its registers
@@ -1063,7 +1064,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
     Tensor tOsO = make_tensor(sO.data() + o_offset, Traits::StsmLayoutO{});  // ((8, (4, 2)), 1, 1)
 #line 38 "hopper_mha_fwd.tl"
     Tensor tOrO = make_tensor(rO.data(), Traits::StsmLayoutR{});  // ((8, 8), 1, 1)
-#line 1067 "hopper_mha_fwd.cu"
+#line 1068 "hopper_mha_fwd.cu"
     // The copy as cute::copy's loops end up issuing it (one Copy_Atom::call a step, the same
     // instructions), without its group_modes / zipped_divide over these layouts (~1 s of nvcc).
 #line 38 "hopper_mha_fwd.tl"
@@ -1096,6 +1097,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hopper_mha_fwd(
       tma_store_wait<0>();  // the store has read shared memory before the block exits
 #line 38 "hopper_mha_fwd.tl"
     }
-#line 1100 "hopper_mha_fwd.cu"
+#line 1101 "hopper_mha_fwd.cu"
   }
 }
