@@ -213,8 +213,10 @@ def test_dq_accum_is_added_as_float4_and_converted_in_that_order():
     mma_sync = translate_backward(MHA, arch="sm_90", skeleton="sm80").source
     assert "atomicAdd(dq_tile + i * Traits::kNThreads, acc_dq(i));" in mma_sync
     assert "src[s * slice + (group * kVectors + j) * kGroup + rank]" in mma_sync
-    # over Traits::TiledMmadQ's fragment order: here the wgmma one
-    assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in conv
+    # over Traits::TiledMmadQ's fragment order: here the wgmma one, its thrfrg_C layout from the traits
+    assert "tl::partition_C(tiled_mma_dq.get_thread_slice(threadIdx.x), make_identity_tensor(" in conv
+    assert "typename Traits::CoordLayoutdQ{});" in conv
+    assert "tiled_mma_dq.get_thread_slice(threadIdx.x).partition_C(" in mma_sync.split("_bwd_convert_dq(")[1]
     assert "using TiledMmadQ = decltype(make_tiled_mma(SM90::GMMA::" in sm90
     # the D kernel is the default's
     assert sm90.split("_bwd_dot_do_o(")[1].split("}\n")[0] == sm80.split("_bwd_dot_do_o(")[1].split("}\n")[0]
@@ -253,7 +255,8 @@ def test_an_80_row_query_tile_computes_dq_transposed_and_converts_it_back():
         "dq_tile_s[i * 128] = make_float4(",  # dq_bulk: d = 128's default
     )
     conv = src.split("_bwd_convert_dq(")[1]
-    assert "make_identity_tensor(Shape<Int<kHeadDim>, Int<kBlockM>>{}));  // dQᵀ: (column, row)" in conv
+    assert "make_identity_tensor(Shape<Int<kHeadDim>, Int<kBlockM>>{}), " in conv
+    assert "typename Traits::CoordLayoutdQ{});  // dQᵀ: (column, row)" in conv
     assert "sdQ[get<1>(tdQcdQ(j * 4 + 0))][get<0>(tdQcdQ(j * 4 + 0))] = " in conv  # (row, column) in shared
     # the rest of the kernel follows kBlockM: the producer's boxes and rows, the stage sizes
     assert 'rows="kBlockM"' not in main and "for (int r = lane; r < kBlockM; r += Traits::kRowLanes)" in main
