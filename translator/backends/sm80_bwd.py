@@ -1066,23 +1066,10 @@ def _emit_store_dkv(w: CodeWriter, *, scaled: bool = False) -> None:
             w.line("dv_ptr[row * dv_row_stride + col] = rdV(i);")
 
 
-def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True, gmma: bool = False) -> None:
-    """sQ and sdO (and with `views` their transposed views) of one stage of the Q/dO buffer. `gmma`: the
-    layouts are GMMA swizzle atoms (the sm_90 backward's), whose tensors hold swizzled iterators, so every
-    view starts from the raw pointer, and there are no unswizzled views."""
+def _emit_qdo_views(w: CodeWriter, base: str, *, views: bool = True) -> None:
+    """sQ and sdO (and with `views` their transposed and unswizzled views) of one stage of the Q/dO
+    buffer."""
     w.line(f"Tensor sQ = make_tensor(make_smem_ptr({base}), typename Traits::SmemLayoutQdO{{}});")
-    if gmma:
-        w.line(
-            f"Tensor sdO = make_tensor(make_smem_ptr({base} + kBlockM * kHeadDim), typename Traits::SmemLayoutQdO{{}});"
-        )
-        if views:
-            w.line(
-                f"Tensor sQt = make_tensor(make_smem_ptr({base}), typename Traits::SmemLayoutQdOt{{}});  // (kHeadDim, kBlockM)"
-            )
-            w.line(
-                f"Tensor sdOt = make_tensor(make_smem_ptr({base} + kBlockM * kHeadDim), typename Traits::SmemLayoutQdOt{{}});"
-            )
-        return
     w.line("Tensor sdO = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutQdO{});")
     if views:
         for t, src in (("sQt", "sQ"), ("sdOt", "sdO")):

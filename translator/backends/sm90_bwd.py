@@ -61,6 +61,7 @@ from translator.backends import sm80_bwd as fa2
 from translator.backends.arch import ELEMENT
 from translator.backends.regions import Regions
 from translator.backends.sm90.fragments import (
+    SWIZZLE_BYTES,
     Operand,
     acc_layout,
     coord_layout,
@@ -193,13 +194,18 @@ def default_block_m(plan: KernelPlan, learnable: tuple[str, ...] = ()) -> int:
     return BLOCK_M_TALL if plan.head_dim_qk == 64 and plain else BLOCK_M
 
 
-def smem_atom(extent: int) -> str:
-    """The widest K-major GMMA swizzle atom whose row (64, 32 or 16 elements) divides `extent`: a warp
-    group's MN-major slice of the same buffer must be whole atoms."""
-    for width, sw in ((64, "SW128"), (32, "SW64"), (16, "SW32")):
+def atom_cols(extent: int) -> int:
+    """The row, in 16-bit elements, of the widest K-major GMMA swizzle atom (64, 32 or 16) that divides
+    `extent`: a warp group's MN-major slice of the same buffer must be whole atoms."""
+    for width in SWIZZLE_BYTES:
         if extent % width == 0:
-            return f"GMMA::Layout_K_{sw}_Atom<Element>"
+            return width
     raise ValueError(f"no GMMA swizzle atom divides {extent}")
+
+
+def smem_atom(extent: int) -> str:
+    """CuTe's name of the atom `atom_cols(extent)` picks."""
+    return f"GMMA::Layout_K_SW{SWIZZLE_BYTES[atom_cols(extent)]}_Atom<Element>"
 
 
 def generate_backward_sm90(
@@ -457,11 +463,6 @@ def _emit_traits(w: CodeWriter, plan: KernelPlan, block_m: int) -> None:
     w.line()
 
 
-def _atom_cols(extent: int) -> int:
-    """The row of `smem_atom(extent)`, in elements."""
-    return next(width for width in (64, 32, 16) if extent % width == 0)
-
-
 # A warp group's coordinate along the GEMM's M or N in a TiledMMA's thread layout (its slice `wg_mma_*`)
 M_COORD = "get<1>(wg_mma_{}.thr_vmnk_)"
 N_COORD = "get<2>(wg_mma_{}.thr_vmnk_)"
@@ -472,7 +473,7 @@ def operands(d: int, block_m: int) -> dict[str, Operand]:
     traits' name: K and V (Sᵀ's and dPᵀ's A), Q and dO (their B), Qᵀ and dOᵀ (dK's and dV's B, MN-major),
     Kᵀ and dS (dQ's), and with `split_head` dSᵀ and Pᵀ (dK's and dV's A, MN-major)."""
     n, split = block_n(d), split_head(d)
-    wk, wq, wds = _atom_cols(d // 2), _atom_cols(d), _atom_cols(n)
+    wk, wq, wds = atom_cols(d // 2), atom_cols(d), atom_cols(n)
     out = {
         "K": k_major_operand(n, d, wk, 0 if split else WGMMA_M),
         "V": k_major_operand(n, d, wq, 0 if split else WGMMA_M),

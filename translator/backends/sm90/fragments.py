@@ -54,8 +54,9 @@ def acc_layout(rows: int, cols: int, atom_n: int, wg_m: int, wg_n: int = 1) -> s
     )
 
 
-# A K-major GMMA swizzle atom's row, in 16-bit values → its GMMA::LayoutType (128-, 64-, 32-byte swizzle)
-LAYOUT_TYPES = {64: "B128", 32: "B64", 16: "B32"}
+# A K-major GMMA swizzle atom's row, in 16-bit values → its swizzle's bytes (CuTe's Layout_K_SW<bytes>_Atom,
+# GMMA::LayoutType::B<bytes>), widest first
+SWIZZLE_BYTES = {64: 128, 32: 64, 16: 32}
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def k_major_operand(rows: int, cols: int, atom: int, wg_rows: int = 0) -> Operan
     else:
         k, ks = f"Shape<Int<{slices}>, Int<{cols // atom}>>", f"Stride<_2, Int<{rows * atom // 8}>>"
     layout = f"Layout<Shape<_1, _1, {k}>, Stride<_0, _0, {ks}>>"
-    return Operand(layout, LAYOUT_TYPES[atom], 1, atom, wg_rows * atom)
+    return Operand(layout, f"B{SWIZZLE_BYTES[atom]}", 1, atom, wg_rows * atom)
 
 
 def mn_major_operand(rows: int, cols: int, atom: int, wg_cols: int = 0) -> Operand:
@@ -97,4 +98,4 @@ def mn_major_operand(rows: int, cols: int, atom: int, wg_cols: int = 0) -> Opera
     k, ks = static_mode(rows // 16, 2 * atom)
     layout = f"Layout<Shape<_1, _1, {k}>, Stride<_0, _0, {ks}>>"
     lbo = rows * atom // 8 if extent > atom else 0
-    return Operand(layout, LAYOUT_TYPES[atom], lbo, atom, wg_cols // atom * rows * atom)
+    return Operand(layout, f"B{SWIZZLE_BYTES[atom]}", lbo, atom, wg_cols // atom * rows * atom)
